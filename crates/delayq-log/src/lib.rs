@@ -1,0 +1,1 @@
+//! STUB: replaced by the append-only log implementation.
