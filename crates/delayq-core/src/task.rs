@@ -11,9 +11,11 @@ use crate::backoff::Backoff;
 pub type Millis = u64;
 
 /// The state of a task (DESIGN §2). The numeric codes are seqdelay's and appear in the JSON API.
+///
+/// Deliberately exhaustive: the six states are the contract, and every backend must handle
+/// each of them explicitly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-#[non_exhaustive]
 pub enum State {
     /// Waiting for its due time.
     Delayed = 0,
@@ -285,7 +287,6 @@ pub struct Attempt {
 
 /// The full view of a task, as `get` and `list` return it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[non_exhaustive]
 pub struct TaskInfo {
     /// The task's id.
     pub id: String,
