@@ -3,7 +3,7 @@
 //!
 //! A backend crate adds one line to an integration test file:
 //!
-//! ```ignore
+//! ```text
 //! delayq_conformance::suite!(|ctx| async move { my_backend::start(ctx).await });
 //! ```
 //!
