@@ -159,3 +159,13 @@ macro_rules! suite {
         )*
     };
 }
+
+/// A fresh data directory under the test target's scratch space (`CARGO_TARGET_TMPDIR` of the
+/// caller), kept after the test so a failure can be inspected.
+pub fn scratch_dir(base: &str) -> std::path::PathBuf {
+    tempfile::Builder::new()
+        .prefix("delayq-")
+        .tempdir_in(base)
+        .expect("creating a scratch directory")
+        .keep()
+}
