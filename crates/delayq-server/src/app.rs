@@ -200,3 +200,19 @@ fn panic_response(panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
     tracing::error!(panic = detail, "a request handler panicked");
     AppError::Internal("the request handler failed unexpectedly".into()).into_response()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::to_bytes;
+
+    #[tokio::test]
+    async fn a_panic_becomes_a_500_envelope() {
+        let resp = panic_response(Box::new("boom"));
+        assert_eq!(resp.status(), 500);
+        let body = to_bytes(resp.into_body(), 1 << 16).await.unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(json["code"], 500);
+        assert!(json["message"].as_str().unwrap().contains("internal error"));
+    }
+}
