@@ -2,8 +2,9 @@
 //!
 //! [`app`] is separate from any `main` so tests can serve it on a socket of their own (as in
 //! axum's testing example). From the outside in, a request passes: the request metrics, a
-//! panic catcher (a panic becomes a 500 envelope, never a dropped connection), the request
-//! body limit, and, except for `/healthz` and `/readyz`, bearer auth. Unknown paths (404) and
+//! tracing span (requests are logged at DEBUG), a panic catcher (a panic becomes a 500
+//! envelope, never a dropped connection), the request body limit, and, except for `/healthz`
+//! and `/readyz`, bearer auth. Unknown paths (404) and
 //! wrong methods (405) answer in the envelope too.
 
 use std::sync::Arc;
@@ -18,6 +19,7 @@ use axum::routing::{get, post};
 use delayq::{Limits, Queue};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::trace::TraceLayer;
 
 use crate::auth::{self, Auth};
 use crate::config::{HttpLimits, ServerConfig};
@@ -170,6 +172,7 @@ pub fn app(state: AppState) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(CatchPanicLayer::custom(panic_response))
+        .layer(TraceLayer::new_for_http())
         .layer(middleware::from_fn_with_state(
             state.clone(),
             metrics::track_requests,

@@ -4,7 +4,8 @@
 //! `Authorization: Bearer <token>` with one of the configured tokens (401 if not). The
 //! comparison takes the same time whichever token matches and wherever the first differing
 //! byte is: every configured token is compared with `subtle`'s constant-time equality and the
-//! match is selected without a branch. A token may be limited to some topics; handlers ask
+//! match is selected without a branch. (Only a token's length can show in the timing, which
+//! is why tokens should be long random strings.) A token may be limited to some topics; handlers ask
 //! the [`Caller`] before touching a topic (403 if not allowed), and listings of all topics only
 //! show the caller's. `/healthz` and `/readyz` are outside this layer.
 
@@ -169,7 +170,9 @@ mod tests {
             TokenConfig::new("admin-token"),
             TokenConfig::for_topics("orders-token", vec!["orders".into()]),
         ]);
-        let table: [(Option<&str>, Result<Option<&str>, ()>); 7] = [
+        // (Authorization header, Ok(topic the caller is limited to) or Err for a 401)
+        type Row<'a> = (Option<&'a str>, Result<Option<&'a str>, ()>);
+        let table: [Row; 7] = [
             (None, Err(())),
             (Some("Bearer admin-token"), Ok(None)),
             (Some("bearer   admin-token "), Ok(None)),

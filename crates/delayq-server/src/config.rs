@@ -720,32 +720,33 @@ impl ServerConfig {
         )?);
 
         let dh = HttpLimits::default();
-        let mut http = HttpLimits::default();
-        http.max_request_bytes = to_usize(src.num(
-            &MAX_REQUEST,
-            args.max_request_bytes.as_deref(),
-            fl.max_request_bytes,
-            dh.max_request_bytes as u64,
-        )?);
-        http.default_pop_timeout_ms = src.num(
-            &DEFAULT_POP_TIMEOUT,
-            args.default_pop_timeout_ms.as_deref(),
-            fl.default_pop_timeout_ms,
-            // The default follows a lowered maximum instead of contradicting it.
-            dh.default_pop_timeout_ms.min(limits.max_pop_timeout_ms),
-        )?;
-        http.max_long_polls = to_usize(src.num(
-            &MAX_LONG_POLLS,
-            args.max_long_polls.as_deref(),
-            fl.max_long_polls,
-            dh.max_long_polls as u64,
-        )?);
-        http.max_page_size = src.num(
-            &MAX_PAGE_SIZE,
-            args.max_page_size.as_deref(),
-            fl.max_page_size,
-            dh.max_page_size,
-        )?;
+        let http = HttpLimits {
+            max_request_bytes: to_usize(src.num(
+                &MAX_REQUEST,
+                args.max_request_bytes.as_deref(),
+                fl.max_request_bytes,
+                dh.max_request_bytes as u64,
+            )?),
+            default_pop_timeout_ms: src.num(
+                &DEFAULT_POP_TIMEOUT,
+                args.default_pop_timeout_ms.as_deref(),
+                fl.default_pop_timeout_ms,
+                // The default follows a lowered maximum instead of contradicting it.
+                dh.default_pop_timeout_ms.min(limits.max_pop_timeout_ms),
+            )?,
+            max_long_polls: to_usize(src.num(
+                &MAX_LONG_POLLS,
+                args.max_long_polls.as_deref(),
+                fl.max_long_polls,
+                dh.max_long_polls as u64,
+            )?),
+            max_page_size: src.num(
+                &MAX_PAGE_SIZE,
+                args.max_page_size.as_deref(),
+                fl.max_page_size,
+                dh.max_page_size,
+            )?,
+        };
         if http.default_pop_timeout_ms > limits.max_pop_timeout_ms {
             return Err(ConfigError::Conflict(format!(
                 "the default pop timeout ({} ms, --default-pop-timeout-ms) is longer than the \
@@ -971,7 +972,8 @@ mod tests {
     #[test]
     fn numbers_are_checked_against_their_range() {
         let src = Sources { file: None };
-        let table: [(Option<&str>, Option<u64>, Result<u64, &str>); 7] = [
+        type Row<'a> = (Option<&'a str>, Option<u64>, Result<u64, &'a str>);
+        let table: [Row; 7] = [
             (None, None, Ok(10_000)),
             (Some("5"), Some(7), Ok(5)),
             (None, Some(7), Ok(7)),

@@ -141,12 +141,15 @@ impl Histogram {
     }
 }
 
+/// Method, route pattern and status of a request.
+type RequestKey = (&'static str, String, u16);
+
 /// The HTTP layer's own metrics. Updating one is a read lock and an atomic add; the write
 /// lock is taken only the first time a topic or route is seen.
 #[derive(Default)]
 pub struct HttpMetrics {
     ops: RwLock<HashMap<String, Arc<OpCounters>>>,
-    requests: RwLock<HashMap<(&'static str, String, u16), Arc<Histogram>>>,
+    requests: RwLock<HashMap<RequestKey, Arc<Histogram>>>,
 }
 
 impl std::fmt::Debug for HttpMetrics {

@@ -521,6 +521,10 @@ pub struct TopicList {
     pub total: u64,
 }
 
+/// No result: the `data` of a success that returns nothing is `null`.
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+pub struct NoData;
+
 /// The result of `GET /healthz` and `GET /readyz`.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct Health {

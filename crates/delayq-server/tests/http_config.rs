@@ -19,6 +19,11 @@ struct Cli {
     serve: ServeArgs,
 }
 
+/// Command-line arguments of a case.
+type Args<'a> = &'a [&'a str];
+/// Environment variables of a case.
+type Env<'a> = &'a [(&'a str, &'a str)];
+
 const CHILD: &str = "DELAYQ_SERVER_CONFIG_TEST_CHILD";
 const ARG_SEP: char = '\u{1f}';
 
@@ -110,7 +115,7 @@ fn precedence_is_flag_then_env_then_file_then_default() {
         "listen = \"127.0.0.1:7001\"\n[limits]\nmax_batch = 7\n[defaults]\nttr_ms = 1111\nmax_retries = 9\n",
     );
     let config = file.to_str().unwrap();
-    let table: [(&[&str], &[(&str, &str)], &str); 5] = [
+    let table: [(Args, Env, &str); 5] = [
         (
             &[],
             &[],
@@ -168,7 +173,7 @@ fn bad_values_name_the_flag_or_key_and_the_range() {
         file_bad_type.to_str().unwrap(),
         file_unknown.to_str().unwrap(),
     );
-    let table: [(&[&str], &[(&str, &str)], &[&str]); 12] = [
+    let table: [(Args, Env, &[&str]); 12] = [
         (
             &[],
             &[("DELAYQ_MAX_BATCH", "0")],

@@ -12,7 +12,7 @@ use crate::auth::Caller;
 use crate::error::{AppError, Envelope, ErrorData, ok};
 use crate::extract::JsonBody;
 use crate::metrics::Op;
-use crate::model::{AckRequest, ReleaseData, ReleaseRequest, TouchData};
+use crate::model::{AckRequest, NoData, ReleaseData, ReleaseRequest, TouchData};
 
 /// ACTIVE → FINISHED.
 #[utoipa::path(
@@ -21,7 +21,7 @@ use crate::model::{AckRequest, ReleaseData, ReleaseRequest, TouchData};
     tag = "tasks",
     request_body = AckRequest,
     responses(
-        (status = 200, description = "Finished", body = Envelope<Option<ErrorData>>),
+        (status = 200, description = "Finished; data is null", body = Envelope<Option<NoData>>),
         (status = 404, description = "No such task", body = Envelope<Option<ErrorData>>),
         (status = 409, description = "Not ACTIVE, or a stale receipt", body = Envelope<Option<ErrorData>>),
     ),

@@ -8,7 +8,7 @@ use crate::auth::Caller;
 use crate::error::{AppError, Envelope, ErrorData, ok};
 use crate::extract::JsonBody;
 use crate::metrics::Op;
-use crate::model::{RequeueData, RequeueRequest, TaskKey};
+use crate::model::{NoData, RequeueData, RequeueRequest, TaskKey};
 
 /// DELAYED, READY or ACTIVE → CANCELLED. After success the task is never delivered again.
 #[utoipa::path(
@@ -17,7 +17,7 @@ use crate::model::{RequeueData, RequeueRequest, TaskKey};
     tag = "tasks",
     request_body = TaskKey,
     responses(
-        (status = 200, description = "Cancelled", body = Envelope<Option<ErrorData>>),
+        (status = 200, description = "Cancelled; data is null", body = Envelope<Option<NoData>>),
         (status = 404, description = "No such task", body = Envelope<Option<ErrorData>>),
         (status = 409, description = "Already finished, cancelled or dead", body = Envelope<Option<ErrorData>>),
     ),
@@ -90,7 +90,7 @@ pub async fn requeue(
     tag = "tasks",
     request_body = TaskKey,
     responses(
-        (status = 200, description = "Deleted", body = Envelope<Option<ErrorData>>),
+        (status = 200, description = "Deleted; data is null", body = Envelope<Option<NoData>>),
         (status = 404, description = "No such task", body = Envelope<Option<ErrorData>>),
     ),
     security(("bearer" = []))
