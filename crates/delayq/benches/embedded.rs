@@ -145,7 +145,7 @@ fn main() {
         "delayq embedded backend, {} cores, body {BODY} B",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
-    println!("{:<58} {}", "measure", "figure");
+    println!("{:<58} figure", "measure");
 
     rt.block_on(async {
         let policies = [
