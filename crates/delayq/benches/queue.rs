@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{BatchSize, Criterion, Throughput, criterion_main};
 use delayq::{NewTask, PopOptions, Queue, StorageContext, SystemClock};
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -97,5 +97,9 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench);
-criterion_main!(benches);
+// The macro generates an undocumented `benches` function.
+#[allow(missing_docs)]
+mod group {
+    criterion::criterion_group!(benches, super::bench);
+}
+criterion_main!(group::benches);
