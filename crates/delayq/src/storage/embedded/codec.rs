@@ -315,7 +315,7 @@ mod tests {
             assert_eq!(
                 decode(&buf),
                 Ok(Change::Put {
-                    topic: "orders".into(),
+                    topic: "orders",
                     record: r
                 })
             );
@@ -325,8 +325,8 @@ mod tests {
         assert_eq!(
             decode(&buf),
             Ok(Change::Remove {
-                topic: "t".into(),
-                id: "i".into()
+                topic: "t",
+                id: "i"
             })
         );
     }
