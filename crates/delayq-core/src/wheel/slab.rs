@@ -7,6 +7,8 @@
 //! A generation counter per slot, bumped whenever the slot is freed, makes a key to a timer
 //! that has since fired or been removed detectably stale even after its slot was reused.
 
+use std::num::NonZeroU32;
+
 use super::TimerKey;
 
 /// The "no entry" index: the end of a list, or of the free list.
@@ -45,7 +47,7 @@ pub(super) struct Entry<T> {
     /// The previous entry in the same list.
     pub(super) prev: u32,
     /// Bumped each time the slot is freed, so old keys stop matching.
-    pub(super) generation: u32,
+    pub(super) generation: NonZeroU32,
     /// The list the entry is linked into.
     pub(super) place: Place,
     /// The caller's value; `None` exactly when the slot is free.
@@ -127,7 +129,7 @@ impl<T> Slab<T> {
             deadline,
             next: NIL,
             prev: NIL,
-            generation: 0,
+            generation: NonZeroU32::MIN,
             place: Place::Vacant,
             value: Some(value),
         });
@@ -147,7 +149,8 @@ impl<T> Slab<T> {
             index,
             generation: entry.generation,
         };
-        entry.generation = entry.generation.wrapping_add(1);
+        // Never zero, so an `Option<TimerKey>` costs no extra bytes.
+        entry.generation = entry.generation.checked_add(1).unwrap_or(NonZeroU32::MIN);
         entry.next = self.free;
         self.free = index;
         self.len -= 1;
@@ -278,7 +281,7 @@ mod tests {
         assert!(slab.get(key_a).is_none(), "the old key is stale");
         let key_b = TimerKey {
             index: b,
-            generation: key_a.generation + 1,
+            generation: key_a.generation.checked_add(1).unwrap(),
         };
         assert_eq!(slab.get(key_b).map(|e| e.deadline), Some(20));
         assert_eq!(slab.len(), 1);
