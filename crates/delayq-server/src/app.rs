@@ -172,7 +172,8 @@ pub fn app(state: AppState) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(CatchPanicLayer::custom(panic_response))
-        .layer(TraceLayer::new_for_http())
+        // Failures are logged once, by `AppError`; the default would log every 503 as an error.
+        .layer(TraceLayer::new_for_http().on_failure(()))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             metrics::track_requests,

@@ -61,8 +61,9 @@ pub enum ServerError {
 }
 
 /// Builds the queue the configuration asks for. This is the one place that picks the storage
-/// backend. Must be called inside a tokio runtime.
-pub fn build_queue(config: &ServerConfig) -> Result<Queue, ServerError> {
+/// backend. Must be called inside a tokio runtime. (Async because opening a durable backend
+/// recovers its data first.)
+pub async fn build_queue(config: &ServerConfig) -> Result<Queue, ServerError> {
     let ctx = StorageContext::new(Arc::new(SystemClock::new()))
         .with_limits(config.limits.clone())
         .with_defaults(config.defaults);
@@ -89,7 +90,7 @@ pub async fn serve(
     config: ServerConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
-    let queue = build_queue(&config)?;
+    let queue = build_queue(&config).await?;
     let listener = match TcpListener::bind(config.listen).await {
         Ok(listener) => listener,
         Err(source) => {

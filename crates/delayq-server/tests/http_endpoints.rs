@@ -187,6 +187,31 @@ async fn batch_add_reports_each_task() {
 }
 
 #[tokio::test]
+async fn batch_errors_name_the_place_in_the_request() {
+    // Task 0 is refused by the HTTP layer, task 1 by the queue: the message must still say
+    // tasks[1], not the place task 1 had among the tasks the queue saw.
+    let s = server().start().await;
+    let r = s
+        .post(
+            "/add",
+            json!({"tasks": [
+                {"topic": "b", "id": "x", "delay_ms": 1, "run_at_ms": 2},
+                {"topic": "b", "id": "bad id"},
+                {"topic": "b", "id": "fine", "ttr_ms": 0}
+            ]}),
+        )
+        .await;
+    let items = r.ok().as_array().unwrap().clone();
+    let messages: Vec<&str> = items
+        .iter()
+        .map(|i| i["message"].as_str().unwrap())
+        .collect();
+    assert!(messages[0].contains("tasks[0].run_at_ms"), "{messages:?}");
+    assert!(messages[1].contains("tasks[1].id"), "{messages:?}");
+    assert!(messages[2].contains("tasks[2].ttr_ms"), "{messages:?}");
+}
+
+#[tokio::test]
 async fn pop_count_returns_a_list_and_auto_finish_finishes() {
     let s = server().start().await;
     for id in ["a", "b", "c"] {

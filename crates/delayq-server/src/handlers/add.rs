@@ -119,12 +119,12 @@ async fn add_batch(
     }
     if !pending.is_empty() {
         let results = state.queue().add_batch(pending).await?;
-        for (slot, result) in slots.into_iter().zip(results) {
+        for (j, (slot, result)) in slots.into_iter().zip(results).enumerate() {
             let it = &mut items[slot];
             *it = item(
                 std::mem::take(&mut it.topic),
                 std::mem::take(&mut it.id),
-                result.map_err(AppError::from),
+                result.map_err(|e| reindex(e, j, slot)),
             );
         }
     }
@@ -165,6 +165,20 @@ fn outcome_of_code(code: u16) -> &'static str {
         413 => "too_large",
         503 => "unavailable",
         _ => "storage_error",
+    }
+}
+
+/// The queue names a field of a batch by the task's place in the list it was given
+/// (`tasks[j].id`); tasks refused before it shift those places, so name the request's place.
+fn reindex(e: delayq::Error, j: usize, slot: usize) -> AppError {
+    match e {
+        delayq::Error::Invalid(mut f) => {
+            if let Some(rest) = f.field.strip_prefix(&format!("tasks[{j}].")) {
+                f.field = format!("tasks[{slot}].{rest}");
+            }
+            AppError::Queue(delayq::Error::Invalid(f))
+        }
+        other => AppError::Queue(other),
     }
 }
 
