@@ -3,7 +3,8 @@
 //! The text is written by hand; the format is small and this keeps the hot path to a few
 //! atomic adds, with no global registry. Exported:
 //! - `delayq_operations_total{topic,op,outcome}`: queue operations as the HTTP API saw them
-//!   (a batch add counts each task). Only valid topic names become labels.
+//!   (a batch add counts each task). Only valid topic names become labels, and at most
+//!   [`MAX_TOPIC_LABELS`] of them; later ones are counted under `topic="_other"`.
 //! - `delayq_tasks{topic,state}`: tasks by topic and state, from the storage's counters.
 //! - `delayq_fire_lateness_seconds`: how late tasks became ready after their due time, from
 //!   the library's histogram ([`delayq::metrics::LATENESS_BUCKETS_MS`]), plus the fired,
@@ -115,6 +116,12 @@ fn outcome_index(outcome: &str) -> usize {
         .unwrap_or(OUTCOMES.len() - 1)
 }
 
+/// Most distinct topics `delayq_operations_total` keeps apart.
+pub const MAX_TOPIC_LABELS: usize = 10_000;
+
+/// The topic label of operations on topics beyond [`MAX_TOPIC_LABELS`].
+pub const OTHER_TOPICS: &str = "_other";
+
 type OpCounters = [[AtomicU64; OUTCOMES.len()]; OPS.len()];
 
 /// Upper bounds (seconds) of the request-duration buckets. Long-polls end up high on purpose.
@@ -169,10 +176,16 @@ impl HttpMetrics {
         };
         let counters = self.ops.read().get(topic).cloned();
         let counters = counters.unwrap_or_else(|| {
+            let mut ops = self.ops.write();
+            // Clients choose topic names; past the cap, new ones share one label so that
+            // neither memory nor the scrape grows without bound.
+            let topic = if ops.len() >= MAX_TOPIC_LABELS && !ops.contains_key(topic) {
+                OTHER_TOPICS
+            } else {
+                topic
+            };
             Arc::clone(
-                self.ops
-                    .write()
-                    .entry(topic.to_owned())
+                ops.entry(topic.to_owned())
                     .or_insert_with(|| Arc::new(Default::default())),
             )
         });
@@ -389,6 +402,23 @@ mod tests {
             "{out}"
         );
         assert!(!out.contains("bad topic"), "{out}");
+    }
+
+    #[test]
+    fn topic_labels_are_capped() {
+        let m = HttpMetrics::default();
+        for i in 0..MAX_TOPIC_LABELS + 5 {
+            m.count(&format!("t{i}"), Op::Pop, "empty", 1);
+        }
+        m.count("t0", Op::Pop, "empty", 1);
+        let ops = m.ops.read();
+        assert_eq!(ops.len(), MAX_TOPIC_LABELS + 1);
+        let other = &ops[OTHER_TOPICS][1][outcome_index("empty")];
+        assert_eq!(other.load(Ordering::Relaxed), 5);
+        assert_eq!(
+            ops["t0"][1][outcome_index("empty")].load(Ordering::Relaxed),
+            2
+        );
     }
 
     #[test]
