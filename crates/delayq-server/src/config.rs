@@ -747,6 +747,8 @@ impl ServerConfig {
                 dh.max_page_size,
             )?,
         };
+        // The queue enforces the page size too, so every caller of the library gets the same.
+        limits.max_page_size = http.max_page_size;
         if http.default_pop_timeout_ms > limits.max_pop_timeout_ms {
             return Err(ConfigError::Conflict(format!(
                 "the default pop timeout ({} ms, --default-pop-timeout-ms) is longer than the \

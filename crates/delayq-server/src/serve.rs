@@ -11,12 +11,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use delayq::storage::embedded::{self, EmbeddedOptions};
 use delayq::{Queue, StorageContext, SystemClock};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::app::{AppState, app};
-use crate::config::{ConfigError, LogFormat, ServerConfig, StorageConfig};
+use crate::config::{ConfigError, FsyncPolicy, LogFormat, ServerConfig, StorageConfig};
 
 /// Why the server could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -70,15 +71,21 @@ pub async fn build_queue(config: &ServerConfig) -> Result<Queue, ServerError> {
     match &config.storage {
         StorageConfig::Memory => Ok(Queue::memory_with(ctx)),
         StorageConfig::Embedded { data_dir, fsync } => {
-            // TODO(embedded): open `delayq::storage::embedded` in `data_dir` with `fsync` once
-            // it exists; until then the default mode runs on the in-memory backend.
-            tracing::warn!(
-                data_dir = %data_dir.display(),
-                ?fsync,
-                "the embedded durable backend is not built yet: running in memory, tasks are \
-                 lost when the process stops"
-            );
-            Ok(Queue::memory_with(ctx))
+            let fsync = match *fsync {
+                FsyncPolicy::Always => delayq_log::FsyncPolicy::Always,
+                FsyncPolicy::Interval { ms } => {
+                    delayq_log::FsyncPolicy::Interval(Duration::from_millis(ms))
+                }
+                FsyncPolicy::Never => delayq_log::FsyncPolicy::Never,
+            };
+            let options = EmbeddedOptions::new(data_dir.clone()).fsync(fsync);
+            let (storage, _) = embedded::start(ctx.clone(), options)
+                .await
+                .map_err(|source| ServerError::Storage {
+                    op: "opening the embedded storage",
+                    source,
+                })?;
+            Ok(Queue::new(storage, ctx))
         }
         StorageConfig::Redis { .. } => Err(ServerError::RedisNotAvailable),
     }

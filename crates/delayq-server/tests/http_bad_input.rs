@@ -407,7 +407,7 @@ async fn bad_requests_are_refused_with_the_field_named() {
             "task body over max_body_bytes",
             "/add",
             big_task_body,
-            400,
+            413,
             &["body", "16384"],
             Some("body"),
         ),
