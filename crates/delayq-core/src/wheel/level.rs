@@ -5,6 +5,8 @@
 //! timers the entries are not in cache and every hop waits for memory. Cascading a slot walks
 //! its lanes in lockstep, so the CPU has several independent misses in flight at once. A slot's
 //! lanes fill exactly one cache line, so checking whether a slot is empty stays cheap.
+//! Level 0 is never cascaded, only popped from (its entries were just cascaded down, so they
+//! are in cache), and uses lane 0 alone, which keeps popping to one list.
 //!
 //! All functions here work on absolute times: a level-`l` slot covers `64^l` milliseconds
 //! aligned to a multiple of `64^l`, and a level covers the `64^(l+1)`-aligned range that
@@ -78,19 +80,24 @@ pub(super) fn slot_start(elapsed: u64, level: usize, slot: usize) -> u64 {
 /// Independent lists per slot; 8 lists of two `u32` fill one 64-byte cache line.
 pub(super) const LANES: usize = 8;
 
-/// Returns the lane of a slot that the timer stored at slab `index` goes to.
+/// Returns the lane of a slot of `level` that the timer stored at slab `index` goes to.
 ///
-/// Consecutive indices go to different lanes, so a burst of inserts spreads evenly.
+/// Consecutive indices go to different lanes, so a burst of inserts spreads evenly; level 0
+/// only needs one lane (see the module documentation).
 #[inline]
-pub(super) fn lane_for(index: u32) -> usize {
-    index as usize % LANES
+pub(super) fn lane_for(level: usize, index: u32) -> usize {
+    if level == 0 {
+        0
+    } else {
+        index as usize % LANES
+    }
 }
 
 /// The timers of one slot, spread over [`LANES`] lists.
 #[derive(Debug, Clone)]
 #[repr(align(64))]
 pub(super) struct Slot {
-    /// The lists; a timer is in lane [`lane_for`] of its index.
+    /// The lists; a timer is in lane [`lane_for`] of its level and index.
     pub(super) lanes: [List; LANES],
 }
 
@@ -278,8 +285,21 @@ mod tests {
 
     #[test]
     fn lane_for_spreads_consecutive_indices_over_all_lanes() {
-        for (index, lane) in [(0, 0), (1, 1), (7, 7), (8, 0), (13, 5), (u32::MAX - 1, 6)] {
-            assert_eq!(lane_for(index), lane, "lane_for({index})");
+        #[rustfmt::skip]
+        let table: &[(usize, u32, usize)] = &[
+            // level, index, lane
+            (1, 0, 0),
+            (1, 1, 1),
+            (1, 7, 7),
+            (1, 8, 0),
+            (3, 13, 5),
+            (5, u32::MAX - 1, 6),
+            (0, 0, 0),               // level 0 has one lane
+            (0, 13, 0),
+            (0, u32::MAX - 1, 0),
+        ];
+        for &(level, index, lane) in table {
+            assert_eq!(lane_for(level, index), lane, "lane_for({level}, {index})");
         }
     }
 

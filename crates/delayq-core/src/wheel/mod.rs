@@ -365,7 +365,7 @@ impl<T> Wheel<T> {
             level: level as u8,
             slot: slot as u8,
         };
-        let lane = &mut lvl.slots[slot].lanes[lane_for(index)];
+        let lane = &mut lvl.slots[slot].lanes[lane_for(level, index)];
         self.slab.push_back(lane, index, place);
         lvl.occupied |= 1 << slot;
     }
@@ -377,8 +377,10 @@ impl<T> Wheel<T> {
             Place::Level { level, slot } => {
                 let lvl = &mut self.levels[level as usize];
                 let slot_lists = &mut lvl.slots[slot as usize];
-                self.slab
-                    .unlink(&mut slot_lists.lanes[lane_for(index)], index);
+                self.slab.unlink(
+                    &mut slot_lists.lanes[lane_for(level as usize, index)],
+                    index,
+                );
                 if slot_lists.is_empty() {
                     lvl.occupied &= !(1 << slot);
                 }
@@ -416,14 +418,12 @@ impl<T> Wheel<T> {
             let slot = (self.elapsed & SLOT_MASK) as usize;
             let level0 = &mut self.levels[0];
             if level0.occupied & (1 << slot) != 0 {
-                let current = &mut level0.slots[slot];
-                let lane = current
-                    .lanes
-                    .iter_mut()
-                    .find(|lane| !lane.is_empty())
-                    .expect("an occupied slot has a non-empty lane");
-                let index = self.slab.pop_front(lane).expect("non-empty lane");
-                if current.is_empty() {
+                let lane = &mut level0.slots[slot].lanes[0];
+                let index = self
+                    .slab
+                    .pop_front(lane)
+                    .expect("an occupied slot has timers");
+                if lane.is_empty() {
                     level0.occupied &= !(1 << slot);
                 }
                 return Some(index);

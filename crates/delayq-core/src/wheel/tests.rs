@@ -48,7 +48,7 @@ impl<T> Wheel<T> {
                     self.walk(list, place).into_iter().map(move |i| (lane, i))
                 });
                 for (lane, i) in in_lanes {
-                    assert_eq!(level::lane_for(i), lane, "lane of {i}");
+                    assert_eq!(level::lane_for(l, i), lane, "lane of {i}");
                     let d = deadline(i);
                     assert!(d >= self.elapsed, "level timer {d} behind {}", self.elapsed);
                     assert_eq!(level_for(self.elapsed, d), l, "level of {d}");
