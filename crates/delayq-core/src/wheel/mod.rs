@@ -56,9 +56,10 @@
 //!
 //! **Memory latency.** With a million timers the entries do not fit in the CPU caches, and
 //! walking a linked list is a chain of cache misses, each waiting for the one before. Two
-//! choices keep that chain short. A slot is 8 lists ("lanes", one cache line of heads) and a
-//! timer goes to lane `index % 8`; a cascade walks the 8 lanes in lockstep, reading the next
-//! entry of every lane before re-inserting any, so 8 misses are in flight at once. And the
+//! choices keep that chain short. A slot above level 0 is 16 lists ("lanes", two cache lines
+//! of heads) and a timer goes to lane `index % 16`; a cascade walks the lanes in lockstep,
+//! reading the next entry of every lane before re-inserting any, so up to 16 misses are in
+//! flight at once (level 0 is only popped from, so it uses one lane). And the
 //! free slots are a stack of (index, generation) pairs instead of a list threaded through the
 //! free entries, so an insert writes to its entry without first having to read it.
 //!
@@ -151,7 +152,7 @@ pub struct Expired<T> {
 pub struct Wheel<T> {
     /// The wheel's current time: every timer on the levels is due at or after it.
     elapsed: u64,
-    /// The levels, lowest (1 ms slots) first; boxed because they take 25 KiB.
+    /// The levels, lowest (1 ms slots) first; boxed because they take 48 KiB.
     levels: Box<[Level; NUM_LEVELS]>,
     /// Timers beyond the top level's current range, unordered.
     overflow: List,

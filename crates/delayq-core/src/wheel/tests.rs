@@ -40,6 +40,9 @@ impl<T> Wheel<T> {
                     !slot.is_empty(),
                     "bit {l}/{s}"
                 );
+                if slot.is_empty() {
+                    continue;
+                }
                 let place = Place::Level {
                     level: l as u8,
                     slot: s as u8,
