@@ -509,20 +509,29 @@ impl<T> Wheel<T> {
     /// for up to `LANES` cache misses at once instead of one after another; with a million
     /// timers, memory latency is what cascading costs.
     fn relink_all(&mut self, lists: [List; LANES]) {
-        let mut cursors = lists.map(|list| list.head);
+        // Cursors of the lanes not yet walked to their end, kept packed at the front so that
+        // a slot with only a few timers costs a few steps, not a pass over every lane.
+        let mut cursors = [NIL; LANES];
+        let mut live = 0;
+        for list in lists.iter().filter(|list| !list.is_empty()) {
+            cursors[live] = list.head;
+            live += 1;
+        }
         let mut batch = [(NIL, 0); LANES];
-        loop {
+        while live > 0 {
+            let mut lane = 0;
             let mut taken = 0;
-            for cursor in &mut cursors {
-                if *cursor != NIL {
-                    let entry = &self.slab.entries[*cursor as usize];
-                    batch[taken] = (*cursor, entry.deadline);
-                    *cursor = entry.next;
-                    taken += 1;
+            while lane < live {
+                let entry = &self.slab.entries[cursors[lane] as usize];
+                batch[taken] = (cursors[lane], entry.deadline);
+                taken += 1;
+                if entry.next == NIL {
+                    live -= 1;
+                    cursors[lane] = cursors[live];
+                } else {
+                    cursors[lane] = entry.next;
+                    lane += 1;
                 }
-            }
-            if taken == 0 {
-                break;
             }
             for &(index, deadline) in &batch[..taken] {
                 self.link(index, deadline);
