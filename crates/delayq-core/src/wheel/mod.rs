@@ -33,10 +33,10 @@
 //!
 //! * level 0: 64 × 1 ms slots, 64 ms;
 //! * level 1: 64 × 64 ms slots, about 4 s;
-//! * level 2: 64 × ~4 s slots, about 4.5 min;
-//! * level 3: 64 × ~4.5 min slots, about 4.8 h;
-//! * level 4: 64 × ~4.8 h slots, about 12.7 days;
-//! * level 5: 64 × ~12.7 day slots, about 795 days (2^36 ms).
+//! * level 2: 64 × ~4.1 s slots, about 4.4 min;
+//! * level 3: 64 × ~4.4 min slots, about 4.7 h;
+//! * level 4: 64 × ~4.7 h slots, about 12.4 days;
+//! * level 5: 64 × ~12.4 day slots, about 795 days (2^36 ms).
 //!
 //! Levels are aligned to absolute time: each level covers the `64^(l+1)`-aligned range that
 //! contains the wheel's current time ([`Wheel::elapsed`]). A timer due at `when` goes to the
@@ -59,9 +59,9 @@
 //! choices keep that chain short. A slot above level 0 is 16 lists ("lanes", two cache lines
 //! of heads) and a timer goes to lane `index % 16`; a cascade walks the lanes in lockstep,
 //! reading the next entry of every lane before re-inserting any, so up to 16 misses are in
-//! flight at once (level 0 is only popped from, so it uses one lane). And the
-//! free slots are a stack of (index, generation) pairs instead of a list threaded through the
-//! free entries, so an insert writes to its entry without first having to read it.
+//! flight at once (level 0 is only popped from, so it uses one lane). And the free slots are
+//! a stack of (index, generation) pairs instead of a list threaded through the free entries,
+//! so an insert writes to its entry without first having to read it.
 //!
 //! **Finding the next expiration.** Each level keeps an `occupied: u64` bitfield with bit `s`
 //! set when slot `s` is non-empty. Because slots never wrap, the earliest slot of a level is
@@ -77,16 +77,17 @@
 //! higher level, take its whole list and re-insert each entry relative to the new time, which
 //! puts it on a lower level (and the ones due right then into the current level-0 slot). Time
 //! thus jumps from one occupied slot to the next, never steps through empty milliseconds, and
-//! an entry moves down at most five times before it fires. A `limit` can stop the loop between
+//! an entry moves down at most five levels before it fires. A `limit` can stop the loop between
 //! two entries of the current level-0 slot; the rest stays there for the next call.
 //!
 //! **Far deadlines.** A deadline outside the top level's current 2^36 ms range (10 years
 //! ahead, or just past the next 795-day boundary) goes to an unordered overflow list, and the
 //! wheel remembers a lower bound of the deadlines in it. When the time reaches that bound, the
 //! whole list is re-inserted relative to the new time: what now falls inside the range moves
-//! into the levels, the rest stays and the bound becomes exact again. Each such pass moves at
-//! least the earliest overflow timer out, so even a jump to `u64::MAX` takes at most a few
-//! passes per distinct 795-day range, and a 10-year timer fires on its exact millisecond.
+//! into the levels, the rest stays and the bound becomes exact again. A pass at an exact bound
+//! moves at least the earliest overflow timer out (a pass at a bound that a removal left too
+//! low only makes it exact), so even a jump to `u64::MAX` takes at most a few passes per
+//! distinct 795-day range, and a 10-year timer fires on its exact millisecond.
 //!
 //! **Late timers.** A deadline already behind the wheel's time is due at once but must still
 //! come out in deadline order before the current slot. Such timers are appended to a `late`
@@ -276,11 +277,12 @@ impl<T> Wheel<T> {
     /// or `None` if the wheel is empty.
     ///
     /// The owner sleeps until this time, then drains. It is never later than the earliest
-    /// deadline in the wheel and is exactly that deadline when it lies within the current
-    /// 64 ms level-0 range; otherwise it may be earlier (the start of a higher-level slot, or
-    /// a stale bound after a removal), and draining at that time only moves timers down a
-    /// level. It is at or before [`Wheel::elapsed`] exactly when something is already due,
-    /// and after it otherwise, so sleeping until it always makes progress.
+    /// deadline in the wheel, and it is exactly that deadline when the earliest timer is on
+    /// level 0 (due within the 64 ms range that holds [`Wheel::elapsed`]). Otherwise it may be
+    /// earlier: the start of a higher-level slot, or the bound of the overflow list (which a
+    /// removal can leave too low); draining at that time then only moves timers down. It is
+    /// at or before [`Wheel::elapsed`] exactly when something is already due, and after it
+    /// otherwise, so sleeping until it always makes progress.
     pub fn next_expiration(&self) -> Option<u64> {
         let late = match (self.late.is_empty(), self.late_sorted.is_empty()) {
             (true, true) => None,
