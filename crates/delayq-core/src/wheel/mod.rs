@@ -278,11 +278,12 @@ impl<T> Wheel<T> {
     ///
     /// The owner sleeps until this time, then drains. It is never later than the earliest
     /// deadline in the wheel, and it is exactly that deadline when the earliest timer is on
-    /// level 0 (due within the 64 ms range that holds [`Wheel::elapsed`]). Otherwise it may be
-    /// earlier: the start of a higher-level slot, or the bound of the overflow list (which a
-    /// removal can leave too low); draining at that time then only moves timers down. It is
-    /// at or before [`Wheel::elapsed`] exactly when something is already due, and after it
-    /// otherwise, so sleeping until it always makes progress.
+    /// level 0 (due within the 64 ms range that holds [`Wheel::elapsed`]), unless removing a
+    /// far timer left the overflow list's bound below it. Otherwise it may be earlier: the
+    /// start of a higher-level slot, or that bound; draining at that time then only moves
+    /// timers down and makes the bound exact. It is at or before [`Wheel::elapsed`] exactly
+    /// when something is already due, and after it otherwise, so sleeping until it always
+    /// makes progress.
     pub fn next_expiration(&self) -> Option<u64> {
         let late = match (self.late.is_empty(), self.late_sorted.is_empty()) {
             (true, true) => None,
