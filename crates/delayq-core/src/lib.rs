@@ -5,5 +5,23 @@
 //! wheel. Nothing here does IO, reads a clock or needs an async runtime: every function that
 //! depends on time takes `now` (epoch milliseconds) as an argument, so the rules can be tested
 //! exactly and reused by every storage backend.
+//!
+//! - [`task`]: states, the options a producer sets, the views a consumer sees.
+//! - [`lifecycle`]: which operation applies in which state, receipts, retries and DEAD.
+//! - [`backoff`]: retry schedules.
+//! - [`validate`]: limits, defaults and validation at the edge.
+//! - [`wheel`]: the hierarchical timing wheel that decides when things happen.
 
+pub mod backoff;
+pub mod lifecycle;
+pub mod task;
+pub mod validate;
 pub mod wheel;
+
+pub use backoff::Backoff;
+pub use lifecycle::{AfterFailure, Op, Refusal};
+pub use task::{
+    AddOutcome, Attempt, Delivery, MaxRetries, Millis, NewTask, OnDuplicate, Page, State, TaskInfo,
+    TopicStats, When,
+};
+pub use validate::{InvalidField, Limits, TaskDefaults, TaskSpec};

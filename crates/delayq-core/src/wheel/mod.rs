@@ -115,7 +115,7 @@ use self::slab::{List, NIL, Place, Slab};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct TimerKey {
     index: u32,
-    generation: u32,
+    generation: std::num::NonZeroU32,
 }
 
 /// A timer that came due, as handed out by [`Wheel::poll`] and [`Wheel::drain_due`].

@@ -12,6 +12,8 @@
 //! A generation counter per slot, bumped whenever the slot is freed, makes a key to a timer
 //! that has since fired or been removed detectably stale even after its slot was reused.
 
+use std::num::NonZeroU32;
+
 use super::TimerKey;
 
 /// The "no entry" index: the end of a list.
@@ -50,7 +52,7 @@ pub(super) struct Entry<T> {
     /// The previous entry in the same list.
     pub(super) prev: u32,
     /// Bumped each time the slot is freed, so old keys stop matching.
-    pub(super) generation: u32,
+    pub(super) generation: NonZeroU32,
     /// The list the entry is linked into.
     pub(super) place: Place,
     /// The caller's value; `None` exactly when the slot is free.
@@ -89,7 +91,7 @@ pub(super) struct Slab<T> {
     /// cached) on top.
     ///
     /// Its capacity is kept at least that of `entries`, so freeing never allocates.
-    free: Vec<(u32, u32)>,
+    free: Vec<(u32, NonZeroU32)>,
     /// The number of occupied slots.
     len: usize,
 }
@@ -115,7 +117,7 @@ impl<T> Slab<T> {
     /// Free slots are reused most recently freed first, because that one is the most likely
     /// to still be in the CPU cache.
     #[inline]
-    pub(super) fn alloc(&mut self, deadline: u64, value: T) -> (u32, u32) {
+    pub(super) fn alloc(&mut self, deadline: u64, value: T) -> (u32, NonZeroU32) {
         self.len += 1;
         if let Some((index, generation)) = self.free.pop() {
             let entry = &mut self.entries[index as usize];
@@ -133,7 +135,7 @@ impl<T> Slab<T> {
             deadline,
             next: NIL,
             prev: NIL,
-            generation: 0,
+            generation: NonZeroU32::MIN,
             place: Place::Vacant,
             value: Some(value),
         });
@@ -142,7 +144,7 @@ impl<T> Slab<T> {
             self.free
                 .reserve_exact(self.entries.capacity() - self.free.len());
         }
-        (index as u32, 0)
+        (index as u32, NonZeroU32::MIN)
     }
 
     /// Frees an (already unlinked) entry and returns its key, deadline and value.
@@ -158,7 +160,8 @@ impl<T> Slab<T> {
             index,
             generation: entry.generation,
         };
-        entry.generation = entry.generation.wrapping_add(1);
+        // Never zero, so an `Option<TimerKey>` costs no extra bytes.
+        entry.generation = entry.generation.checked_add(1).unwrap_or(NonZeroU32::MIN);
         self.free.push((index, entry.generation));
         self.len -= 1;
         (key, entry.deadline, value)
@@ -285,7 +288,7 @@ mod tests {
         assert!(slab.get(key_a).is_none(), "a freed slot is not found");
         let (b, generation) = slab.alloc(20, "b");
         assert_eq!(a, b, "the freed slot is reused");
-        assert_eq!(generation, key_a.generation + 1);
+        assert_eq!(Some(generation), key_a.generation.checked_add(1));
         assert!(slab.get(key_a).is_none(), "the old key is stale");
         let key_b = TimerKey {
             index: b,

@@ -1,0 +1,469 @@
+//! The task model: states, the options a producer sets, and the views a consumer sees.
+//!
+//! These types are shared by every backend and by the HTTP layer, so they serialize to the
+//! seqdelay-compatible JSON field names of DESIGN §3.
+
+use serde::{Deserialize, Serialize};
+
+use crate::backoff::Backoff;
+
+/// Epoch milliseconds: every instant in delayq is one of these (DESIGN §2 rule 12).
+pub type Millis = u64;
+
+/// The state of a task (DESIGN §2). The numeric codes are seqdelay's and appear in the JSON API.
+///
+/// Deliberately exhaustive: the six states are the contract, and every backend must handle
+/// each of them explicitly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum State {
+    /// Waiting for its due time.
+    Delayed = 0,
+    /// Due, waiting for a consumer.
+    Ready = 1,
+    /// Handed to a consumer that has not yet confirmed it.
+    Active = 2,
+    /// Confirmed by its consumer; kept for the retention period.
+    Finished = 3,
+    /// Cancelled by a producer; kept for the retention period.
+    Cancelled = 4,
+    /// Out of retries; kept until requeued or deleted.
+    Dead = 5,
+}
+
+impl State {
+    /// Every state, in code order.
+    pub const ALL: [State; 6] = [
+        State::Delayed,
+        State::Ready,
+        State::Active,
+        State::Finished,
+        State::Cancelled,
+        State::Dead,
+    ];
+
+    /// The seqdelay-compatible numeric code.
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+
+    /// The state with this numeric code, if any.
+    pub fn from_code(code: u8) -> Option<State> {
+        State::ALL.get(usize::from(code)).copied()
+    }
+
+    /// The lower-case name used as `state_name` in the JSON API.
+    pub fn name(self) -> &'static str {
+        match self {
+            State::Delayed => "delayed",
+            State::Ready => "ready",
+            State::Active => "active",
+            State::Finished => "finished",
+            State::Cancelled => "cancelled",
+            State::Dead => "dead",
+        }
+    }
+
+    /// Parses a state given by name (`ready`) or by code (`1`).
+    pub fn parse(text: &str) -> Option<State> {
+        if let Ok(code) = text.parse::<u8>() {
+            return State::from_code(code);
+        }
+        State::ALL
+            .into_iter()
+            .find(|s| s.name().eq_ignore_ascii_case(text))
+    }
+
+    /// Whether the task has ended (finished or cancelled) and only waits for its retention to pass.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, State::Finished | State::Cancelled)
+    }
+}
+
+impl std::fmt::Display for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What `add` does when a task with the same (topic, id) already exists (DESIGN §2 rule 9).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum OnDuplicate {
+    /// Refuse the add with a conflict (the default).
+    #[default]
+    Reject,
+    /// Replace body, due and options; the old schedule is gone.
+    Replace,
+    /// Change nothing and report that the task existed.
+    Keep,
+}
+
+/// How many redeliveries a task may have (DESIGN §2 rule 5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "i64", into = "i64")]
+pub enum MaxRetries {
+    /// At most this many redeliveries; `Limited(0)` means one attempt only.
+    Limited(u32),
+    /// Redeliver for ever (`-1` in the API).
+    Unlimited,
+}
+
+impl MaxRetries {
+    /// The API's integer form: the count, or `-1` for no limit.
+    pub fn as_i64(self) -> i64 {
+        match self {
+            MaxRetries::Limited(n) => i64::from(n),
+            MaxRetries::Unlimited => -1,
+        }
+    }
+
+    /// Whether a task that has been redelivered `retries` times may be redelivered once more.
+    pub fn allows(self, retries: u32) -> bool {
+        match self {
+            MaxRetries::Limited(max) => retries < max,
+            MaxRetries::Unlimited => true,
+        }
+    }
+}
+
+impl TryFrom<i64> for MaxRetries {
+    type Error = String;
+
+    fn try_from(value: i64) -> Result<Self, Self::Error> {
+        match value {
+            -1 => Ok(MaxRetries::Unlimited),
+            0.. => u32::try_from(value)
+                .map(MaxRetries::Limited)
+                .map_err(|_| format!("must be at most {}", u32::MAX)),
+            _ => Err("must be -1 (no limit) or a count >= 0".to_owned()),
+        }
+    }
+}
+
+impl From<MaxRetries> for i64 {
+    fn from(value: MaxRetries) -> i64 {
+        value.as_i64()
+    }
+}
+
+/// When a new task becomes due: relative to its arrival, or at an absolute instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum When {
+    /// `delay_ms` after the moment the queue receives the task.
+    Delay(u64),
+    /// At this epoch millisecond.
+    At(Millis),
+}
+
+impl Default for When {
+    fn default() -> Self {
+        When::Delay(0)
+    }
+}
+
+/// A task as a producer submits it, before validation.
+///
+/// Optional fields left `None` take the queue's defaults.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct NewTask {
+    /// The queue the task belongs to.
+    pub topic: String,
+    /// The caller's id, unique inside the topic.
+    pub id: String,
+    /// Opaque payload.
+    pub body: String,
+    /// When the task becomes due.
+    pub when: When,
+    /// Time to run: how long a consumer may hold the task.
+    pub ttr_ms: Option<u64>,
+    /// How many redeliveries are allowed.
+    pub max_retries: Option<MaxRetries>,
+    /// The wait before each redelivery after a failure.
+    pub backoff: Option<Backoff>,
+    /// What to do if the (topic, id) exists already.
+    pub on_duplicate: OnDuplicate,
+}
+
+impl NewTask {
+    /// A task due `delay_ms` from now, with an empty body and default options.
+    pub fn new(topic: impl Into<String>, id: impl Into<String>) -> Self {
+        NewTask {
+            topic: topic.into(),
+            id: id.into(),
+            ..NewTask::default()
+        }
+    }
+
+    /// Sets the body.
+    pub fn body(mut self, body: impl Into<String>) -> Self {
+        self.body = body.into();
+        self
+    }
+
+    /// Makes the task due `delay_ms` after it arrives.
+    pub fn delay_ms(mut self, delay_ms: u64) -> Self {
+        self.when = When::Delay(delay_ms);
+        self
+    }
+
+    /// Makes the task due at the epoch millisecond `at_ms`.
+    pub fn run_at_ms(mut self, at_ms: Millis) -> Self {
+        self.when = When::At(at_ms);
+        self
+    }
+
+    /// Sets the time to run.
+    pub fn ttr_ms(mut self, ttr_ms: u64) -> Self {
+        self.ttr_ms = Some(ttr_ms);
+        self
+    }
+
+    /// Sets the number of redeliveries allowed.
+    pub fn max_retries(mut self, max: MaxRetries) -> Self {
+        self.max_retries = Some(max);
+        self
+    }
+
+    /// Sets the retry schedule.
+    pub fn backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = Some(backoff);
+        self
+    }
+
+    /// Sets the duplicate policy.
+    pub fn on_duplicate(mut self, policy: OnDuplicate) -> Self {
+        self.on_duplicate = policy;
+        self
+    }
+}
+
+/// What `add` did with one task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum AddOutcome {
+    /// The task is new.
+    Added,
+    /// An existing task was replaced (`on_duplicate: replace`).
+    Replaced,
+    /// The task existed and was left as it was (`on_duplicate: keep`).
+    Existed,
+}
+
+/// One delivery of a task to a consumer (what `pop` returns).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Delivery {
+    /// The task's id.
+    pub id: String,
+    /// The task's topic.
+    pub topic: String,
+    /// The payload.
+    pub body: String,
+    /// How many times the task was redelivered before this attempt.
+    pub retries: u32,
+    /// The token of this attempt; finish, release and touch may pass it.
+    pub receipt: String,
+    /// When the task became due.
+    pub due_ms: Millis,
+    /// How long this consumer may hold the task.
+    pub ttr_ms: u64,
+}
+
+/// One past attempt of a task, kept for its history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attempt {
+    /// When the attempt started.
+    pub started_at_ms: Millis,
+    /// When it ended (finish, release or ttr expiry).
+    pub ended_at_ms: Millis,
+    /// How it ended: `released`, `ttr_expired`.
+    pub outcome: String,
+    /// The error the consumer reported, if any.
+    pub error: Option<String>,
+}
+
+/// The full view of a task, as `get` and `list` return it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskInfo {
+    /// The task's id.
+    pub id: String,
+    /// The task's topic.
+    pub topic: String,
+    /// The payload.
+    pub body: String,
+    /// The state.
+    pub state: State,
+    /// When the task is (or was) due.
+    pub due_ms: Millis,
+    /// The delay it was added with (`due - created`), for seqdelay compatibility.
+    pub delay_ms: u64,
+    /// Time to run.
+    pub ttr_ms: u64,
+    /// Redeliveries allowed (`-1`: no limit).
+    pub max_retries: i64,
+    /// Redeliveries so far.
+    pub retries: u32,
+    /// When the task was added.
+    pub created_at_ms: Millis,
+    /// When the task last changed state.
+    pub updated_at_ms: Millis,
+    /// The retry schedule, if any.
+    pub backoff: Option<Backoff>,
+    /// While ACTIVE: the ttr deadline; while FINISHED/CANCELLED: when the record is removed.
+    pub deadline_ms: Option<Millis>,
+    /// The last error a consumer reported.
+    pub last_error: Option<String>,
+    /// The failed attempts, oldest first (bounded).
+    pub history: Vec<Attempt>,
+}
+
+/// Counters of one topic (DESIGN §3 `/stats`). Maintained on every change, never computed by a scan.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicStats {
+    /// Tasks waiting for their due time.
+    pub delayed: u64,
+    /// Tasks waiting for a consumer.
+    pub ready: u64,
+    /// Tasks held by consumers.
+    pub active: u64,
+    /// Tasks out of retries.
+    pub dead: u64,
+    /// Finished tasks still retained.
+    pub finished: u64,
+    /// Cancelled tasks still retained.
+    pub cancelled: u64,
+    /// All records of the topic.
+    pub total: u64,
+    /// The earliest due time among delayed tasks.
+    pub next_due_ms: Option<Millis>,
+}
+
+impl TopicStats {
+    /// The counter of one state.
+    pub fn count(&self, state: State) -> u64 {
+        match state {
+            State::Delayed => self.delayed,
+            State::Ready => self.ready,
+            State::Active => self.active,
+            State::Finished => self.finished,
+            State::Cancelled => self.cancelled,
+            State::Dead => self.dead,
+        }
+    }
+
+    /// Adds `delta` (±1) to the counter of `state` and to the total.
+    pub fn adjust(&mut self, state: State, delta: i64) {
+        let slot = match state {
+            State::Delayed => &mut self.delayed,
+            State::Ready => &mut self.ready,
+            State::Active => &mut self.active,
+            State::Finished => &mut self.finished,
+            State::Cancelled => &mut self.cancelled,
+            State::Dead => &mut self.dead,
+        };
+        *slot = slot.saturating_add_signed(delta);
+        self.total = self.total.saturating_add_signed(delta);
+    }
+
+    /// Adds another topic's (or partition's) counters to these.
+    pub fn merge(&mut self, other: &TopicStats) {
+        self.delayed += other.delayed;
+        self.ready += other.ready;
+        self.active += other.active;
+        self.dead += other.dead;
+        self.finished += other.finished;
+        self.cancelled += other.cancelled;
+        self.total += other.total;
+        self.next_due_ms = match (self.next_due_ms, other.next_due_ms) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+}
+
+/// One page of a listing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Page<T> {
+    /// The items of this page.
+    pub items: Vec<T>,
+    /// How many items match in all.
+    pub total: u64,
+    /// The page number, from 1.
+    pub page: u64,
+    /// The page size asked for.
+    pub page_size: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_codes_and_names_round_trip() {
+        let table = [
+            (State::Delayed, 0, "delayed"),
+            (State::Ready, 1, "ready"),
+            (State::Active, 2, "active"),
+            (State::Finished, 3, "finished"),
+            (State::Cancelled, 4, "cancelled"),
+            (State::Dead, 5, "dead"),
+        ];
+        for (state, code, name) in table {
+            assert_eq!(state.code(), code);
+            assert_eq!(state.name(), name);
+            assert_eq!(State::from_code(code), Some(state));
+            assert_eq!(State::parse(name), Some(state));
+            assert_eq!(State::parse(&code.to_string()), Some(state));
+        }
+        assert_eq!(State::from_code(6), None);
+        assert_eq!(State::parse("bogus"), None);
+    }
+
+    #[test]
+    fn max_retries_from_api_integer() {
+        let table: [(i64, Result<MaxRetries, ()>); 5] = [
+            (-1, Ok(MaxRetries::Unlimited)),
+            (0, Ok(MaxRetries::Limited(0))),
+            (3, Ok(MaxRetries::Limited(3))),
+            (-2, Err(())),
+            (i64::from(u32::MAX) + 1, Err(())),
+        ];
+        for (input, expected) in table {
+            assert_eq!(
+                MaxRetries::try_from(input).map_err(|_| ()),
+                expected,
+                "{input}"
+            );
+        }
+    }
+
+    #[test]
+    fn max_retries_counts_redeliveries() {
+        // max_retries = 3: the 1st, 2nd and 3rd redelivery are allowed, the 4th is not.
+        let table = [(0, true), (1, true), (2, true), (3, false), (4, false)];
+        for (retries, allowed) in table {
+            assert_eq!(MaxRetries::Limited(3).allows(retries), allowed, "{retries}");
+        }
+        assert!(!MaxRetries::Limited(0).allows(0));
+        assert!(MaxRetries::Unlimited.allows(u32::MAX - 1));
+    }
+
+    #[test]
+    fn stats_adjust_and_merge() {
+        let mut a = TopicStats::default();
+        a.adjust(State::Delayed, 1);
+        a.adjust(State::Delayed, 1);
+        a.adjust(State::Delayed, -1);
+        a.adjust(State::Ready, 1);
+        a.next_due_ms = Some(50);
+        let mut b = TopicStats::default();
+        b.adjust(State::Dead, 1);
+        b.next_due_ms = Some(20);
+        a.merge(&b);
+        assert_eq!((a.delayed, a.ready, a.dead, a.total), (1, 1, 1, 3));
+        assert_eq!(a.next_due_ms, Some(20));
+    }
+}

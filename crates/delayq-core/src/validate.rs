@@ -1,0 +1,405 @@
+//! Validation at the edge (DESIGN §5): every field of a request is checked against the
+//! configured [`Limits`], and the error names the field and the limit.
+//!
+//! A [`NewTask`] that passes becomes a [`TaskSpec`]: defaults filled in, the due time made
+//! absolute. Backends only ever see specs, so no invalid value reaches storage.
+
+use serde::{Deserialize, Serialize};
+
+use crate::backoff::Backoff;
+use crate::task::{MaxRetries, Millis, NewTask, OnDuplicate, When};
+
+/// Ten years of milliseconds (365.25-day years): the longest delay DESIGN §2 rule 12 accepts.
+pub const TEN_YEARS_MS: u64 = 315_576_000_000;
+
+/// A field of a request that failed validation, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {field}: {reason}")]
+pub struct InvalidField {
+    /// The field, as named in the API (`tasks[3].id` inside a batch).
+    pub field: String,
+    /// What is wrong with it, naming the limit.
+    pub reason: String,
+}
+
+impl InvalidField {
+    /// An error for `field`.
+    pub fn new(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        InvalidField {
+            field: field.into(),
+            reason: reason.into(),
+        }
+    }
+
+    /// The same error for a field inside an element of a list, e.g. `tasks[3].id`.
+    pub fn within(mut self, prefix: &str) -> Self {
+        self.field = format!("{prefix}.{}", self.field);
+        self
+    }
+}
+
+/// The configurable limits every input is checked against.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct Limits {
+    /// Largest body in bytes (default 1 MiB).
+    pub max_body_bytes: usize,
+    /// Most tasks in one batch add (default 10 000).
+    pub max_batch: usize,
+    /// Longest delay, also the furthest `run_at_ms` ahead (default 10 years).
+    pub max_delay_ms: u64,
+    /// Longest time to run (default 1 day).
+    pub max_ttr_ms: u64,
+    /// Most entries in a backoff schedule (default 64).
+    pub max_schedule_len: usize,
+    /// Most tasks one pop may return (default 1 000).
+    pub max_pop_count: usize,
+    /// Longest long-poll (default 60 s).
+    pub max_pop_timeout_ms: u64,
+    /// Longest error text kept on release (default 4 KiB); longer text is cut, not refused.
+    pub max_error_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_body_bytes: 1 << 20,
+            max_batch: 10_000,
+            max_delay_ms: TEN_YEARS_MS,
+            max_ttr_ms: 86_400_000,
+            max_schedule_len: 64,
+            max_pop_count: 1_000,
+            max_pop_timeout_ms: 60_000,
+            max_error_bytes: 4_096,
+        }
+    }
+}
+
+/// The values a task gets when its producer leaves them out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct TaskDefaults {
+    /// Default time to run (30 s).
+    pub ttr_ms: u64,
+    /// Default redeliveries (3).
+    pub max_retries: MaxRetries,
+    /// How long FINISHED and CANCELLED records are kept (60 s).
+    pub retention_ms: u64,
+}
+
+impl Default for TaskDefaults {
+    fn default() -> Self {
+        TaskDefaults {
+            ttr_ms: 30_000,
+            max_retries: MaxRetries::Limited(3),
+            retention_ms: 60_000,
+        }
+    }
+}
+
+/// A validated task: what a backend stores.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TaskSpec {
+    /// The topic, valid per [`check_topic`].
+    pub topic: String,
+    /// The id, valid per [`check_id`].
+    pub id: String,
+    /// The payload.
+    pub body: String,
+    /// When the task was received.
+    pub created_at_ms: Millis,
+    /// When it becomes due (absolute).
+    pub due_ms: Millis,
+    /// Time to run.
+    pub ttr_ms: u64,
+    /// Redeliveries allowed.
+    pub max_retries: MaxRetries,
+    /// Retry schedule.
+    pub backoff: Option<Backoff>,
+    /// Duplicate policy.
+    pub on_duplicate: OnDuplicate,
+}
+
+/// Checks a topic name: `[A-Za-z0-9._:-]{1,128}`.
+pub fn check_topic(topic: &str) -> Result<(), InvalidField> {
+    check_name("topic", topic, 128, |b| {
+        b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-')
+    })
+}
+
+/// Checks a task id: `[A-Za-z0-9._:@/+=-]{1,256}`.
+pub fn check_id(id: &str) -> Result<(), InvalidField> {
+    check_name("id", id, 256, |b| {
+        b.is_ascii_alphanumeric()
+            || matches!(b, b'.' | b'_' | b':' | b'@' | b'/' | b'+' | b'=' | b'-')
+    })
+}
+
+fn check_name(
+    field: &str,
+    value: &str,
+    max: usize,
+    allowed: fn(u8) -> bool,
+) -> Result<(), InvalidField> {
+    if value.is_empty() {
+        return Err(InvalidField::new(field, "must not be empty"));
+    }
+    if value.len() > max {
+        return Err(InvalidField::new(
+            field,
+            format!("is {} characters long, the limit is {max}", value.len()),
+        ));
+    }
+    if let Some(bad) = value.bytes().position(|b| !allowed(b)) {
+        let ch = value[bad..].chars().next().unwrap_or('?');
+        return Err(InvalidField::new(
+            field,
+            format!(
+                "has the character {ch:?} at byte {bad}; allowed are letters, digits and {}",
+                if field == "topic" { "._:-" } else { "._:@/+=-" }
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a delay (or a ttr, or a backoff entry) against a maximum.
+pub fn check_duration(field: &str, value: u64, max: u64) -> Result<(), InvalidField> {
+    if value > max {
+        return Err(InvalidField::new(
+            field,
+            format!("is {value} ms, the limit is {max} ms"),
+        ));
+    }
+    Ok(())
+}
+
+/// Turns a producer's task into a spec: checks every field, fills defaults, makes the due
+/// time absolute (`due = now + delay_ms`, DESIGN §2 rule 12).
+pub fn validate_task(
+    task: NewTask,
+    limits: &Limits,
+    defaults: &TaskDefaults,
+    now: Millis,
+) -> Result<TaskSpec, InvalidField> {
+    check_topic(&task.topic)?;
+    check_id(&task.id)?;
+    if task.body.len() > limits.max_body_bytes {
+        return Err(InvalidField::new(
+            "body",
+            format!(
+                "is {} bytes, the limit is {} bytes",
+                task.body.len(),
+                limits.max_body_bytes
+            ),
+        ));
+    }
+    let due_ms = match task.when {
+        When::Delay(delay) => {
+            check_duration("delay_ms", delay, limits.max_delay_ms)?;
+            now.saturating_add(delay)
+        }
+        When::At(at) => {
+            let ahead = at.saturating_sub(now);
+            if ahead > limits.max_delay_ms {
+                return Err(InvalidField::new(
+                    "run_at_ms",
+                    format!(
+                        "is {ahead} ms in the future, the limit is {} ms",
+                        limits.max_delay_ms
+                    ),
+                ));
+            }
+            // A past instant means "now": the task is due at once, never before it was added.
+            at.max(now)
+        }
+    };
+    let ttr_ms = task.ttr_ms.unwrap_or(defaults.ttr_ms);
+    if ttr_ms == 0 {
+        return Err(InvalidField::new("ttr_ms", "must be at least 1 ms"));
+    }
+    check_duration("ttr_ms", ttr_ms, limits.max_ttr_ms)?;
+    if let Some(backoff) = &task.backoff {
+        check_backoff(backoff, limits)?;
+    }
+    Ok(TaskSpec {
+        topic: task.topic,
+        id: task.id,
+        body: task.body,
+        created_at_ms: now,
+        due_ms,
+        ttr_ms,
+        max_retries: task.max_retries.unwrap_or(defaults.max_retries),
+        backoff: task.backoff,
+        on_duplicate: task.on_duplicate,
+    })
+}
+
+/// Checks a retry schedule: every wait within the delay limit, a bounded schedule length.
+pub fn check_backoff(backoff: &Backoff, limits: &Limits) -> Result<(), InvalidField> {
+    match backoff {
+        Backoff::Fixed { ms } => check_duration("backoff.ms", *ms, limits.max_delay_ms),
+        Backoff::Exponential { base_ms, max_ms } => {
+            if *base_ms == 0 {
+                return Err(InvalidField::new(
+                    "backoff.base_ms",
+                    "must be at least 1 ms",
+                ));
+            }
+            if max_ms < base_ms {
+                return Err(InvalidField::new(
+                    "backoff.max_ms",
+                    format!("is {max_ms} ms, less than base_ms ({base_ms} ms)"),
+                ));
+            }
+            check_duration("backoff.max_ms", *max_ms, limits.max_delay_ms)
+        }
+        Backoff::Schedule { ms } => {
+            if ms.is_empty() {
+                return Err(InvalidField::new(
+                    "backoff.ms",
+                    "must list at least one wait",
+                ));
+            }
+            if ms.len() > limits.max_schedule_len {
+                return Err(InvalidField::new(
+                    "backoff.ms",
+                    format!(
+                        "lists {} waits, the limit is {}",
+                        ms.len(),
+                        limits.max_schedule_len
+                    ),
+                ));
+            }
+            ms.iter().enumerate().try_for_each(|(i, v)| {
+                check_duration(&format!("backoff.ms[{i}]"), *v, limits.max_delay_ms)
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: Millis = 1_800_000_000_000;
+
+    #[test]
+    fn topic_and_id_charsets() {
+        let long_topic = "t".repeat(129);
+        let long_id = "i".repeat(257);
+        let table: [(&str, &str, bool); 10] = [
+            ("orders", "order-1", true),
+            ("a.b_c:d-e", "x@y/z+w=v.1_2:3-4", true),
+            ("", "x", false),
+            ("orders", "", false),
+            ("or ders", "x", false),
+            ("orders", "a b", false),
+            ("orders/", "x", false),
+            ("örders", "x", false),
+            (&long_topic, "x", false),
+            ("orders", &long_id, false),
+        ];
+        for (topic, id, ok) in table {
+            let got = check_topic(topic).and_then(|_| check_id(id));
+            assert_eq!(got.is_ok(), ok, "{topic:?} {id:?}: {got:?}");
+        }
+        assert_eq!(check_topic(&"t".repeat(128)), Ok(()));
+        assert_eq!(check_id(&"i".repeat(256)), Ok(()));
+    }
+
+    #[test]
+    fn errors_name_field_and_limit() {
+        let e = check_topic(&"t".repeat(200)).unwrap_err();
+        assert_eq!(e.field, "topic");
+        assert!(e.reason.contains("128"), "{e}");
+        let e = check_id("a b").unwrap_err();
+        assert_eq!(e.field, "id");
+        assert!(e.reason.contains("' '"), "{e}");
+    }
+
+    fn validate(task: NewTask) -> Result<TaskSpec, InvalidField> {
+        validate_task(task, &Limits::default(), &TaskDefaults::default(), NOW)
+    }
+
+    #[test]
+    fn due_is_absolute_and_bounded() {
+        let table: [(When, Result<Millis, &str>); 7] = [
+            (When::Delay(0), Ok(NOW)),
+            (When::Delay(1_500), Ok(NOW + 1_500)),
+            (When::Delay(TEN_YEARS_MS), Ok(NOW + TEN_YEARS_MS)),
+            (When::Delay(TEN_YEARS_MS + 1), Err("delay_ms")),
+            (When::Delay(u64::MAX), Err("delay_ms")),
+            (When::At(NOW - 5_000), Ok(NOW)),
+            (When::At(NOW + TEN_YEARS_MS + 1), Err("run_at_ms")),
+        ];
+        for (when, want) in table {
+            let mut task = NewTask::new("t", "i");
+            task.when = when;
+            let got = validate(task).map(|s| s.due_ms).map_err(|e| e.field);
+            assert_eq!(got, want.map_err(str::to_owned), "{when:?}");
+        }
+    }
+
+    #[test]
+    fn defaults_fill_missing_options() {
+        let spec = validate(NewTask::new("t", "i")).unwrap();
+        assert_eq!(spec.ttr_ms, 30_000);
+        assert_eq!(spec.max_retries, MaxRetries::Limited(3));
+        assert_eq!(spec.on_duplicate, OnDuplicate::Reject);
+        let spec = validate(
+            NewTask::new("t", "i")
+                .ttr_ms(5)
+                .max_retries(MaxRetries::Unlimited),
+        )
+        .unwrap();
+        assert_eq!((spec.ttr_ms, spec.max_retries), (5, MaxRetries::Unlimited));
+    }
+
+    #[test]
+    fn bad_fields_are_named() {
+        let big_body = "x".repeat((1 << 20) + 1);
+        let table: [(NewTask, &str); 7] = [
+            (NewTask::new("t", "i").body(big_body), "body"),
+            (NewTask::new("t", "i").ttr_ms(0), "ttr_ms"),
+            (NewTask::new("t", "i").ttr_ms(86_400_001), "ttr_ms"),
+            (
+                NewTask::new("t", "i").backoff(Backoff::Schedule { ms: vec![] }),
+                "backoff.ms",
+            ),
+            (
+                NewTask::new("t", "i").backoff(Backoff::Schedule {
+                    ms: vec![1, TEN_YEARS_MS + 1],
+                }),
+                "backoff.ms[1]",
+            ),
+            (
+                NewTask::new("t", "i").backoff(Backoff::Exponential {
+                    base_ms: 10,
+                    max_ms: 5,
+                }),
+                "backoff.max_ms",
+            ),
+            (
+                NewTask::new("t", "i").backoff(Backoff::Exponential {
+                    base_ms: 0,
+                    max_ms: 5,
+                }),
+                "backoff.base_ms",
+            ),
+        ];
+        for (task, field) in table {
+            assert_eq!(validate(task).unwrap_err().field, field);
+        }
+    }
+
+    #[test]
+    fn within_prefixes_batch_fields() {
+        let e = InvalidField::new("id", "must not be empty").within("tasks[3]");
+        assert_eq!(e.field, "tasks[3].id");
+        assert_eq!(e.to_string(), "invalid tasks[3].id: must not be empty");
+    }
+}

@@ -1,0 +1,40 @@
+//! delayq: a millisecond-precise delay queue.
+//!
+//! A producer adds a task due at some moment; at that moment it becomes ready, and a consumer
+//! pops it (or a callback gets it) and finishes it, or gets it again after its time to run.
+//! See `DESIGN.md` for the contract.
+//!
+//! ```no_run
+//! # async fn demo() -> delayq::Result<()> {
+//! use delayq::{NewTask, PopOptions, Queue};
+//!
+//! let queue = Queue::memory();
+//! queue.add(NewTask::new("order-auto-cancel", "cancel-123").delay_ms(15 * 60_000)).await?;
+//! if let Some(task) = queue.pop_one("order-auto-cancel", 30_000).await? {
+//!     queue.finish(&task.topic, &task.id, Some(&task.receipt)).await?;
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! Layout:
+//! - [`delayq_core`] (re-exported): task model, lifecycle rules, backoff, validation, the
+//!   timing wheel. Pure, no IO.
+//! - [`storage`]: the [`Storage`] trait and its backends.
+//! - [`Queue`]: validation, long-poll, callbacks ([`Queue::on_expire`]).
+//! - [`clock`], [`waiters`], [`metrics`]: what the pieces share.
+
+pub mod clock;
+pub mod error;
+pub mod metrics;
+pub mod queue;
+pub mod storage;
+pub mod waiters;
+pub mod workers;
+
+pub use delayq_core::{self as core, *};
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use error::{Error, ErrorKind, Result};
+pub use queue::{PopOptions, Queue};
+pub use storage::{AddResult, ReleaseOptions, Storage, StorageContext};
+pub use workers::{WorkerOptions, Workers};

@@ -1,0 +1,384 @@
+//! The [`Queue`] handle: the library API of DESIGN §3.
+//!
+//! A queue validates every input against its limits (so no backend ever sees an invalid
+//! value), turns relative delays into absolute due times with its clock, parks long-polling
+//! consumers until their topic has ready tasks, and runs callback workers
+//! ([`Queue::on_expire`]). The state itself lives in a [`Storage`] backend.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use delayq_core::validate::{self, check_id, check_topic};
+use delayq_core::{AddOutcome, Delivery, Millis, NewTask, Page, State, TaskInfo, TopicStats};
+use parking_lot::Mutex;
+use tokio::sync::watch;
+
+use crate::clock::{Clock, SystemClock};
+use crate::error::{Error, Result};
+use crate::storage::{AddResult, ReleaseOptions, Storage, StorageContext, memory};
+use crate::workers::{WorkerOptions, Workers};
+
+/// How a consumer pops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PopOptions {
+    /// Most tasks to take (default 1).
+    pub count: usize,
+    /// How long to wait for a ready task; 0 returns at once (default 0).
+    pub timeout_ms: u64,
+    /// Finish tasks as they are handed out: at-most-once delivery (default false).
+    pub auto_finish: bool,
+}
+
+impl Default for PopOptions {
+    fn default() -> Self {
+        PopOptions {
+            count: 1,
+            timeout_ms: 0,
+            auto_finish: false,
+        }
+    }
+}
+
+impl PopOptions {
+    /// Take up to `count` tasks.
+    pub fn count(mut self, count: usize) -> Self {
+        self.count = count;
+        self
+    }
+
+    /// Wait up to `timeout_ms` for a ready task.
+    pub fn timeout_ms(mut self, timeout_ms: u64) -> Self {
+        self.timeout_ms = timeout_ms;
+        self
+    }
+
+    /// Finish the tasks as they are handed out.
+    pub fn auto_finish(mut self, auto_finish: bool) -> Self {
+        self.auto_finish = auto_finish;
+        self
+    }
+}
+
+struct Inner {
+    storage: Arc<dyn Storage>,
+    ctx: StorageContext,
+    closing: AtomicBool,
+    closed_tx: watch::Sender<bool>,
+    workers: Mutex<Vec<Workers>>,
+}
+
+/// A handle to a delay queue. Cheap to clone; all clones share one queue.
+#[derive(Clone)]
+pub struct Queue {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Queue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Queue")
+            .field("ctx", &self.inner.ctx)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Queue {
+    /// A queue over `storage`, which must have been started with the same `ctx`.
+    pub fn new(storage: Arc<dyn Storage>, ctx: StorageContext) -> Self {
+        Queue {
+            inner: Arc::new(Inner {
+                storage,
+                ctx,
+                closing: AtomicBool::new(false),
+                closed_tx: watch::Sender::new(false),
+                workers: Mutex::new(Vec::new()),
+            }),
+        }
+    }
+
+    /// An in-memory queue on the system clock with default settings. Must be called inside a
+    /// tokio runtime.
+    pub fn memory() -> Self {
+        Queue::memory_with(StorageContext::new(Arc::new(SystemClock::new())))
+    }
+
+    /// An in-memory queue with the given context.
+    pub fn memory_with(ctx: StorageContext) -> Self {
+        let storage = memory::start(ctx.clone(), memory::DEFAULT_SHARDS);
+        Queue::new(storage, ctx)
+    }
+
+    /// The context: clock, limits, defaults, metrics, waiters.
+    pub fn context(&self) -> &StorageContext {
+        &self.inner.ctx
+    }
+
+    /// The backend.
+    pub fn storage(&self) -> &Arc<dyn Storage> {
+        &self.inner.storage
+    }
+
+    fn now(&self) -> Millis {
+        self.inner.ctx.clock.now_ms()
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.inner.closing.load(Ordering::Acquire) {
+            Err(Error::ShuttingDown)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Adds one task.
+    pub async fn add(&self, task: NewTask) -> Result<AddOutcome> {
+        self.check_open()?;
+        let ctx = &self.inner.ctx;
+        let spec = validate::validate_task(task, &ctx.limits, &ctx.defaults, self.now())?;
+        let mut results = self.inner.storage.add(vec![spec]).await?;
+        results.pop().expect("one result per task")
+    }
+
+    /// Adds a batch of tasks in one durable write. Each task gets its own result: an invalid
+    /// or duplicate task fails alone (its field named as `tasks[i].field`). A batch over the
+    /// size limit fails whole.
+    pub async fn add_batch(&self, tasks: Vec<NewTask>) -> Result<Vec<AddResult>> {
+        self.check_open()?;
+        let ctx = &self.inner.ctx;
+        if tasks.len() > ctx.limits.max_batch {
+            return Err(Error::TooLarge {
+                field: "tasks".into(),
+                reason: format!(
+                    "{} tasks, the limit is {}",
+                    tasks.len(),
+                    ctx.limits.max_batch
+                ),
+            });
+        }
+        let now = self.now();
+        let mut results: Vec<Option<AddResult>> = Vec::with_capacity(tasks.len());
+        let mut specs = Vec::with_capacity(tasks.len());
+        let mut slots = Vec::with_capacity(tasks.len());
+        for (i, task) in tasks.into_iter().enumerate() {
+            match validate::validate_task(task, &ctx.limits, &ctx.defaults, now) {
+                Ok(spec) => {
+                    specs.push(spec);
+                    slots.push(i);
+                    results.push(None);
+                }
+                Err(e) => results.push(Some(Err(e.within(&format!("tasks[{i}]")).into()))),
+            }
+        }
+        if !specs.is_empty() {
+            let added = self.inner.storage.add(specs).await?;
+            for (slot, result) in slots.into_iter().zip(added) {
+                results[slot] = Some(result);
+            }
+        }
+        Ok(results
+            .into_iter()
+            .map(|r| r.expect("every task has a result"))
+            .collect())
+    }
+
+    /// Takes up to `options.count` ready tasks of `topic`, waiting up to `options.timeout_ms`
+    /// for the first. Returns an empty list on timeout or when the queue shuts down.
+    pub async fn pop(&self, topic: &str, options: PopOptions) -> Result<Vec<Delivery>> {
+        self.check_open()?;
+        check_topic(topic)?;
+        let limits = &self.inner.ctx.limits;
+        if options.count == 0 || options.count > limits.max_pop_count {
+            return Err(Error::invalid(
+                "count",
+                format!(
+                    "is {}, it must be 1 to {}",
+                    options.count, limits.max_pop_count
+                ),
+            ));
+        }
+        if options.timeout_ms > limits.max_pop_timeout_ms {
+            return Err(Error::invalid(
+                "timeout_ms",
+                format!(
+                    "is {} ms, the limit is {} ms",
+                    options.timeout_ms, limits.max_pop_timeout_ms
+                ),
+            ));
+        }
+        let storage = &self.inner.storage;
+        if options.timeout_ms == 0 {
+            return storage.pop(topic, options.count, options.auto_finish).await;
+        }
+        let deadline = self.now().saturating_add(options.timeout_ms);
+        let parked = self.inner.ctx.waiters.topic(topic).park();
+        let mut closed = self.inner.closed_tx.subscribe();
+        let timeout = self.inner.ctx.clock.sleep_until(deadline);
+        tokio::pin!(timeout);
+        loop {
+            // Register for the wake-up before looking, so a task made ready in between wakes us.
+            let notified = parked.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let got = storage
+                .pop(topic, options.count, options.auto_finish)
+                .await?;
+            if !got.is_empty() {
+                return Ok(got);
+            }
+            tokio::select! {
+                _ = &mut notified => {}
+                _ = &mut timeout => return Ok(Vec::new()),
+                _ = closed.wait_for(|c| *c) => return Ok(Vec::new()),
+            }
+        }
+    }
+
+    /// Pops one task, waiting up to `timeout_ms`.
+    pub async fn pop_one(&self, topic: &str, timeout_ms: u64) -> Result<Option<Delivery>> {
+        let mut got = self
+            .pop(topic, PopOptions::default().timeout_ms(timeout_ms))
+            .await?;
+        Ok(got.pop())
+    }
+
+    /// ACTIVE → FINISHED. A given receipt must be the current attempt's.
+    pub async fn finish(&self, topic: &str, id: &str, receipt: Option<&str>) -> Result<()> {
+        check_key(topic, id)?;
+        self.inner.storage.finish(topic, id, receipt).await
+    }
+
+    /// ACTIVE → READY/DELAYED/DEAD: the attempt failed. Returns the new state.
+    pub async fn release(&self, topic: &str, id: &str, options: ReleaseOptions) -> Result<State> {
+        check_key(topic, id)?;
+        if let Some(delay) = options.delay_ms {
+            validate::check_duration("delay_ms", delay, self.inner.ctx.limits.max_delay_ms)?;
+        }
+        self.inner.storage.release(topic, id, options).await
+    }
+
+    /// ACTIVE: restarts the ttr. Returns the new deadline.
+    pub async fn touch(&self, topic: &str, id: &str, receipt: Option<&str>) -> Result<Millis> {
+        check_key(topic, id)?;
+        self.inner.storage.touch(topic, id, receipt).await
+    }
+
+    /// DELAYED/READY/ACTIVE → CANCELLED. After success the task is never delivered again.
+    pub async fn cancel(&self, topic: &str, id: &str) -> Result<()> {
+        check_key(topic, id)?;
+        self.inner.storage.cancel(topic, id).await
+    }
+
+    /// DEAD → READY with retries reset.
+    pub async fn requeue(&self, topic: &str, id: &str) -> Result<()> {
+        check_key(topic, id)?;
+        self.inner.storage.requeue(topic, id).await
+    }
+
+    /// Every DEAD task of `topic` → READY. Returns how many.
+    pub async fn requeue_all(&self, topic: &str) -> Result<u64> {
+        check_topic(topic)?;
+        self.inner.storage.requeue_all(topic).await
+    }
+
+    /// Removes a task's record, whatever its state.
+    pub async fn delete(&self, topic: &str, id: &str) -> Result<()> {
+        check_key(topic, id)?;
+        self.inner.storage.delete(topic, id).await
+    }
+
+    /// The full view of one task.
+    pub async fn get(&self, topic: &str, id: &str) -> Result<TaskInfo> {
+        check_key(topic, id)?;
+        self.inner.storage.get(topic, id).await
+    }
+
+    /// One page (from 1) of a topic's tasks, optionally of one state, ordered by due time.
+    pub async fn list(
+        &self,
+        topic: &str,
+        state: Option<State>,
+        page: u64,
+        page_size: u64,
+    ) -> Result<Page<TaskInfo>> {
+        check_topic(topic)?;
+        if page == 0 {
+            return Err(Error::invalid("page", "must be at least 1"));
+        }
+        if page_size == 0 || page_size > 1_000 {
+            return Err(Error::invalid(
+                "page_size",
+                format!("is {page_size}, it must be 1 to 1000"),
+            ));
+        }
+        self.inner.storage.list(topic, state, page, page_size).await
+    }
+
+    /// The counters of one topic.
+    pub async fn stats(&self, topic: &str) -> Result<TopicStats> {
+        check_topic(topic)?;
+        self.inner.storage.stats(topic).await
+    }
+
+    /// Every topic with records, with its counters.
+    pub async fn topics(&self) -> Result<Vec<(String, TopicStats)>> {
+        self.inner.storage.topics().await
+    }
+
+    /// Whether the storage is reachable (readiness).
+    pub async fn check_ready(&self) -> Result<()> {
+        self.check_open()?;
+        self.inner.storage.check_ready().await
+    }
+
+    /// Runs `handler` for every ready task of `topic` (the seeds' embedded callback mode), with
+    /// at most `options.concurrency` handlers at once. `Ok` finishes the task; `Err` releases
+    /// it with the error's text (backoff, retries, DEAD); a handler still running past the ttr
+    /// has its task redelivered, and its late result is then refused as stale.
+    pub fn on_expire<F, Fut, E>(
+        &self,
+        topic: &str,
+        options: WorkerOptions,
+        handler: F,
+    ) -> Result<Workers>
+    where
+        F: Fn(Delivery) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<(), E>> + Send + 'static,
+        E: std::fmt::Display + Send + 'static,
+    {
+        self.check_open()?;
+        check_topic(topic)?;
+        let workers = Workers::start(self.clone(), topic.to_owned(), options, handler);
+        self.inner.workers.lock().push(workers.clone());
+        Ok(workers)
+    }
+
+    /// Stops taking work: long-polls return empty, workers stop popping and their handlers in
+    /// flight finish, then the storage is flushed and stopped.
+    pub async fn shutdown(&self) -> Result<()> {
+        if self.inner.closing.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.inner.closed_tx.send_replace(true);
+        let workers = std::mem::take(&mut *self.inner.workers.lock());
+        for w in workers {
+            w.shutdown().await;
+        }
+        self.inner.storage.shutdown().await
+    }
+
+    /// Whether [`Queue::shutdown`] has begun.
+    pub fn is_closing(&self) -> bool {
+        self.inner.closing.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn clock(&self) -> &Arc<dyn Clock> {
+        &self.inner.ctx.clock
+    }
+}
+
+fn check_key(topic: &str, id: &str) -> Result<()> {
+    check_topic(topic)?;
+    check_id(id)?;
+    Ok(())
+}

@@ -1,0 +1,194 @@
+//! One task's record as the engine keeps it in memory, kept small: the common case (a
+//! delayed task with no backoff and no failures) carries no heap allocation besides its id
+//! and body; what only failing tasks need lives behind one optional box.
+
+use std::collections::VecDeque;
+
+use delayq_core::wheel::TimerKey;
+use delayq_core::{Attempt, Backoff, Delivery, MaxRetries, Millis, State, TaskInfo};
+
+/// How many failed attempts a task's history keeps (the oldest are dropped).
+pub const HISTORY_LEN: usize = 16;
+
+/// A task's record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// Index of the topic in its shard.
+    pub topic: u32,
+    /// The caller's id.
+    pub id: Box<str>,
+    /// The payload.
+    pub body: Box<str>,
+    /// The state.
+    pub state: State,
+    /// Redeliveries so far.
+    pub retries: u32,
+    /// Time to run.
+    pub ttr_ms: u64,
+    /// Redeliveries allowed, packed into four bytes.
+    pub max_retries: PackedMaxRetries,
+    /// When the task is (or was) due.
+    pub due_ms: Millis,
+    /// When the task was added.
+    pub created_at_ms: Millis,
+    /// When the task last changed state (for ACTIVE: when the attempt started).
+    pub updated_at_ms: Millis,
+    /// ACTIVE: the ttr deadline; FINISHED/CANCELLED: when the record goes; otherwise 0.
+    pub deadline_ms: Millis,
+    /// The receipt of the current attempt (ACTIVE), else 0.
+    pub receipt: u64,
+    /// The record's timer in the shard's wheel, if it has one.
+    pub timer: Option<TimerKey>,
+    /// What only some tasks need.
+    pub extra: Option<Box<Extra>>,
+}
+
+/// The rarely used part of a record.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Extra {
+    /// The retry schedule.
+    pub backoff: Option<Backoff>,
+    /// The last error a consumer reported.
+    pub last_error: Option<String>,
+    /// Failed attempts, oldest first.
+    pub history: VecDeque<Attempt>,
+}
+
+impl Record {
+    /// The retry schedule, if any.
+    pub fn backoff(&self) -> Option<&Backoff> {
+        self.extra.as_ref().and_then(|e| e.backoff.as_ref())
+    }
+
+    /// Remembers a failed attempt and its error.
+    pub fn push_failure(&mut self, now: Millis, outcome: &str, error: Option<String>) {
+        let extra = self.extra.get_or_insert_with(Box::default);
+        if extra.history.len() == HISTORY_LEN {
+            extra.history.pop_front();
+        }
+        extra.history.push_back(Attempt {
+            started_at_ms: self.updated_at_ms,
+            ended_at_ms: now,
+            outcome: outcome.to_owned(),
+            error: error.clone(),
+        });
+        if error.is_some() {
+            extra.last_error = error;
+        }
+    }
+
+    /// The receipt as consumers see it.
+    pub fn receipt_text(&self) -> String {
+        format_receipt(self.receipt)
+    }
+
+    /// The delivery handed to a consumer for the current attempt.
+    pub fn delivery(&self, topic: &str) -> Delivery {
+        Delivery {
+            id: self.id.to_string(),
+            topic: topic.to_owned(),
+            body: self.body.to_string(),
+            retries: self.retries,
+            receipt: self.receipt_text(),
+            due_ms: self.due_ms,
+            ttr_ms: self.ttr_ms,
+        }
+    }
+
+    /// The full view of the task.
+    pub fn info(&self, topic: &str) -> TaskInfo {
+        let extra = self.extra.as_deref();
+        TaskInfo {
+            id: self.id.to_string(),
+            topic: topic.to_owned(),
+            body: self.body.to_string(),
+            state: self.state,
+            due_ms: self.due_ms,
+            delay_ms: self.due_ms.saturating_sub(self.created_at_ms),
+            ttr_ms: self.ttr_ms,
+            max_retries: self.max_retries.get().as_i64(),
+            retries: self.retries,
+            created_at_ms: self.created_at_ms,
+            updated_at_ms: self.updated_at_ms,
+            backoff: extra.and_then(|e| e.backoff.clone()),
+            deadline_ms: (self.deadline_ms != 0).then_some(self.deadline_ms),
+            last_error: extra.and_then(|e| e.last_error.clone()),
+            history: extra
+                .map(|e| e.history.iter().cloned().collect())
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// [`MaxRetries`] in four bytes instead of eight: `u32::MAX` stands for no limit (a limit of
+/// 4 294 967 295 redeliveries is no limit in practice). Records are the bulk of the memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PackedMaxRetries(u32);
+
+impl PackedMaxRetries {
+    /// The unpacked value.
+    pub fn get(self) -> MaxRetries {
+        match self.0 {
+            u32::MAX => MaxRetries::Unlimited,
+            n => MaxRetries::Limited(n),
+        }
+    }
+}
+
+impl From<MaxRetries> for PackedMaxRetries {
+    fn from(value: MaxRetries) -> Self {
+        PackedMaxRetries(match value {
+            MaxRetries::Limited(n) => n,
+            MaxRetries::Unlimited => u32::MAX,
+        })
+    }
+}
+
+/// Receipts are 16 lower-case hex digits.
+pub fn format_receipt(receipt: u64) -> String {
+    format!("{receipt:016x}")
+}
+
+/// A well-mixed 64-bit value from a counter (splitmix64), so receipts are not guessable from
+/// one another and never repeat within a shard.
+pub fn mix_receipt(counter: u64) -> u64 {
+    let mut z = counter.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    // Zero means "no receipt"; splitmix is a bijection, so only one counter maps there.
+    (z ^ (z >> 31)).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn receipts_are_distinct_and_fixed_width() {
+        let mut seen = std::collections::HashSet::new();
+        for i in 0..10_000 {
+            let r = format_receipt(mix_receipt(i));
+            assert_eq!(r.len(), 16);
+            assert!(seen.insert(r));
+        }
+        assert_eq!(format_receipt(255), "00000000000000ff");
+    }
+
+    #[test]
+    fn records_stay_small() {
+        // Most of the memory of a delayed task is its record (DESIGN §6: <= 200 B a task).
+        assert!(
+            std::mem::size_of::<Record>() <= 112,
+            "{}",
+            std::mem::size_of::<Record>()
+        );
+        for m in [
+            MaxRetries::Limited(0),
+            MaxRetries::Limited(3),
+            MaxRetries::Unlimited,
+        ] {
+            assert_eq!(PackedMaxRetries::from(m).get(), m);
+        }
+        assert_ne!(mix_receipt(0), 0, "zero means no receipt");
+    }
+}

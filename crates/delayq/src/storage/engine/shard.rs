@@ -1,0 +1,728 @@
+//! One shard of the engine: the records of the topics that hash to it, their per-state
+//! orderings and one timing wheel for every time-driven change.
+//!
+//! A shard is plain synchronous state behind one mutex; every method takes `now` and applies
+//! one operation completely, asking [`delayq_core::lifecycle`] what the operation does. Each
+//! record has at most one timer in the wheel, whose meaning depends on its state:
+//!
+//! | state               | timer at                 | when it fires                |
+//! |---------------------|--------------------------|------------------------------|
+//! | DELAYED             | due                      | → READY                      |
+//! | ACTIVE              | ttr deadline             | a failure: READY/DELAYED/DEAD |
+//! | FINISHED, CANCELLED | end of retention         | the record is removed        |
+//! | READY, DEAD         | none                     |                              |
+//!
+//! Per topic, every state has a `BTreeSet<(due, record)>`: READY's gives pop its
+//! earliest-due-first order (DESIGN §2 rule 11), DELAYED's gives `next_due_ms`, and the sizes
+//! are the stats counters, so stats never scan.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use delayq_core::lifecycle::{self, AfterFailure, Op};
+use delayq_core::wheel::{Expired, Wheel};
+use delayq_core::{
+    AddOutcome, Delivery, Millis, OnDuplicate, Page, State, TaskDefaults, TaskInfo, TaskSpec,
+    TopicStats,
+};
+use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
+use slab::Slab;
+use std::hash::BuildHasher;
+
+use super::Journal;
+use super::record::{Extra, Record, mix_receipt};
+use crate::error::{Error, Result};
+use crate::metrics::Metrics;
+use crate::storage::ReleaseOptions;
+
+/// The tasks of one topic inside a shard.
+#[derive(Debug)]
+struct Topic {
+    name: Arc<str>,
+    /// Record indices, hashed by the record's id (the id string is stored once, in the record).
+    ids: HashTable<u32>,
+    /// Per state, (due, record) in due order.
+    by_state: [BTreeSet<(Millis, u32)>; 6],
+}
+
+impl Topic {
+    fn stats(&self) -> TopicStats {
+        let mut stats = TopicStats::default();
+        for state in State::ALL {
+            let n = self.by_state[state as usize].len() as i64;
+            stats.adjust(state, n);
+        }
+        stats.next_due_ms = self.by_state[State::Delayed as usize]
+            .first()
+            .map(|(due, _)| *due);
+        stats
+    }
+
+    fn total(&self) -> usize {
+        self.by_state.iter().map(BTreeSet::len).sum()
+    }
+}
+
+/// One shard's state. See the module doc.
+pub struct Shard<J> {
+    records: Slab<Record>,
+    topics: Vec<Topic>,
+    topic_index: HashMap<Arc<str>, u32>,
+    wheel: Wheel<u32>,
+    hasher: DefaultHashBuilder,
+    receipt_counter: u64,
+    defaults: TaskDefaults,
+    max_error_bytes: usize,
+    metrics: Arc<Metrics>,
+    /// The instant the driver sleeps until; an earlier timer must wake it.
+    armed_until: Millis,
+    /// Set when a timer earlier than `armed_until` was armed.
+    wake_driver: bool,
+    /// Topics that got ready tasks during the current operation, one entry per task.
+    became_ready: Vec<Arc<str>>,
+    /// The durability hook.
+    pub journal: J,
+}
+
+impl<J: Journal> Shard<J> {
+    /// An empty shard whose wheel starts at `now`. `seed` makes receipts differ between shards
+    /// and runs.
+    pub fn new(
+        now: Millis,
+        seed: u64,
+        defaults: TaskDefaults,
+        max_error_bytes: usize,
+        metrics: Arc<Metrics>,
+        journal: J,
+    ) -> Self {
+        Shard {
+            records: Slab::new(),
+            topics: Vec::new(),
+            topic_index: HashMap::new(),
+            wheel: Wheel::new(now),
+            hasher: DefaultHashBuilder::default(),
+            receipt_counter: seed,
+            defaults,
+            max_error_bytes,
+            metrics,
+            armed_until: Millis::MAX,
+            wake_driver: false,
+            became_ready: Vec::new(),
+            journal,
+        }
+    }
+
+    /// The same shard with another journal: recovery replays into a shard without one, then
+    /// attaches the log it replayed from.
+    pub fn with_journal<K: Journal>(self, journal: K) -> Shard<K> {
+        Shard {
+            records: self.records,
+            topics: self.topics,
+            topic_index: self.topic_index,
+            wheel: self.wheel,
+            hasher: self.hasher,
+            receipt_counter: self.receipt_counter,
+            defaults: self.defaults,
+            max_error_bytes: self.max_error_bytes,
+            metrics: self.metrics,
+            armed_until: self.armed_until,
+            wake_driver: self.wake_driver,
+            became_ready: self.became_ready,
+            journal,
+        }
+    }
+
+    // ---- bookkeeping ------------------------------------------------------------------
+
+    fn topic_idx(&self, name: &str) -> Option<u32> {
+        self.topic_index.get(name).copied()
+    }
+
+    fn topic_idx_or_create(&mut self, name: &str) -> u32 {
+        if let Some(i) = self.topic_idx(name) {
+            return i;
+        }
+        let name: Arc<str> = Arc::from(name);
+        let idx = self.topics.len() as u32;
+        self.topics.push(Topic {
+            name: Arc::clone(&name),
+            ids: HashTable::new(),
+            by_state: Default::default(),
+        });
+        self.topic_index.insert(name, idx);
+        idx
+    }
+
+    fn find(&self, topic: &str, id: &str) -> Option<u32> {
+        let t = &self.topics[self.topic_idx(topic)? as usize];
+        let hash = self.hasher.hash_one(id);
+        t.ids
+            .find(hash, |&r| &*self.records[r as usize].id == id)
+            .copied()
+    }
+
+    fn find_or_404(&self, topic: &str, id: &str) -> Result<u32> {
+        self.find(topic, id)
+            .ok_or_else(|| Error::not_found(topic, id))
+    }
+
+    fn topic_name(&self, idx: u32) -> &Arc<str> {
+        &self.topics[self.records[idx as usize].topic as usize].name
+    }
+
+    fn unlink(&mut self, idx: u32) {
+        let r = &self.records[idx as usize];
+        let t = &mut self.topics[r.topic as usize];
+        t.by_state[r.state as usize].remove(&(r.due_ms, idx));
+    }
+
+    fn link(&mut self, idx: u32) {
+        let r = &self.records[idx as usize];
+        if r.state == State::Ready {
+            self.became_ready
+                .push(Arc::clone(&self.topics[r.topic as usize].name));
+        }
+        let t = &mut self.topics[r.topic as usize];
+        t.by_state[r.state as usize].insert((r.due_ms, idx));
+    }
+
+    fn disarm(&mut self, idx: u32) {
+        if let Some(key) = self.records[idx as usize].timer.take() {
+            self.wheel.remove(key);
+        }
+    }
+
+    fn arm(&mut self, idx: u32, at: Millis) {
+        self.disarm(idx);
+        let key = self.wheel.insert(at, idx);
+        self.records[idx as usize].timer = Some(key);
+        if at < self.armed_until {
+            self.armed_until = at;
+            self.wake_driver = true;
+        }
+    }
+
+    /// Moves a record to `state`, keeping orderings and timers right. `due` changes the due
+    /// time at the same time (it is part of the ordering key).
+    fn transition(&mut self, idx: u32, state: State, due: Millis, now: Millis) {
+        self.unlink(idx);
+        self.enter(idx, state, due, now);
+    }
+
+    /// Puts a record that is in no ordering into `state`: fields, timer, ordering.
+    fn enter(&mut self, idx: u32, state: State, due: Millis, now: Millis) {
+        let retention = self.defaults.retention_ms;
+        let r = &mut self.records[idx as usize];
+        r.state = state;
+        r.due_ms = due;
+        r.updated_at_ms = now;
+        match state {
+            State::Active => {}
+            State::Finished | State::Cancelled => r.deadline_ms = now.saturating_add(retention),
+            State::Delayed | State::Ready | State::Dead => r.deadline_ms = 0,
+        }
+        if state != State::Active {
+            r.receipt = 0;
+        }
+        match timer_at(r) {
+            Some(at) => self.arm(idx, at),
+            None => self.disarm(idx),
+        }
+        self.link(idx);
+    }
+
+    fn remove_record(&mut self, idx: u32) -> Record {
+        self.unlink(idx);
+        self.disarm(idx);
+        let r = self.records.remove(idx as usize);
+        let hash = self.hasher.hash_one(&*r.id);
+        let t = &mut self.topics[r.topic as usize];
+        if let Ok(entry) = t.ids.find_entry(hash, |&i| i == idx) {
+            entry.remove();
+        }
+        r
+    }
+
+    fn journal_put(&mut self, idx: u32) {
+        let r = &self.records[idx as usize];
+        let topic = &self.topics[r.topic as usize].name;
+        self.journal.put(topic, r);
+    }
+
+    fn next_receipt(&mut self) -> u64 {
+        self.receipt_counter = self.receipt_counter.wrapping_add(1);
+        mix_receipt(self.receipt_counter)
+    }
+
+    fn check(&self, idx: u32, op: Op, receipt: Option<&str>) -> Result<()> {
+        let r = &self.records[idx as usize];
+        let refuse = |refusal| Error::conflict(self.topic_name(idx), &r.id, refusal);
+        lifecycle::check_op(r.state, op).map_err(refuse)?;
+        if r.state == State::Active {
+            lifecycle::check_receipt(&r.receipt_text(), receipt).map_err(refuse)?;
+        }
+        Ok(())
+    }
+
+    // ---- what the driver and the engine read ----------------------------------------
+
+    /// Takes the topics that got ready tasks since the last call, one entry per task.
+    pub fn take_became_ready(&mut self) -> Vec<Arc<str>> {
+        std::mem::take(&mut self.became_ready)
+    }
+
+    /// Whether the driver must wake up to re-arm for an earlier timer; clears the flag.
+    pub fn take_wake_driver(&mut self) -> bool {
+        std::mem::take(&mut self.wake_driver)
+    }
+
+    /// The earliest instant the wheel may have work, recorded as the driver's sleep target.
+    pub fn arm_driver(&mut self) -> Option<Millis> {
+        let next = self.wheel.next_expiration();
+        self.armed_until = next.unwrap_or(Millis::MAX);
+        next
+    }
+
+    /// The number of records.
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    /// Whether the shard has no records.
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    // ---- operations --------------------------------------------------------------------
+
+    /// Adds one validated task.
+    pub fn add(&mut self, spec: TaskSpec, now: Millis) -> Result<AddOutcome> {
+        let outcome = match self.find(&spec.topic, &spec.id) {
+            Some(existing) => match spec.on_duplicate {
+                OnDuplicate::Keep => return Ok(AddOutcome::Existed),
+                OnDuplicate::Replace => {
+                    self.remove_record(existing);
+                    AddOutcome::Replaced
+                }
+                _ => {
+                    return Err(Error::Duplicate {
+                        topic: spec.topic,
+                        id: spec.id,
+                    });
+                }
+            },
+            None => AddOutcome::Added,
+        };
+        let topic = self.topic_idx_or_create(&spec.topic);
+        let state = lifecycle::scheduled_state(spec.due_ms, now);
+        let record = Record {
+            topic,
+            id: spec.id.into_boxed_str(),
+            body: spec.body.into_boxed_str(),
+            // Linked below through `transition`, which sets the real state.
+            state,
+            retries: 0,
+            ttr_ms: spec.ttr_ms,
+            max_retries: spec.max_retries.into(),
+            due_ms: spec.due_ms,
+            created_at_ms: spec.created_at_ms,
+            updated_at_ms: now,
+            deadline_ms: 0,
+            receipt: 0,
+            timer: None,
+            extra: spec.backoff.map(|b| {
+                Box::new(Extra {
+                    backoff: Some(b),
+                    ..Extra::default()
+                })
+            }),
+        };
+        self.insert_record(record, now);
+        Ok(outcome)
+    }
+
+    /// Inserts a record in its own state (add, replace and recovery), arming its timer.
+    fn insert_record(&mut self, record: Record, now: Millis) -> u32 {
+        let idx = self.records.insert(record) as u32;
+        let r = &self.records[idx as usize];
+        let (topic, hash) = (r.topic, self.hasher.hash_one(&*r.id));
+        let records = &self.records;
+        let hasher = &self.hasher;
+        self.topics[topic as usize]
+            .ids
+            .insert_unique(hash, idx, |&i| hasher.hash_one(&*records[i as usize].id));
+        let (state, due) = (r.state, r.due_ms);
+        self.enter(idx, state, due, now);
+        self.journal_put(idx);
+        idx
+    }
+
+    /// Takes up to `max` ready tasks of `topic`, earliest due first.
+    pub fn pop(
+        &mut self,
+        topic: &str,
+        max: usize,
+        auto_finish: bool,
+        now: Millis,
+    ) -> Vec<Delivery> {
+        let Some(t) = self.topic_idx(topic) else {
+            return Vec::new();
+        };
+        let mut out = Vec::with_capacity(max.min(64));
+        while out.len() < max {
+            let Some(&(due, idx)) = self.topics[t as usize].by_state[State::Ready as usize].first()
+            else {
+                break;
+            };
+            let receipt = self.next_receipt();
+            let r = &mut self.records[idx as usize];
+            r.receipt = receipt;
+            r.deadline_ms = now.saturating_add(r.ttr_ms);
+            self.transition(idx, State::Active, due, now);
+            out.push(self.records[idx as usize].delivery(topic));
+            if auto_finish {
+                self.transition(idx, State::Finished, due, now);
+            }
+            self.journal_put(idx);
+        }
+        out
+    }
+
+    /// ACTIVE → FINISHED.
+    pub fn finish(
+        &mut self,
+        topic: &str,
+        id: &str,
+        receipt: Option<&str>,
+        now: Millis,
+    ) -> Result<()> {
+        let idx = self.find_or_404(topic, id)?;
+        self.check(idx, Op::Finish, receipt)?;
+        let due = self.records[idx as usize].due_ms;
+        self.transition(idx, State::Finished, due, now);
+        self.journal_put(idx);
+        Ok(())
+    }
+
+    /// A failed attempt: retries, backoff or DEAD (DESIGN §2 rules 4–6).
+    fn fail(
+        &mut self,
+        idx: u32,
+        now: Millis,
+        delay: Option<u64>,
+        outcome: &str,
+        error: Option<String>,
+    ) -> State {
+        let error = error.map(|mut e| {
+            truncate_utf8(&mut e, self.max_error_bytes);
+            e
+        });
+        let r = &mut self.records[idx as usize];
+        r.push_failure(now, outcome, error);
+        let next =
+            lifecycle::after_failure(r.max_retries.get(), r.backoff(), r.retries, now, delay);
+        match next {
+            AfterFailure::Retry { retries, due_ms } => {
+                r.retries = retries;
+                let state = lifecycle::scheduled_state(due_ms, now);
+                // An immediate redelivery keeps its original due so it goes to the front.
+                let due = if state == State::Ready {
+                    r.due_ms
+                } else {
+                    due_ms
+                };
+                self.transition(idx, state, due, now);
+                state
+            }
+            AfterFailure::Dead => {
+                let due = r.due_ms;
+                self.metrics.observe_dead();
+                self.transition(idx, State::Dead, due, now);
+                State::Dead
+            }
+        }
+    }
+
+    /// ACTIVE → READY/DELAYED/DEAD on a consumer's release.
+    pub fn release(
+        &mut self,
+        topic: &str,
+        id: &str,
+        options: ReleaseOptions,
+        now: Millis,
+    ) -> Result<State> {
+        let idx = self.find_or_404(topic, id)?;
+        self.check(idx, Op::Release, options.receipt.as_deref())?;
+        let state = self.fail(idx, now, options.delay_ms, "released", options.error);
+        self.journal_put(idx);
+        Ok(state)
+    }
+
+    /// ACTIVE: restarts the ttr.
+    pub fn touch(
+        &mut self,
+        topic: &str,
+        id: &str,
+        receipt: Option<&str>,
+        now: Millis,
+    ) -> Result<Millis> {
+        let idx = self.find_or_404(topic, id)?;
+        self.check(idx, Op::Touch, receipt)?;
+        let r = &mut self.records[idx as usize];
+        r.deadline_ms = now.saturating_add(r.ttr_ms);
+        let deadline = r.deadline_ms;
+        self.arm(idx, deadline);
+        self.journal_put(idx);
+        Ok(deadline)
+    }
+
+    /// DELAYED/READY/ACTIVE → CANCELLED.
+    pub fn cancel(&mut self, topic: &str, id: &str, now: Millis) -> Result<()> {
+        let idx = self.find_or_404(topic, id)?;
+        self.check(idx, Op::Cancel, None)?;
+        let due = self.records[idx as usize].due_ms;
+        self.transition(idx, State::Cancelled, due, now);
+        self.journal_put(idx);
+        Ok(())
+    }
+
+    /// DEAD → READY, retries reset.
+    pub fn requeue(&mut self, topic: &str, id: &str, now: Millis) -> Result<()> {
+        let idx = self.find_or_404(topic, id)?;
+        self.check(idx, Op::Requeue, None)?;
+        self.requeue_idx(idx, now);
+        Ok(())
+    }
+
+    fn requeue_idx(&mut self, idx: u32, now: Millis) {
+        let r = &mut self.records[idx as usize];
+        r.retries = 0;
+        let due = r.due_ms;
+        self.transition(idx, State::Ready, due, now);
+        self.journal_put(idx);
+    }
+
+    /// Every DEAD task of `topic` → READY.
+    pub fn requeue_all(&mut self, topic: &str, now: Millis) -> u64 {
+        let Some(t) = self.topic_idx(topic) else {
+            return 0;
+        };
+        let dead: Vec<u32> = self.topics[t as usize].by_state[State::Dead as usize]
+            .iter()
+            .map(|&(_, idx)| idx)
+            .collect();
+        for &idx in &dead {
+            self.requeue_idx(idx, now);
+        }
+        dead.len() as u64
+    }
+
+    /// Removes a record in any state.
+    pub fn delete(&mut self, topic: &str, id: &str) -> Result<()> {
+        let idx = self.find_or_404(topic, id)?;
+        let r = self.remove_record(idx);
+        self.journal.remove(topic, &r.id);
+        Ok(())
+    }
+
+    /// The full view of a task.
+    pub fn get(&self, topic: &str, id: &str) -> Result<TaskInfo> {
+        let idx = self.find_or_404(topic, id)?;
+        Ok(self.records[idx as usize].info(topic))
+    }
+
+    /// One page of a topic's tasks ordered by due (`page` from 1).
+    pub fn list(
+        &self,
+        topic: &str,
+        state: Option<State>,
+        page: u64,
+        page_size: u64,
+    ) -> Page<TaskInfo> {
+        let mut out = Page {
+            items: Vec::new(),
+            total: 0,
+            page,
+            page_size,
+        };
+        let Some(t) = self.topic_idx(topic) else {
+            return out;
+        };
+        let t = &self.topics[t as usize];
+        let skip =
+            usize::try_from(page.saturating_sub(1).saturating_mul(page_size)).unwrap_or(usize::MAX);
+        let take = usize::try_from(page_size).unwrap_or(usize::MAX);
+        let sets: Vec<&BTreeSet<(Millis, u32)>> = match state {
+            Some(s) => vec![&t.by_state[s as usize]],
+            None => t.by_state.iter().collect(),
+        };
+        out.total = sets.iter().map(|s| s.len() as u64).sum();
+        out.items = merge_sorted(sets.iter().map(|s| s.iter().copied()))
+            .skip(skip)
+            .take(take)
+            .map(|(_, idx)| self.records[idx as usize].info(topic))
+            .collect();
+        out
+    }
+
+    /// The counters of one topic.
+    pub fn stats(&self, topic: &str) -> TopicStats {
+        self.topic_idx(topic)
+            .map(|t| self.topics[t as usize].stats())
+            .unwrap_or_default()
+    }
+
+    /// Every topic with records, with its counters.
+    pub fn topics(&self) -> Vec<(String, TopicStats)> {
+        self.topics
+            .iter()
+            .filter(|t| t.total() > 0)
+            .map(|t| (t.name.to_string(), t.stats()))
+            .collect()
+    }
+
+    // ---- time-driven work --------------------------------------------------------------
+
+    /// Applies up to `limit` timers due at `now`. Returns how many were applied; fewer than
+    /// `limit` means nothing more is due.
+    pub fn fire(&mut self, now: Millis, limit: usize) -> usize {
+        let mut due: Vec<Expired<u32>> = Vec::with_capacity(limit.min(1024));
+        let n = self.wheel.drain_due(now, limit, &mut due);
+        for e in due {
+            let idx = e.value;
+            let Some(r) = self.records.get_mut(idx as usize) else {
+                continue;
+            };
+            if r.timer != Some(e.key) {
+                continue; // defensive: a timer that was replaced
+            }
+            r.timer = None;
+            match r.state {
+                State::Delayed => {
+                    self.metrics.observe_fire(now.saturating_sub(r.due_ms));
+                    let due = r.due_ms;
+                    self.transition(idx, State::Ready, due, now);
+                }
+                State::Active => {
+                    self.metrics.observe_ttr_expired();
+                    self.fail(idx, now, None, "ttr_expired", None);
+                    self.journal_put(idx);
+                }
+                State::Finished | State::Cancelled => {
+                    self.remove_record(idx);
+                }
+                State::Ready | State::Dead => {}
+            }
+        }
+        n
+    }
+
+    /// Puts back a record read from durable storage, as it was; timers and orderings are
+    /// rebuilt, and anything whose time passed while the process was down happens on the next
+    /// [`Shard::fire`].
+    pub fn restore(&mut self, topic: &str, mut record: Record, now: Millis) {
+        if let Some(old) = self.find(topic, &record.id) {
+            self.remove_record(old);
+        }
+        if record.state.is_terminal() && record.deadline_ms <= now {
+            return; // its retention passed while the process was down
+        }
+        record.topic = self.topic_idx_or_create(topic);
+        record.timer = None;
+        let idx = self.records.insert(record) as u32;
+        let r = &self.records[idx as usize];
+        let hash = self.hasher.hash_one(&*r.id);
+        let records = &self.records;
+        let hasher = &self.hasher;
+        self.topics[r.topic as usize]
+            .ids
+            .insert_unique(hash, idx, |&i| hasher.hash_one(&*records[i as usize].id));
+        if let Some(at) = timer_at(&self.records[idx as usize]) {
+            // A time that passed while the process was down fires on the next `fire`.
+            self.arm(idx, at);
+        }
+        self.link(idx);
+        // Nobody can be waiting yet; don't collect a wake-up per restored ready task.
+        self.became_ready.clear();
+    }
+
+    /// Removes a record read from durable storage as deleted.
+    pub fn restore_removal(&mut self, topic: &str, id: &str) {
+        if let Some(idx) = self.find(topic, id) {
+            self.remove_record(idx);
+        }
+    }
+
+    /// Every record with its topic name, for a snapshot.
+    pub fn records(&self) -> impl Iterator<Item = (&str, &Record)> {
+        self.records
+            .iter()
+            .map(|(_, r)| (&*self.topics[r.topic as usize].name, r))
+    }
+}
+
+/// When a record's timer fires, by its state (see the table in the module doc).
+fn timer_at(r: &Record) -> Option<Millis> {
+    match r.state {
+        State::Delayed => Some(r.due_ms),
+        State::Active | State::Finished | State::Cancelled => Some(r.deadline_ms),
+        State::Ready | State::Dead => None,
+    }
+}
+
+/// Cuts `s` to at most `max` bytes on a character boundary.
+fn truncate_utf8(s: &mut String, max: usize) {
+    if s.len() > max {
+        let mut cut = max;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+    }
+}
+
+/// Merges sorted iterators into one sorted iterator (k is at most six here).
+fn merge_sorted<T: Ord + Copy>(
+    iters: impl Iterator<Item = impl Iterator<Item = T>>,
+) -> impl Iterator<Item = T> {
+    let mut heads: Vec<_> = iters.map(|i| i.peekable()).collect();
+    std::iter::from_fn(move || {
+        let (best, _) = heads
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(i, it)| it.peek().map(|v| (i, *v)))
+            .min_by_key(|&(_, v)| v)?;
+        heads[best].next()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn truncate_keeps_char_boundaries() {
+        let table = [
+            ("hello", 10, "hello"),
+            ("hello", 3, "hel"),
+            ("héllo", 2, "h"),
+            ("", 0, ""),
+        ];
+        for (input, max, want) in table {
+            let mut s = input.to_owned();
+            truncate_utf8(&mut s, max);
+            assert_eq!(s, want);
+        }
+    }
+
+    #[test]
+    fn merge_is_sorted_and_complete() {
+        let a = [1, 4, 9];
+        let b = [2, 3, 10];
+        let c: [i32; 0] = [];
+        let merged: Vec<i32> =
+            merge_sorted([a.iter().copied(), b.iter().copied(), c.iter().copied()].into_iter())
+                .collect();
+        assert_eq!(merged, vec![1, 2, 3, 4, 9, 10]);
+    }
+}

@@ -1,0 +1,174 @@
+//! The storage trait every backend implements, and what a backend is given to run.
+//!
+//! A backend owns the state of all tasks and applies each transition atomically, asking
+//! [`delayq_core::lifecycle`] what the transition does. It also owns time-driven work (moving
+//! due tasks to READY, redelivering tasks whose ttr passed, dropping expired records), driven
+//! by the [`Clock`] in its [`StorageContext`], and tells parked consumers through
+//! [`Waiters`] when tasks become ready. Everything above it ([`crate::Queue`], the HTTP
+//! server) is the same for every backend; the conformance suite checks that they all behave
+//! alike.
+//!
+//! Backends:
+//! - [`memory`]: all state in process memory, nothing durable. The engine behind it is also
+//!   the heart of the durable embedded backend.
+
+pub mod embedded;
+pub mod engine;
+pub mod memory;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use delayq_core::{
+    AddOutcome, Delivery, Limits, Millis, Page, State, TaskDefaults, TaskInfo, TaskSpec, TopicStats,
+};
+
+use crate::clock::Clock;
+use crate::error::Result;
+use crate::metrics::Metrics;
+use crate::waiters::Waiters;
+
+/// What every backend is given: the clock, the parked consumers, the metrics and the settings.
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct StorageContext {
+    /// Where "now" comes from.
+    pub clock: Arc<dyn Clock>,
+    /// Consumers parked in long-polls, woken when tasks become ready.
+    pub waiters: Arc<Waiters>,
+    /// Counters and histograms shared with the server's `/metrics`.
+    pub metrics: Arc<Metrics>,
+    /// Defaults of task options, and the retention of finished records.
+    pub defaults: TaskDefaults,
+    /// Input limits (a backend uses `max_error_bytes` and `max_pop_count`).
+    pub limits: Limits,
+}
+
+impl StorageContext {
+    /// A context with the given clock and default settings.
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
+        StorageContext {
+            clock,
+            waiters: Arc::new(Waiters::new()),
+            metrics: Arc::new(Metrics::default()),
+            defaults: TaskDefaults::default(),
+            limits: Limits::default(),
+        }
+    }
+
+    /// Replaces the defaults.
+    pub fn with_defaults(mut self, defaults: TaskDefaults) -> Self {
+        self.defaults = defaults;
+        self
+    }
+
+    /// Replaces the limits.
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+}
+
+impl std::fmt::Debug for StorageContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StorageContext")
+            .field("defaults", &self.defaults)
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How a consumer gives a task back after a failed attempt.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReleaseOptions {
+    /// The receipt of the attempt being released; a stale one is a conflict.
+    pub receipt: Option<String>,
+    /// Wait this long before redelivery instead of the task's backoff.
+    pub delay_ms: Option<u64>,
+    /// What went wrong, kept as the task's last error.
+    pub error: Option<String>,
+}
+
+impl ReleaseOptions {
+    /// Release with this receipt.
+    pub fn receipt(mut self, receipt: impl Into<String>) -> Self {
+        self.receipt = Some(receipt.into());
+        self
+    }
+
+    /// Redeliver after `delay_ms` regardless of the backoff.
+    pub fn delay_ms(mut self, delay_ms: u64) -> Self {
+        self.delay_ms = Some(delay_ms);
+        self
+    }
+
+    /// Record this error text.
+    pub fn error(mut self, error: impl Into<String>) -> Self {
+        self.error = Some(error.into());
+        self
+    }
+}
+
+/// The result of one task of a batch add.
+pub type AddResult = Result<AddOutcome>;
+
+/// A storage backend. Every method is one atomic transition (or one atomic read) of the state
+/// of the tasks it names; the rules of DESIGN §2 hold for every backend alike.
+#[async_trait]
+pub trait Storage: Send + Sync + 'static {
+    /// Adds validated tasks, one result per task in order. The batch is made durable in one
+    /// write before this returns. An `Err` of the whole call means none was added.
+    async fn add(&self, tasks: Vec<TaskSpec>) -> Result<Vec<AddResult>>;
+
+    /// Takes up to `max` READY tasks of `topic`, earliest due first, without waiting. Each
+    /// becomes ACTIVE with a fresh receipt, or FINISHED at once when `auto_finish` is set.
+    async fn pop(&self, topic: &str, max: usize, auto_finish: bool) -> Result<Vec<Delivery>>;
+
+    /// ACTIVE → FINISHED.
+    async fn finish(&self, topic: &str, id: &str, receipt: Option<&str>) -> Result<()>;
+
+    /// ACTIVE → READY, DELAYED or DEAD: a failed attempt. Returns the new state.
+    async fn release(&self, topic: &str, id: &str, options: ReleaseOptions) -> Result<State>;
+
+    /// ACTIVE: restarts the ttr. Returns the new ttr deadline.
+    async fn touch(&self, topic: &str, id: &str, receipt: Option<&str>) -> Result<Millis>;
+
+    /// DELAYED, READY or ACTIVE → CANCELLED.
+    async fn cancel(&self, topic: &str, id: &str) -> Result<()>;
+
+    /// DEAD → READY with retries reset.
+    async fn requeue(&self, topic: &str, id: &str) -> Result<()>;
+
+    /// Every DEAD task of `topic` → READY. Returns how many.
+    async fn requeue_all(&self, topic: &str) -> Result<u64>;
+
+    /// Removes the record of a task in any state.
+    async fn delete(&self, topic: &str, id: &str) -> Result<()>;
+
+    /// The task's full view.
+    async fn get(&self, topic: &str, id: &str) -> Result<TaskInfo>;
+
+    /// The tasks of a topic (optionally of one state) ordered by due time, one page
+    /// (`page` from 1).
+    async fn list(
+        &self,
+        topic: &str,
+        state: Option<State>,
+        page: u64,
+        page_size: u64,
+    ) -> Result<Page<TaskInfo>>;
+
+    /// The counters of one topic (all zero for a topic never seen).
+    async fn stats(&self, topic: &str) -> Result<TopicStats>;
+
+    /// Every topic that has records, with its counters, ordered by name.
+    async fn topics(&self) -> Result<Vec<(String, TopicStats)>>;
+
+    /// Whether the storage is reachable and accepting work (`/readyz`).
+    async fn check_ready(&self) -> Result<()>;
+
+    /// Stops time-driven work and makes everything durable. Later calls fail with
+    /// [`crate::Error::ShuttingDown`].
+    async fn shutdown(&self) -> Result<()>;
+}
