@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use delayq_core::{AddOutcome, Delivery, NewTask, Page, State, TaskInfo, TopicStats};
-use reqwest::header::{AUTHORIZATION, HeaderValue};
-use reqwest::{Method, Url};
+use reqwest::Url;
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -257,44 +257,37 @@ impl Client {
         &self.inner.base
     }
 
+    /// Sends a [`Call`] and returns the `data` of the answer as raw JSON (`None` for `null`),
+    /// exactly as the server wrote it. This is what `delayq --json` prints.
+    pub async fn send(&self, call: &Call) -> Result<Option<serde_json::Value>, ClientError> {
+        self.exchange(call).await
+    }
+
     /// Adds one task. Returns whether it was added, replaced or existed already (per its
     /// `on_duplicate`).
     pub async fn add(&self, task: &NewTask) -> Result<AddOutcome, ClientError> {
-        let op = "adding a task";
-        let data: Option<serde_json::Value> = self
-            .post(op, "add", &AddBody::from(task), self.inner.request_timeout)
-            .await?;
-        wire::outcome_of(data).map_err(|reason| self.protocol(op, "POST", "add", reason))
+        let call = Call::add(task);
+        let data: Option<serde_json::Value> = self.exchange(&call).await?;
+        wire::outcome_of(data).map_err(|reason| self.protocol(&call, reason))
     }
 
     /// Adds a batch of tasks in one round trip (and one durable write on the server). Returns
     /// one result per task, in order; a refused task does not stop the others.
     pub async fn add_batch(&self, tasks: &[NewTask]) -> Result<Vec<BatchItem>, ClientError> {
-        let op = "adding a batch of tasks";
-        let body = BatchBody {
-            tasks: tasks.iter().map(AddBody::from).collect(),
-        };
-        let data: Option<serde_json::Value> = self
-            .post(op, "add", &body, self.inner.request_timeout)
-            .await?;
-        let items = wire::batch_results(data, tasks.len())
-            .map_err(|reason| self.protocol(op, "POST", "add", reason))?;
-        Ok(items)
+        let call = Call::add_batch(tasks);
+        let data: Option<serde_json::Value> = self.exchange(&call).await?;
+        wire::batch_results(data, tasks.len()).map_err(|reason| self.protocol(&call, reason))
     }
 
-    /// Adds a batch given as raw JSON task objects (the `/add` body of one task each), as read
+    /// Adds a batch given as raw JSON task objects (each the `/add` body of one task), as read
     /// from a JSON-lines file. The server validates each object.
     pub async fn add_batch_raw(
         &self,
         tasks: &[serde_json::Value],
     ) -> Result<Vec<BatchItem>, ClientError> {
-        let op = "adding a batch of tasks";
-        let body = serde_json::json!({ "tasks": tasks });
-        let data: Option<serde_json::Value> = self
-            .post(op, "add", &body, self.inner.request_timeout)
-            .await?;
-        wire::batch_results(data, tasks.len())
-            .map_err(|reason| self.protocol(op, "POST", "add", reason))
+        let call = Call::add_batch_raw(tasks);
+        let data: Option<serde_json::Value> = self.exchange(&call).await?;
+        wire::batch_results(data, tasks.len()).map_err(|reason| self.protocol(&call, reason))
     }
 
     /// Long-polls `topic` for up to `options.count` ready tasks. Returns an empty list when
@@ -304,21 +297,7 @@ impl Client {
         topic: &str,
         options: PopOptions,
     ) -> Result<Vec<Delivery>, ClientError> {
-        let wait = options.timeout_ms.unwrap_or(SERVER_DEFAULT_POP_TIMEOUT_MS);
-        let body = PopBody {
-            topic,
-            timeout_ms: options.timeout_ms,
-            count: options.count,
-            auto_finish: options.auto_finish,
-        };
-        let data: Option<OneOrMany> = self
-            .post(
-                "popping tasks",
-                "pop",
-                &body,
-                Duration::from_millis(wait) + POP_GRACE,
-            )
-            .await?;
+        let data: Option<OneOrMany> = self.exchange(&Call::pop(topic, options)).await?;
         Ok(data.map(OneOrMany::into_vec).unwrap_or_default())
     }
 
@@ -329,8 +308,7 @@ impl Client {
         id: &str,
         receipt: Option<&str>,
     ) -> Result<(), ClientError> {
-        let body = TaskRef { topic, id, receipt };
-        self.post_ignoring_data("finishing a task", "finish", &body)
+        self.exchange_ignoring_data(&Call::finish(topic, id, receipt))
             .await
     }
 
@@ -342,14 +320,7 @@ impl Client {
         id: &str,
         options: &ReleaseOptions,
     ) -> Result<(), ClientError> {
-        let body = ReleaseBody {
-            topic,
-            id,
-            receipt: options.receipt.as_deref(),
-            delay_ms: options.delay_ms,
-            error: options.error.as_deref(),
-        };
-        self.post_ignoring_data("releasing a task", "release", &body)
+        self.exchange_ignoring_data(&Call::release(topic, id, options))
             .await
     }
 
@@ -360,62 +331,38 @@ impl Client {
         id: &str,
         receipt: Option<&str>,
     ) -> Result<(), ClientError> {
-        let body = TaskRef { topic, id, receipt };
-        self.post_ignoring_data("touching a task", "touch", &body)
+        self.exchange_ignoring_data(&Call::touch(topic, id, receipt))
             .await
     }
 
     /// Cancels a task: it is never delivered again.
     pub async fn cancel(&self, topic: &str, id: &str) -> Result<(), ClientError> {
-        let body = TaskRef {
-            topic,
-            id,
-            receipt: None,
-        };
-        self.post_ignoring_data("cancelling a task", "cancel", &body)
-            .await
+        self.exchange_ignoring_data(&Call::cancel(topic, id)).await
     }
 
     /// Makes a DEAD task READY again, its retries reset.
     pub async fn requeue(&self, topic: &str, id: &str) -> Result<(), ClientError> {
-        let body = TaskRef {
-            topic,
-            id,
-            receipt: None,
-        };
-        self.post_ignoring_data("requeueing a task", "requeue", &body)
-            .await
+        self.exchange_ignoring_data(&Call::requeue(topic, id)).await
     }
 
     /// Makes every DEAD task of `topic` READY again. Returns how many were requeued.
     pub async fn requeue_all(&self, topic: &str) -> Result<u64, ClientError> {
-        let op = "requeueing the dead tasks of a topic";
-        let body = wire::RequeueAllBody { topic, all: true };
-        let data: Option<serde_json::Value> = self
-            .post(op, "requeue", &body, self.inner.request_timeout)
-            .await?;
-        wire::count_of(data).map_err(|reason| self.protocol(op, "POST", "requeue", reason))
+        let call = Call::requeue_all(topic);
+        let data: Option<serde_json::Value> = self.exchange(&call).await?;
+        wire::count_of(data).map_err(|reason| self.protocol(&call, reason))
     }
 
     /// Removes a task's record, whatever its state.
     pub async fn delete(&self, topic: &str, id: &str) -> Result<(), ClientError> {
-        let body = TaskRef {
-            topic,
-            id,
-            receipt: None,
-        };
-        self.post_ignoring_data("deleting a task", "delete", &body)
-            .await
+        self.exchange_ignoring_data(&Call::delete(topic, id)).await
     }
 
     /// The full view of one task.
     pub async fn get(&self, topic: &str, id: &str) -> Result<TaskInfo, ClientError> {
-        let op = "getting a task";
-        let task: Option<wire::WireTaskInfo> = self
-            .get_json(op, "get", &[("topic", topic), ("id", id)])
-            .await?;
+        let call = Call::get(topic, id);
+        let task: Option<wire::WireTaskInfo> = self.exchange(&call).await?;
         task.map(TaskInfo::from)
-            .ok_or_else(|| self.protocol(op, "GET", "get", "no task in the answer".into()))
+            .ok_or_else(|| self.protocol(&call, "no task in the answer".into()))
     }
 
     /// One page of the tasks of `topic`, ordered by due time.
@@ -424,33 +371,21 @@ impl Client {
         topic: &str,
         options: &ListOptions,
     ) -> Result<Page<TaskInfo>, ClientError> {
-        let op = "listing tasks";
-        let page = options.page.to_string();
-        let page_size = options.page_size.to_string();
-        let mut query = vec![
-            ("topic", topic),
-            ("page", page.as_str()),
-            ("page_size", page_size.as_str()),
-        ];
-        if let Some(state) = options.state {
-            query.push(("state", state.name()));
-        }
-        let page: Option<wire::WirePage> = self.get_json(op, "tasks", &query).await?;
+        let call = Call::tasks(topic, options);
+        let page: Option<wire::WirePage> = self.exchange(&call).await?;
         page.map(Page::from)
-            .ok_or_else(|| self.protocol(op, "GET", "tasks", "no page in the answer".into()))
+            .ok_or_else(|| self.protocol(&call, "no page in the answer".into()))
     }
 
     /// The counters of one topic.
     pub async fn stats(&self, topic: &str) -> Result<TopicStats, ClientError> {
-        let op = "reading the stats of a topic";
-        let stats: Option<TopicStats> = self.get_json(op, "stats", &[("topic", topic)]).await?;
+        let stats: Option<TopicStats> = self.exchange(&Call::stats(Some(topic))).await?;
         Ok(stats.unwrap_or_default())
     }
 
     /// Every topic with its counters.
     pub async fn topics(&self) -> Result<Vec<(String, TopicStats)>, ClientError> {
-        let op = "listing topics";
-        let topics: Option<wire::WireTopics> = self.get_json(op, "topics", &[]).await?;
+        let topics: Option<wire::WireTopics> = self.exchange(&Call::topics()).await?;
         Ok(topics
             .map(|t| t.topics.into_iter().map(|t| (t.name, t.stats)).collect())
             .unwrap_or_default())
@@ -458,127 +393,92 @@ impl Client {
 
     /// Checks that the server is alive (`/healthz`).
     pub async fn healthz(&self) -> Result<(), ClientError> {
-        let _: Option<serde::de::IgnoredAny> = self
-            .get_json("checking the server's health", "healthz", &[])
-            .await?;
-        Ok(())
+        self.exchange_ignoring_data(&Call::healthz()).await
     }
 
     /// Checks that the server is ready to serve, its storage reachable (`/readyz`).
     pub async fn readyz(&self) -> Result<(), ClientError> {
-        let _: Option<serde::de::IgnoredAny> = self
-            .get_json("checking the server's readiness", "readyz", &[])
-            .await?;
-        Ok(())
+        self.exchange_ignoring_data(&Call::readyz()).await
     }
 
     /// The server's metrics in Prometheus text format.
     pub async fn metrics(&self) -> Result<String, ClientError> {
-        let op = "reading metrics";
-        let url = self.url("metrics");
-        let response = self
-            .authorize(self.http.get(url.clone()))
-            .timeout(self.inner.request_timeout)
-            .send()
-            .await
-            .map_err(|err| ClientError::transport(op, "GET", url.to_string(), err))?;
-        let status = response.status();
-        let bytes = response
-            .bytes()
-            .await
-            .map_err(|err| ClientError::transport(op, "GET", url.to_string(), err))?;
-        if !status.is_success() {
-            return Err(api_error(op, "GET", url.as_str(), status.as_u16(), &bytes));
+        let call = Call::metrics();
+        let (url, response) = self.dispatch(&call).await?;
+        let status = response.status().as_u16();
+        let bytes = response.bytes().await.map_err(|err| {
+            ClientError::transport(call.op, call.method.name(), url.to_string(), err)
+        })?;
+        if !(200..300).contains(&status) {
+            return Err(api_error(
+                call.op,
+                call.method.name(),
+                url.as_str(),
+                status,
+                &bytes,
+            ));
         }
         Ok(String::from_utf8_lossy(&bytes).into_owned())
     }
 
-    fn url(&self, endpoint: &str) -> Url {
-        // The base path ends in `/` and endpoints are plain words, so this cannot fail.
-        self.inner
+    fn url(&self, call: &Call) -> Url {
+        // The base path ends in `/` and endpoints are plain words, so joining cannot fail.
+        let mut url = self
+            .inner
             .base
-            .join(endpoint)
-            .unwrap_or_else(|_| self.inner.base.clone())
-    }
-
-    fn authorize(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
-        match &self.inner.auth {
-            Some(value) => request.header(AUTHORIZATION, value.clone()),
-            None => request,
+            .join(call.endpoint)
+            .unwrap_or_else(|_| self.inner.base.clone());
+        if !call.query.is_empty() {
+            url.query_pairs_mut()
+                .extend_pairs(call.query.iter().map(|(k, v)| (*k, v.as_str())));
         }
+        url
     }
 
-    fn protocol(
-        &self,
-        op: &'static str,
-        method: &'static str,
-        endpoint: &str,
-        reason: String,
-    ) -> ClientError {
+    fn protocol(&self, call: &Call, reason: String) -> ClientError {
         ClientError::Protocol {
-            op,
-            method,
-            url: self.url(endpoint).to_string(),
+            op: call.op,
+            method: call.method.name(),
+            url: self.url(call).to_string(),
             status: 200,
             reason,
         }
     }
 
-    async fn post<B: Serialize + ?Sized, T: DeserializeOwned>(
-        &self,
-        op: &'static str,
-        endpoint: &str,
-        body: &B,
-        timeout: Duration,
-    ) -> Result<Option<T>, ClientError> {
-        let url = self.url(endpoint);
-        let request = self
-            .authorize(self.http.request(Method::POST, url.clone()))
-            .json(body)
-            .timeout(timeout);
-        self.exchange(op, "POST", url, request).await
+    /// Sends a call and returns the response head.
+    async fn dispatch(&self, call: &Call) -> Result<(Url, reqwest::Response), ClientError> {
+        let url = self.url(call);
+        let mut request = match call.method {
+            CallMethod::Get => self.http.get(url.clone()),
+            CallMethod::Post => self.http.post(url.clone()),
+        };
+        if let Some(auth) = &self.inner.auth {
+            request = request.header(AUTHORIZATION, auth.clone());
+        }
+        if let Some(body) = &call.body {
+            request = request
+                .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+                .body(body.clone());
+        }
+        let timeout = match call.long_poll {
+            Some(wait) => wait + POP_GRACE,
+            None => self.inner.request_timeout,
+        };
+        let response = request.timeout(timeout).send().await.map_err(|err| {
+            ClientError::transport(call.op, call.method.name(), url.to_string(), err)
+        })?;
+        Ok((url, response))
     }
 
-    async fn post_ignoring_data<B: Serialize + ?Sized>(
-        &self,
-        op: &'static str,
-        endpoint: &str,
-        body: &B,
-    ) -> Result<(), ClientError> {
-        let _: Option<serde::de::IgnoredAny> = self
-            .post(op, endpoint, body, self.inner.request_timeout)
-            .await?;
+    async fn exchange_ignoring_data(&self, call: &Call) -> Result<(), ClientError> {
+        let _: Option<serde::de::IgnoredAny> = self.exchange(call).await?;
         Ok(())
     }
 
-    async fn get_json<T: DeserializeOwned>(
-        &self,
-        op: &'static str,
-        endpoint: &str,
-        query: &[(&str, &str)],
-    ) -> Result<Option<T>, ClientError> {
-        let mut url = self.url(endpoint);
-        if !query.is_empty() {
-            url.query_pairs_mut().extend_pairs(query);
-        }
-        let request = self
-            .authorize(self.http.get(url.clone()))
-            .timeout(self.inner.request_timeout);
-        self.exchange(op, "GET", url, request).await
-    }
-
-    /// Sends a request and reads the envelope.
-    async fn exchange<T: DeserializeOwned>(
-        &self,
-        op: &'static str,
-        method: &'static str,
-        url: Url,
-        request: reqwest::RequestBuilder,
-    ) -> Result<Option<T>, ClientError> {
-        let response = request
-            .send()
-            .await
-            .map_err(|err| ClientError::transport(op, method, url.to_string(), err))?;
+    /// Sends a call and reads the envelope, its `data` as `T`.
+    async fn exchange<T: DeserializeOwned>(&self, call: &Call) -> Result<Option<T>, ClientError> {
+        let (op, method) = (call.op, call.method.name());
+        let (url, response) = self.dispatch(call).await?;
         let status = response.status().as_u16();
         let bytes = response
             .bytes()
@@ -605,6 +505,219 @@ impl Client {
                 reason: format!("{err}; the answer was {}", excerpt(&bytes)),
             }),
         }
+    }
+}
+
+/// The HTTP method of a [`Call`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CallMethod {
+    Get,
+    Post,
+}
+
+impl CallMethod {
+    fn name(self) -> &'static str {
+        match self {
+            CallMethod::Get => "GET",
+            CallMethod::Post => "POST",
+        }
+    }
+}
+
+/// One request of the API, built but not sent: the endpoint, its query or JSON body, and what
+/// it does in words (for error messages).
+///
+/// [`Client`]'s typed methods build one and decode the answer; [`Client::send`] sends one and
+/// returns the raw `data`, for callers that pass the server's JSON on (`delayq --json`).
+#[derive(Debug, Clone)]
+pub struct Call {
+    op: &'static str,
+    method: CallMethod,
+    endpoint: &'static str,
+    query: Vec<(&'static str, String)>,
+    body: Option<Vec<u8>>,
+    /// For a long-poll: how long the server may wait before answering.
+    long_poll: Option<Duration>,
+}
+
+impl Call {
+    fn get_call(
+        op: &'static str,
+        endpoint: &'static str,
+        query: Vec<(&'static str, String)>,
+    ) -> Call {
+        Call {
+            op,
+            method: CallMethod::Get,
+            endpoint,
+            query,
+            body: None,
+            long_poll: None,
+        }
+    }
+
+    fn post_call(op: &'static str, endpoint: &'static str, body: &impl Serialize) -> Call {
+        Call {
+            op,
+            method: CallMethod::Post,
+            endpoint,
+            query: Vec::new(),
+            // Serializing these request structs and `serde_json::Value`s cannot fail: they
+            // have string keys only and no custom serializers that error.
+            body: Some(serde_json::to_vec(body).expect("request bodies always serialize")),
+            long_poll: None,
+        }
+    }
+
+    /// What this call does, in words (`adding a task`).
+    pub fn op(&self) -> &'static str {
+        self.op
+    }
+
+    /// `POST /add` of one task.
+    pub fn add(task: &NewTask) -> Call {
+        Call::post_call("adding a task", "add", &AddBody::from(task))
+    }
+
+    /// `POST /add` of a batch.
+    pub fn add_batch(tasks: &[NewTask]) -> Call {
+        let body = BatchBody {
+            tasks: tasks.iter().map(AddBody::from).collect(),
+        };
+        Call::post_call("adding a batch of tasks", "add", &body)
+    }
+
+    /// `POST /add` of a batch of raw JSON task objects.
+    pub fn add_batch_raw(tasks: &[serde_json::Value]) -> Call {
+        #[derive(Serialize)]
+        struct RawBatch<'a> {
+            tasks: &'a [serde_json::Value],
+        }
+        Call::post_call("adding a batch of tasks", "add", &RawBatch { tasks })
+    }
+
+    /// `POST /pop`.
+    pub fn pop(topic: &str, options: PopOptions) -> Call {
+        let body = PopBody {
+            topic,
+            timeout_ms: options.timeout_ms,
+            count: options.count,
+            auto_finish: options.auto_finish,
+        };
+        let mut call = Call::post_call("popping tasks", "pop", &body);
+        call.long_poll = Some(Duration::from_millis(
+            options.timeout_ms.unwrap_or(SERVER_DEFAULT_POP_TIMEOUT_MS),
+        ));
+        call
+    }
+
+    /// `POST /finish`.
+    pub fn finish(topic: &str, id: &str, receipt: Option<&str>) -> Call {
+        Call::post_call(
+            "finishing a task",
+            "finish",
+            &TaskRef { topic, id, receipt },
+        )
+    }
+
+    /// `POST /release`.
+    pub fn release(topic: &str, id: &str, options: &ReleaseOptions) -> Call {
+        let body = ReleaseBody {
+            topic,
+            id,
+            receipt: options.receipt.as_deref(),
+            delay_ms: options.delay_ms,
+            error: options.error.as_deref(),
+        };
+        Call::post_call("releasing a task", "release", &body)
+    }
+
+    /// `POST /touch`.
+    pub fn touch(topic: &str, id: &str, receipt: Option<&str>) -> Call {
+        Call::post_call("touching a task", "touch", &TaskRef { topic, id, receipt })
+    }
+
+    /// `POST /cancel`.
+    pub fn cancel(topic: &str, id: &str) -> Call {
+        let body = TaskRef {
+            topic,
+            id,
+            receipt: None,
+        };
+        Call::post_call("cancelling a task", "cancel", &body)
+    }
+
+    /// `POST /requeue` of one task.
+    pub fn requeue(topic: &str, id: &str) -> Call {
+        let body = TaskRef {
+            topic,
+            id,
+            receipt: None,
+        };
+        Call::post_call("requeueing a task", "requeue", &body)
+    }
+
+    /// `POST /requeue` of every DEAD task of a topic.
+    pub fn requeue_all(topic: &str) -> Call {
+        let body = wire::RequeueAllBody { topic, all: true };
+        Call::post_call("requeueing the dead tasks of a topic", "requeue", &body)
+    }
+
+    /// `POST /delete`.
+    pub fn delete(topic: &str, id: &str) -> Call {
+        let body = TaskRef {
+            topic,
+            id,
+            receipt: None,
+        };
+        Call::post_call("deleting a task", "delete", &body)
+    }
+
+    /// `GET /get`.
+    pub fn get(topic: &str, id: &str) -> Call {
+        let query = vec![("topic", topic.to_owned()), ("id", id.to_owned())];
+        Call::get_call("getting a task", "get", query)
+    }
+
+    /// `GET /tasks`.
+    pub fn tasks(topic: &str, options: &ListOptions) -> Call {
+        let mut query = vec![
+            ("topic", topic.to_owned()),
+            ("page", options.page.to_string()),
+            ("page_size", options.page_size.to_string()),
+        ];
+        if let Some(state) = options.state {
+            query.push(("state", state.name().to_owned()));
+        }
+        Call::get_call("listing tasks", "tasks", query)
+    }
+
+    /// `GET /stats`, of one topic or of all.
+    pub fn stats(topic: Option<&str>) -> Call {
+        let query = topic
+            .map(|t| vec![("topic", t.to_owned())])
+            .unwrap_or_default();
+        Call::get_call("reading stats", "stats", query)
+    }
+
+    /// `GET /topics`.
+    pub fn topics() -> Call {
+        Call::get_call("listing topics", "topics", Vec::new())
+    }
+
+    /// `GET /healthz`.
+    pub fn healthz() -> Call {
+        Call::get_call("checking the server's health", "healthz", Vec::new())
+    }
+
+    /// `GET /readyz`.
+    pub fn readyz() -> Call {
+        Call::get_call("checking the server's readiness", "readyz", Vec::new())
+    }
+
+    /// `GET /metrics`.
+    pub fn metrics() -> Call {
+        Call::get_call("reading metrics", "metrics", Vec::new())
     }
 }
 
@@ -709,7 +822,11 @@ mod tests {
     #[test]
     fn endpoints_join_under_the_base_path() {
         let client = Client::new("https://q.example/delayq", None).unwrap();
-        assert_eq!(client.url("add").as_str(), "https://q.example/delayq/add");
+        let url = client.url(&Call::get("orders", "a b"));
+        assert_eq!(
+            url.as_str(),
+            "https://q.example/delayq/get?topic=orders&id=a+b"
+        );
     }
 
     #[test]
