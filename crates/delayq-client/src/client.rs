@@ -5,10 +5,11 @@
 //! [`ClientError`] naming the operation and the URL. A `Client` is cheap to clone and meant to
 //! be shared: all clones use one pool of keep-alive HTTP/1.1 connections.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use delayq_core::{AddOutcome, Delivery, NewTask, Page, State, TaskInfo, TopicStats};
+use delayq_core::{AddOutcome, Delivery, Millis, NewTask, Page, State, TaskInfo, TopicStats};
 use reqwest::Url;
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
 use serde::Serialize;
@@ -267,7 +268,7 @@ impl Client {
     /// `on_duplicate`).
     pub async fn add(&self, task: &NewTask) -> Result<AddOutcome, ClientError> {
         let call = Call::add(task);
-        let data: Option<serde_json::Value> = self.exchange(&call).await?;
+        let data: Option<wire::AddData> = self.exchange(&call).await?;
         wire::outcome_of(data).map_err(|reason| self.protocol(&call, reason))
     }
 
@@ -275,7 +276,7 @@ impl Client {
     /// one result per task, in order; a refused task does not stop the others.
     pub async fn add_batch(&self, tasks: &[NewTask]) -> Result<Vec<BatchItem>, ClientError> {
         let call = Call::add_batch(tasks);
-        let data: Option<serde_json::Value> = self.exchange(&call).await?;
+        let data: Option<Vec<wire::WireBatchItem>> = self.exchange(&call).await?;
         wire::batch_results(data, tasks.len()).map_err(|reason| self.protocol(&call, reason))
     }
 
@@ -286,7 +287,7 @@ impl Client {
         tasks: &[serde_json::Value],
     ) -> Result<Vec<BatchItem>, ClientError> {
         let call = Call::add_batch_raw(tasks);
-        let data: Option<serde_json::Value> = self.exchange(&call).await?;
+        let data: Option<Vec<wire::WireBatchItem>> = self.exchange(&call).await?;
         wire::batch_results(data, tasks.len()).map_err(|reason| self.protocol(&call, reason))
     }
 
@@ -313,26 +314,30 @@ impl Client {
     }
 
     /// Gives a popped task back as failed: it is redelivered per its backoff (or `delay_ms`),
-    /// or goes DEAD when out of retries.
+    /// or goes DEAD when out of retries. Returns the task's new state (delayed, ready or dead).
     pub async fn release(
         &self,
         topic: &str,
         id: &str,
         options: &ReleaseOptions,
-    ) -> Result<(), ClientError> {
-        self.exchange_ignoring_data(&Call::release(topic, id, options))
-            .await
+    ) -> Result<State, ClientError> {
+        let call = Call::release(topic, id, options);
+        let data: Option<wire::StateData> = self.exchange(&call).await?;
+        data.map(|d| d.state)
+            .ok_or_else(|| self.protocol(&call, "no state in the answer".into()))
     }
 
-    /// Restarts the time to run of a popped task.
+    /// Restarts the time to run of a popped task. Returns the new ttr deadline (epoch ms).
     pub async fn touch(
         &self,
         topic: &str,
         id: &str,
         receipt: Option<&str>,
-    ) -> Result<(), ClientError> {
-        self.exchange_ignoring_data(&Call::touch(topic, id, receipt))
-            .await
+    ) -> Result<Millis, ClientError> {
+        let call = Call::touch(topic, id, receipt);
+        let data: Option<wire::DeadlineData> = self.exchange(&call).await?;
+        data.map(|d| d.deadline_ms)
+            .ok_or_else(|| self.protocol(&call, "no deadline in the answer".into()))
     }
 
     /// Cancels a task: it is never delivered again.
@@ -348,8 +353,9 @@ impl Client {
     /// Makes every DEAD task of `topic` READY again. Returns how many were requeued.
     pub async fn requeue_all(&self, topic: &str) -> Result<u64, ClientError> {
         let call = Call::requeue_all(topic);
-        let data: Option<serde_json::Value> = self.exchange(&call).await?;
-        wire::count_of(data).map_err(|reason| self.protocol(&call, reason))
+        let data: Option<wire::RequeueData> = self.exchange(&call).await?;
+        data.map(|d| d.requeued)
+            .ok_or_else(|| self.protocol(&call, "no count in the answer".into()))
     }
 
     /// Removes a task's record, whatever its state.
@@ -380,6 +386,12 @@ impl Client {
     /// The counters of one topic.
     pub async fn stats(&self, topic: &str) -> Result<TopicStats, ClientError> {
         let stats: Option<TopicStats> = self.exchange(&Call::stats(Some(topic))).await?;
+        Ok(stats.unwrap_or_default())
+    }
+
+    /// The counters of every topic, by name.
+    pub async fn stats_all(&self) -> Result<BTreeMap<String, TopicStats>, ClientError> {
+        let stats: Option<BTreeMap<String, TopicStats>> = self.exchange(&Call::stats(None)).await?;
         Ok(stats.unwrap_or_default())
     }
 
@@ -577,6 +589,11 @@ impl Call {
     /// `POST /add` of one task.
     pub fn add(task: &NewTask) -> Call {
         Call::post_call("adding a task", "add", &AddBody::from(task))
+    }
+
+    /// `POST /add` of one raw JSON task object (the `/add` body of one task).
+    pub fn add_raw(task: &serde_json::Value) -> Call {
+        Call::post_call("adding a task", "add", task)
     }
 
     /// `POST /add` of a batch.

@@ -31,6 +31,7 @@ pub use delayq_core::{
     TopicStats, When,
 };
 pub use error::{ClientError, ErrorKind};
+pub use reqwest::Url;
 
 /// The result of one task of a batch add.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -224,6 +224,19 @@ pub(crate) struct WireTopics {
     pub topics: Vec<WireTopic>,
 }
 
+/// The `data` of `/release`: the task's new state.
+#[derive(Debug, Deserialize)]
+pub(crate) struct StateData {
+    #[serde(deserialize_with = "state_code_or_name")]
+    pub state: State,
+}
+
+/// The `data` of `/touch`: the new ttr deadline.
+#[derive(Debug, Deserialize)]
+pub(crate) struct DeadlineData {
+    pub deadline_ms: Millis,
+}
+
 /// Reads a [`State`] written as seqdelay's numeric code (`1`) or by name (`"ready"`).
 pub(crate) fn state_code_or_name<'de, D: Deserializer<'de>>(d: D) -> Result<State, D::Error> {
     #[derive(Deserialize)]
@@ -240,21 +253,18 @@ pub(crate) fn state_code_or_name<'de, D: Deserializer<'de>>(d: D) -> Result<Stat
     }
 }
 
-/// Reads an [`AddOutcome`] from the `data` of `/add`: `null` (seqdelay) means added; otherwise
-/// a word or an object with an `outcome` (or `result`) word.
-pub(crate) fn outcome_of(data: Option<serde_json::Value>) -> Result<AddOutcome, String> {
-    use serde_json::Value;
-    let word = match &data {
-        None | Some(Value::Null) => return Ok(AddOutcome::Added),
-        Some(Value::String(s)) => s.as_str(),
-        Some(Value::Object(map)) => match map.get("outcome").or_else(|| map.get("result")) {
-            Some(Value::String(s)) => s.as_str(),
-            // An object without an outcome word: the task itself, as seqdelay returns it.
-            _ => return Ok(AddOutcome::Added),
-        },
-        Some(other) => return Err(format!("unexpected add result {other}")),
-    };
-    parse_outcome(word)
+/// The `data` of a single `/add`: `{topic, id, outcome, existed}`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct AddData {
+    pub outcome: String,
+}
+
+/// Reads the outcome of a single add. No `data` (seqdelay answers `null`) means added.
+pub(crate) fn outcome_of(data: Option<AddData>) -> Result<AddOutcome, String> {
+    match data {
+        None => Ok(AddOutcome::Added),
+        Some(data) => parse_outcome(&data.outcome),
+    }
 }
 
 /// Parses an outcome word.
@@ -262,29 +272,30 @@ pub(crate) fn parse_outcome(word: &str) -> Result<AddOutcome, String> {
     match word {
         "added" => Ok(AddOutcome::Added),
         "replaced" => Ok(AddOutcome::Replaced),
-        "existed" | "kept" => Ok(AddOutcome::Existed),
+        "existed" => Ok(AddOutcome::Existed),
         other => Err(format!("unknown add outcome {other:?}")),
     }
 }
 
-/// Reads the per-task results of a batch `/add`: a list (or an object with a `results` list)
-/// of one entry per task, in order. An entry is a success when it has no error code and names
-/// an outcome (or nothing), a failure when it has a non-zero `code` or an `error`.
+/// One entry of the `data` of a batch `/add`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct WireBatchItem {
+    #[serde(default)]
+    id: Option<String>,
+    /// 0 if accepted, else the status this task alone would have got.
+    code: i64,
+    #[serde(default)]
+    message: String,
+    #[serde(default)]
+    outcome: Option<String>,
+}
+
+/// Reads the per-task results of a batch `/add`: one entry per task, in order.
 pub(crate) fn batch_results(
-    data: Option<serde_json::Value>,
+    data: Option<Vec<WireBatchItem>>,
     expected: usize,
 ) -> Result<Vec<BatchItem>, String> {
-    use serde_json::Value;
-    let list = match data {
-        Some(Value::Array(list)) => list,
-        Some(Value::Object(mut map)) => match map.remove("results").or_else(|| map.remove("items"))
-        {
-            Some(Value::Array(list)) => list,
-            _ => return Err("the batch answer has no list of results".into()),
-        },
-        None | Some(Value::Null) if expected == 0 => Vec::new(),
-        other => return Err(format!("unexpected batch answer {other:?}")),
-    };
+    let list = data.unwrap_or_default();
     if list.len() != expected {
         return Err(format!(
             "the batch answer has {} results for {expected} tasks",
@@ -293,48 +304,33 @@ pub(crate) fn batch_results(
     }
     list.into_iter()
         .enumerate()
-        .map(|(index, entry)| batch_item(index, entry))
+        .map(|(index, item)| {
+            let result = if item.code != 0 {
+                Err(BatchItemError {
+                    code: item.code,
+                    message: item.message,
+                })
+            } else {
+                Ok(item
+                    .outcome
+                    .as_deref()
+                    .map(parse_outcome)
+                    .transpose()?
+                    .unwrap_or(AddOutcome::Added))
+            };
+            Ok(BatchItem {
+                index,
+                id: item.id,
+                result,
+            })
+        })
         .collect()
 }
 
-fn batch_item(index: usize, entry: serde_json::Value) -> Result<BatchItem, String> {
-    use serde_json::Value;
-    let Value::Object(map) = entry else {
-        return Err(format!("batch result {index} is not an object"));
-    };
-    let id = map.get("id").and_then(Value::as_str).map(str::to_owned);
-    let code = map.get("code").and_then(Value::as_i64).unwrap_or(0);
-    let message = map
-        .get("message")
-        .or_else(|| map.get("error"))
-        .and_then(Value::as_str)
-        .map(str::to_owned);
-    let failed = code != 0 || map.get("error").is_some_and(|e| !e.is_null());
-    let result = if failed {
-        Err(BatchItemError {
-            code,
-            message: message.unwrap_or_else(|| "refused".into()),
-        })
-    } else {
-        match map.get("outcome").or_else(|| map.get("result")) {
-            Some(Value::String(word)) => Ok(parse_outcome(word)?),
-            _ => Ok(AddOutcome::Added),
-        }
-    };
-    Ok(BatchItem { index, id, result })
-}
-
-/// Reads a count from `data`: a number, or an object with a `count` (or `requeued`) number.
-pub(crate) fn count_of(data: Option<serde_json::Value>) -> Result<u64, String> {
-    use serde_json::Value;
-    match &data {
-        Some(Value::Number(n)) => n.as_u64(),
-        Some(Value::Object(map)) => ["count", "requeued", "total"]
-            .iter()
-            .find_map(|key| map.get(*key).and_then(Value::as_u64)),
-        _ => None,
-    }
-    .ok_or_else(|| format!("expected a count, got {data:?}"))
+/// The `data` of `/requeue`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct RequeueData {
+    pub requeued: u64,
 }
 
 #[cfg(test)]
@@ -407,23 +403,27 @@ mod tests {
     }
 
     #[test]
-    fn add_outcomes() {
-        use serde_json::json;
-        let table = [
-            (None, Ok(AddOutcome::Added)),
-            (Some(json!(null)), Ok(AddOutcome::Added)),
-            (Some(json!("replaced")), Ok(AddOutcome::Replaced)),
-            (Some(json!({"outcome": "existed"})), Ok(AddOutcome::Existed)),
-            (Some(json!({"id": "a"})), Ok(AddOutcome::Added)),
-            (Some(json!("bogus")), Err(())),
-            (Some(json!(3)), Err(())),
-        ];
-        for (data, expected) in table {
-            assert_eq!(
-                outcome_of(data.clone()).map_err(|_| ()),
-                expected,
-                "{data:?}"
-            );
-        }
+    fn add_and_batch_answers() {
+        let one: AddData =
+            serde_json::from_str(r#"{"topic":"t","id":"a","outcome":"existed","existed":true}"#)
+                .unwrap();
+        assert_eq!(outcome_of(Some(one)), Ok(AddOutcome::Existed));
+        assert_eq!(outcome_of(None), Ok(AddOutcome::Added));
+        let batch: Vec<WireBatchItem> = serde_json::from_str(
+            r#"[{"id":"a","topic":"t","code":0,"message":"ok","outcome":"added"},
+                {"id":"b","topic":"t","code":409,"message":"exists","outcome":null}]"#,
+        )
+        .unwrap();
+        let items = batch_results(Some(batch), 2).unwrap();
+        assert_eq!(items[0].result, Ok(AddOutcome::Added));
+        assert_eq!(
+            items[1].result,
+            Err(BatchItemError {
+                code: 409,
+                message: "exists".into()
+            })
+        );
+        assert_eq!(items[1].index, 1);
+        assert!(batch_results(Some(Vec::new()), 2).is_err());
     }
 }
