@@ -31,7 +31,6 @@ use delayq_client::{Client, ClientOptions, Url};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use crate::args::ClientArgs;
 use crate::duration::parse_duration;
 use crate::error::CliError;
 
@@ -50,7 +49,35 @@ pub struct BenchArgs {
     pub which: Which,
     /// How to reach the server and how to print.
     #[command(flatten)]
-    pub client: ClientArgs,
+    pub client: BenchConnection,
+}
+
+/// `--server`, `--token` and `--json` of `delayq bench`, accepted before or after the name of
+/// the benchmark (`delayq bench add --server URL`).
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Connection and output")]
+pub struct BenchConnection {
+    /// The server's base URL; it must be a loopback address.
+    #[arg(
+        long,
+        global = true,
+        env = "DELAYQ_SERVER",
+        default_value = "http://127.0.0.1:9280",
+        value_name = "URL"
+    )]
+    pub server: String,
+    /// A bearer token for a server that requires one.
+    #[arg(
+        long,
+        global = true,
+        env = "DELAYQ_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    pub token: Option<String>,
+    /// Print the report as one JSON document instead of a table.
+    #[arg(long, global = true)]
+    pub json: bool,
 }
 
 /// The benchmarks.
