@@ -33,7 +33,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the delayq server.
-    Serve(ServeStub), // TEMP until the server branch lands
+    Serve(Box<delayq_server::ServeArgs>),
     /// Add a task, or import tasks from a JSON-lines file (--file).
     Add(AddArgs),
     /// Take ready tasks of a topic (long-poll).
@@ -376,7 +376,3 @@ mod tests {
         }
     }
 }
-
-/// TEMP: stands in for the server's `ServeArgs` until the server branch lands.
-#[derive(Debug, Args)]
-pub struct ServeStub {}

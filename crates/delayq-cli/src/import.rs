@@ -150,6 +150,8 @@ pub async fn import(
     if let Err(err) = send(client, &mut batch, &mut summary, &mut on_error).await {
         return Err((summary, err));
     }
+    // Lines refused locally are found before those of their batch: report in file order.
+    summary.errors.sort_by_key(|e| e.line);
     Ok(summary)
 }
 

@@ -59,11 +59,7 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
-fn serve(_args: &delayq_cli::args::ServeStub) -> anyhow::Result<()> {
-    anyhow::bail!("TEMP")
-}
-#[cfg(any())]
-fn serve_real(args: &delayq_server::ServeArgs) -> anyhow::Result<()> {
+fn serve(args: &delayq_server::ServeArgs) -> anyhow::Result<()> {
     let config = delayq_server::ServerConfig::from_args(args).context("invalid server settings")?;
     delayq_server::init_tracing(config.log_format).context("cannot set up logging")?;
     runtime()?

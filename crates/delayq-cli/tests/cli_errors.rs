@@ -10,15 +10,25 @@ fn bad_flags_exit_with_1_and_say_why() {
     let table: [(&[&str], &str); 6] = [
         (&["add", "--bogus"], "--bogus"),
         (&["add", "-t", "a", "-i", "b", "--delay", "15"], "a unit"),
-        (&["add", "-t", "a", "-i", "b", "--at", "tomorrow"], "RFC 3339"),
+        (
+            &["add", "-t", "a", "-i", "b", "--at", "tomorrow"],
+            "RFC 3339",
+        ),
         (&["add", "-t", "a"], "needs --topic and --id"),
-        (&["tasks", "-t", "a", "--state", "sleeping"], "unknown state"),
+        (
+            &["tasks", "-t", "a", "--state", "sleeping"],
+            "unknown state",
+        ),
         (&["requeue", "-t", "a"], "--id"),
     ];
     for (args, message) in table {
         let run = delayq(args);
         run.assert_code(1);
-        assert!(run.stderr.contains(message), "{args:?}: {message} missing:\n{}", run.stderr);
+        assert!(
+            run.stderr.contains(message),
+            "{args:?}: {message} missing:\n{}",
+            run.stderr
+        );
     }
 }
 
@@ -27,7 +37,11 @@ fn help_documents_the_exit_codes() {
     let run = delayq(&["--help"]);
     run.assert_code(0);
     assert!(run.stdout.contains("Exit status"), "{}", run.stdout);
-    assert!(run.stdout.contains("cannot reach the server"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("cannot reach the server"),
+        "{}",
+        run.stdout
+    );
 }
 
 #[test]
@@ -40,7 +54,11 @@ fn unreachable_server_exits_with_2_naming_the_url() {
     ] {
         let run = delayq(&args);
         run.assert_code(2);
-        assert!(run.stderr.contains("cannot reach the server"), "{}", run.stderr);
+        assert!(
+            run.stderr.contains("cannot reach the server"),
+            "{}",
+            run.stderr
+        );
         assert!(run.stderr.contains(&url), "{url} missing:\n{}", run.stderr);
     }
 }

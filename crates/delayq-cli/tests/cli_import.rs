@@ -26,24 +26,34 @@ fn import_reports_bad_lines_and_adds_the_good_ones() {
     let run = server.run(&["add", "--file", &file, "--batch-size", "2"]);
     run.assert_code(1);
     assert!(
-        run.stdout.contains("7 task lines, 4 added, 0 replaced, 0 existed, 3 failed"),
+        run.stdout
+            .contains("7 task lines, 3 added, 0 replaced, 0 existed, 4 failed"),
         "summary:\n{}",
         run.stdout
     );
     // Line 4 is not JSON, line 6 is a duplicate of line 1, line 7 has a negative ttr. Line 5
     // has no topic and gets none from the flags: refused by the server too.
-    for expected in ["line 4: invalid JSON", "line 6 (id \"a\")", "409", "line 7 (id \"e\")"] {
-        assert!(run.stderr.contains(expected), "{expected} missing:\n{}", run.stderr);
+    for expected in [
+        "line 4: invalid JSON",
+        "line 6 (id \"a\")",
+        "409",
+        "line 7 (id \"e\")",
+    ] {
+        assert!(
+            run.stderr.contains(expected),
+            "{expected} missing:\n{}",
+            run.stderr
+        );
     }
     assert!(run.stderr.contains("line 5"), "{}", run.stderr);
     assert!(
-        run.stderr.contains("3 of 7 lines"),
+        run.stderr.contains("4 of 7 lines"),
         "final error:\n{}",
         run.stderr
     );
 
     let stats = server.json(&["stats", "-t", "imp"]);
-    assert_eq!(stats["total"], 4, "{stats}");
+    assert_eq!(stats["total"], 3, "{stats}");
     assert_eq!(stats["delayed"], 1);
     let a = server.json(&["get", "-t", "imp", "-i", "a"]);
     assert_eq!(a["body"], "one");
@@ -71,7 +81,17 @@ fn import_fills_in_defaults_from_flags_and_reports_json() {
 
 #[test]
 fn import_of_a_missing_file_names_it() {
-    let run = support::delayq(&["add", "--file", "/nonexistent/tasks.jsonl", "--server", "http://127.0.0.1:9"]);
+    let run = support::delayq(&[
+        "add",
+        "--file",
+        "/nonexistent/tasks.jsonl",
+        "--server",
+        "http://127.0.0.1:9",
+    ]);
     run.assert_code(1);
-    assert!(run.stderr.contains("/nonexistent/tasks.jsonl"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("/nonexistent/tasks.jsonl"),
+        "{}",
+        run.stderr
+    );
 }

@@ -75,12 +75,24 @@ fn delayed_task_options_and_cancel() {
     let dup = server.run(&["add", "-t", "orders", "-i", "later"]);
     dup.assert_code(1);
     assert!(dup.stderr.contains("409"), "{}", dup.stderr);
-    let kept = server.json(&["add", "-t", "orders", "-i", "later", "--on-duplicate", "keep"]);
+    let kept = server.json(&[
+        "add",
+        "-t",
+        "orders",
+        "-i",
+        "later",
+        "--on-duplicate",
+        "keep",
+    ]);
     assert_eq!(kept["outcome"], "existed");
 
     let cancel = server.run(&["cancel", "-t", "orders", "-i", "later"]);
     cancel.assert_code(0);
-    assert!(cancel.stdout.contains("cancelled task \"later\""), "{}", cancel.stdout);
+    assert!(
+        cancel.stdout.contains("cancelled task \"later\""),
+        "{}",
+        cancel.stdout
+    );
     let task = server.json(&["get", "-t", "orders", "-i", "later"]);
     assert_eq!(task["state"], 4);
     assert_eq!(task["state_name"], "cancelled");
@@ -114,7 +126,9 @@ fn release_to_dead_then_requeue_and_delete() {
     let all = server.json(&["requeue", "-t", "jobs", "--all"]);
     assert_eq!(all["requeued"], 1, "{all}");
 
-    server.run(&["delete", "-t", "jobs", "-i", "d-2"]).assert_code(0);
+    server
+        .run(&["delete", "-t", "jobs", "-i", "d-2"])
+        .assert_code(0);
     let gone = server.run(&["get", "-t", "jobs", "-i", "d-2"]);
     gone.assert_code(1);
     assert!(gone.stderr.contains("404"), "{}", gone.stderr);
@@ -132,7 +146,10 @@ fn stats_tasks_and_topics() {
     server.run(&["add", "-t", "sms", "-i", "x"]).assert_code(0);
 
     let stats = server.json(&["stats", "-t", "mail"]);
-    assert_eq!((stats["ready"].as_u64(), stats["delayed"].as_u64()), (Some(3), Some(1)));
+    assert_eq!(
+        (stats["ready"].as_u64(), stats["delayed"].as_u64()),
+        (Some(3), Some(1))
+    );
     assert_eq!(stats["total"], 4);
     let all = server.json(&["stats"]);
     assert_eq!(all["sms"]["ready"], 1, "{all}");
@@ -154,7 +171,9 @@ fn stats_tasks_and_topics() {
 #[test]
 fn tables_for_people() {
     let server = Server::start();
-    let add = server.run(&["add", "-t", "mail", "-i", "m-1", "--body", "hello", "--delay", "15m"]);
+    let add = server.run(&[
+        "add", "-t", "mail", "-i", "m-1", "--body", "hello", "--delay", "15m",
+    ]);
     add.assert_code(0);
     assert!(add.stdout.contains("added task \"m-1\""), "{}", add.stdout);
     assert!(add.stdout.contains("due in 15m"), "{}", add.stdout);
@@ -162,19 +181,42 @@ fn tables_for_people() {
     let get = server.run(&["get", "-t", "mail", "-i", "m-1"]);
     get.assert_code(0);
     for expected in ["state", "delayed", "due", "in 14m", "ttr", "30s", "hello"] {
-        assert!(get.stdout.contains(expected), "{expected} missing:\n{}", get.stdout);
+        assert!(
+            get.stdout.contains(expected),
+            "{expected} missing:\n{}",
+            get.stdout
+        );
     }
 
     let tasks = server.run(&["tasks", "-t", "mail"]);
     tasks.assert_code(0);
-    for expected in ["id", "state", "due", "retries", "ttr", "body", "m-1", "1 of 1 tasks"] {
-        assert!(tasks.stdout.contains(expected), "{expected} missing:\n{}", tasks.stdout);
+    for expected in [
+        "id",
+        "state",
+        "due",
+        "retries",
+        "ttr",
+        "body",
+        "m-1",
+        "1 of 1 tasks",
+    ] {
+        assert!(
+            tasks.stdout.contains(expected),
+            "{expected} missing:\n{}",
+            tasks.stdout
+        );
     }
 
     let stats = server.run(&["stats"]);
     stats.assert_code(0);
-    for expected in ["topic", "delayed", "ready", "active", "dead", "next due", "mail"] {
-        assert!(stats.stdout.contains(expected), "{expected} missing:\n{}", stats.stdout);
+    for expected in [
+        "topic", "delayed", "ready", "active", "dead", "next due", "mail",
+    ] {
+        assert!(
+            stats.stdout.contains(expected),
+            "{expected} missing:\n{}",
+            stats.stdout
+        );
     }
     let topics = server.run(&["topics"]);
     topics.assert_code(0);
@@ -188,11 +230,17 @@ fn tables_for_people() {
 #[test]
 fn pop_table_shows_the_receipt() {
     let server = Server::start();
-    server.run(&["add", "-t", "q", "-i", "p-1", "--body", "x"]).assert_code(0);
+    server
+        .run(&["add", "-t", "q", "-i", "p-1", "--body", "x"])
+        .assert_code(0);
     let pop = server.run(&["pop", "-t", "q", "--timeout", "2s"]);
     pop.assert_code(0);
     for expected in ["topic", "id", "receipt", "p-1"] {
-        assert!(pop.stdout.contains(expected), "{expected} missing:\n{}", pop.stdout);
+        assert!(
+            pop.stdout.contains(expected),
+            "{expected} missing:\n{}",
+            pop.stdout
+        );
     }
     let task: Value = server.json(&["get", "-t", "q", "-i", "p-1"]);
     assert_eq!(task["state_name"], "active");

@@ -192,6 +192,12 @@ pub async fn run(client: &Client, bench: &LatenessBench) -> Result<Vec<BenchResu
          for the firing alone"
             .into(),
     );
+    if bench.rate != 10_000 {
+        result.not_comparable(format!(
+            "the target is for 10 000 tasks/s; this run had {} tasks/s",
+            bench.rate
+        ));
+    }
     result.notes.push(format!(
         "received {got} of {total} tasks; {early} arrived before their due_ms; {} were \
          acknowledged by /add only after their due time",

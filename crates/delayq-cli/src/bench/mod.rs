@@ -207,6 +207,17 @@ pub struct BenchResult {
 }
 
 impl BenchResult {
+    /// Keeps the target for reference but does not judge the figure against it, because the
+    /// run's settings differ from the target's condition (`why`).
+    pub fn not_comparable(&mut self, why: String) {
+        if self.target.is_some() {
+            self.met = None;
+            self.notes.push(format!(
+                "{why}, so the figure is not judged against the target"
+            ));
+        }
+    }
+
     /// A result compared with `target`.
     pub fn new(
         bench: impl Into<String>,

@@ -153,8 +153,7 @@ pub async fn run(client: &Client, bench: &PopBench) -> Result<Vec<BenchResult>, 
         bench.workers,
         super::group_digits(bench.tasks as f64)
     );
-    let target = (bench.count == 1).then_some(TARGET);
-    let mut result = BenchResult::new("pop", measured, rate, "tasks/s", target);
+    let mut result = BenchResult::new("pop", measured, rate, "tasks/s", Some(TARGET));
     result.latency_ms = Some(Percentiles::from_micros(&pop_latency));
     result.latency_of = "pop request";
     result.ops = finished;
@@ -175,10 +174,11 @@ pub async fn run(client: &Client, bench: &PopBench) -> Result<Vec<BenchResult>, 
             format_duration(bench.max_time)
         ));
     }
-    if bench.count > 1 {
-        result.notes.push(format!(
-            "with --count {} the target (one task per pop) does not apply",
-            bench.count
+    if bench.count != 1 || bench.workers != 32 {
+        result.not_comparable(format!(
+            "the target is for 32 workers popping one task at a time; this run had {} workers \
+             and pop count {}",
+            bench.workers, bench.count
         ));
     }
     Ok(vec![prefill, result])
