@@ -62,7 +62,6 @@ impl CliError {
     pub fn exit_code(&self) -> u8 {
         match self {
             CliError::Client(err) if err.is_transport() => EXIT_UNREACHABLE,
-            CliError::Bench { reason, .. } if reason.contains("cannot reach") => EXIT_UNREACHABLE,
             _ => EXIT_ERROR,
         }
     }

@@ -51,6 +51,7 @@ fn unreachable_server_exits_with_2_naming_the_url() {
         vec!["get", "-t", "a", "-i", "b", "--server", &url],
         vec!["add", "-t", "a", "-i", "b", "--server", &url, "--json"],
         vec!["stats", "--server", &url],
+        vec!["bench", "add", "--duration", "1s", "--server", &url],
     ] {
         let run = delayq(&args);
         run.assert_code(2);

@@ -289,18 +289,20 @@ async fn produce(
         })?;
     }
     let first_error = first_error.lock().ok().and_then(|mut slot| slot.take());
-    if let Some(err) = &first_error
-        && err.is_transport()
-        && errors.load(Ordering::Relaxed) >= total
-    {
-        return Err(CliError::Bench {
-            bench: "lateness",
-            reason: err.to_string(),
+    if let Some(err) = first_error {
+        if err.is_transport() && errors.load(Ordering::Relaxed) >= total {
+            // Not one task got through: the server is unreachable, say so (exit code 2).
+            return Err(err.into());
+        }
+        return Ok(Produced {
+            errors: errors.load(Ordering::Relaxed),
+            first_error: Some(err.to_string()),
+            late_adds: late_adds.load(Ordering::Relaxed),
         });
     }
     Ok(Produced {
         errors: errors.load(Ordering::Relaxed),
-        first_error: first_error.map(|err| err.to_string()),
+        first_error: None,
         late_adds: late_adds.load(Ordering::Relaxed),
     })
 }
