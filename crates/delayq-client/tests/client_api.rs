@@ -23,7 +23,7 @@ async fn start(tokens: Vec<TokenConfig>) -> TestServer {
     let mut config = ServerConfig::default();
     config.storage = StorageConfig::Memory;
     config.tokens = tokens;
-    let queue = delayq_server::build_queue(&config).expect("queue");
+    let queue = delayq_server::build_queue(&config).await.expect("queue");
     let (stop, stopped) = oneshot::channel::<()>();
     tokio::spawn(async move {
         let shutdown = async {
