@@ -11,6 +11,10 @@
 //! for a lease time drops its buckets itself, so two instances never both believe they
 //! hold one for long; the fencing token in each partition refuses a stale holder's tick in
 //! any case. A graceful shutdown releases the leases at once.
+//!
+//! When a tick is fenced off, the promoter reports the bucket and the newer token: the next
+//! round gives the bucket up and (if it is still this instance's share) takes it anew, with a
+//! token above every fence seen, so promotion heals even if the token counter was lost.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -74,6 +78,7 @@ async fn round(
     offset: u64,
 ) -> Result<HashMap<u32, u64>, BackendError> {
     let keys = &shared.keys;
+    let (floor, fenced) = shared.take_fenced();
     let mut inv = SCRIPTS.lease.prepare_invoke();
     inv.key(keys.lease_instances()).key(keys.lease_token());
     for b in 0..LEASE_BUCKETS {
@@ -82,11 +87,21 @@ async fn round(
     inv.arg(&shared.instance)
         .arg(shared.options.lease_ms)
         .arg(offset)
-        .arg(mode);
+        .arg(mode)
+        .arg(floor);
+    for b in &fenced {
+        inv.arg(*b);
+    }
     let what = "renewing promotion leases";
-    let values: Vec<redis::Value> = shared
-        .io(what, inv.invoke_async(&mut shared.conn()))
-        .await?;
+    let values: Vec<redis::Value> =
+        match shared.io(what, inv.invoke_async(&mut shared.conn())).await {
+            Ok(v) => v,
+            Err(e) => {
+                // Try again next round.
+                shared.report_fenced(floor, &fenced);
+                return Err(e);
+            }
+        };
     let nums: Vec<i64> = values.iter().filter_map(int).collect();
     if nums.len() != values.len() || !nums.len().is_multiple_of(2) {
         return Err(BackendError::protocol(what, "odd lease reply"));

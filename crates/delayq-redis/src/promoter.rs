@@ -233,8 +233,15 @@ impl Promoter {
             match reply.status {
                 Status::Ok => {}
                 Status::Fenced(newer) => {
-                    tracing::info!(topic, partition = p, newer, "lease lost to a newer holder");
-                    self.leases.remove(&bucket_of(topic, *p));
+                    tracing::info!(
+                        topic,
+                        partition = p,
+                        newer,
+                        "tick fenced off by a newer token"
+                    );
+                    let bucket = bucket_of(topic, *p);
+                    s.report_fenced(newer, &[bucket]);
+                    self.leases.remove(&bucket);
                     self.recompute();
                     continue;
                 }

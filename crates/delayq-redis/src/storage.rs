@@ -65,6 +65,8 @@ pub(crate) struct Shared {
     receipt_counter: AtomicU64,
     seed: u64,
     op_timeout: Duration,
+    /// Buckets whose tick was fenced off, and the highest fence seen, for the lease keeper.
+    fenced: Mutex<(u64, Vec<u32>)>,
 }
 
 /// A random 64-bit value (std's per-process random hash keys, mixed with the time).
@@ -255,6 +257,22 @@ impl Shared {
         for _ in 0..reply.dead {
             self.ctx.metrics.observe_dead();
         }
+    }
+
+    /// Tells the lease keeper that a bucket's tick was refused by a fence of `token`.
+    pub fn report_fenced(&self, token: u64, buckets: &[u32]) {
+        let mut fenced = self.fenced.lock();
+        fenced.0 = fenced.0.max(token);
+        for b in buckets {
+            if !fenced.1.contains(b) {
+                fenced.1.push(*b);
+            }
+        }
+    }
+
+    /// Takes what [`Shared::report_fenced`] reported since the last call.
+    pub fn take_fenced(&self) -> (u64, Vec<u32>) {
+        std::mem::take(&mut *self.fenced.lock())
     }
 
     /// 12 hex digits, random per pop; the script appends 4 more per task.
@@ -538,6 +556,7 @@ pub async fn start(ctx: StorageContext, options: RedisOptions) -> Result<Arc<Red
         receipt_counter: AtomicU64::new(0),
         seed,
         op_timeout,
+        fenced: Mutex::new((0, Vec::new())),
         options,
     });
     if let Err(e) = shared

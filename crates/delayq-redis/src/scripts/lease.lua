@@ -2,7 +2,9 @@
 -- KEYS[1] the live instances (a sorted set scored by heartbeat expiry, Redis time),
 -- KEYS[2] the fencing token counter, KEYS[3..] the lease of each bucket of partitions.
 -- ARGV[1] the instance id, ARGV[2] the lease time (ms), ARGV[3] a rotation offset for the
--- buckets it acquires, ARGV[4] 'tick' or 'release'.
+-- buckets it acquires, ARGV[4] 'tick' or 'release', ARGV[5] the lowest token a new lease
+-- may get (a partition's fence was found above the counter), ARGV[6..] buckets to give up
+-- first (their tick was fenced off) and take anew with a fresh token.
 -- A lease's value is "<instance>:<token>". A tick renews the instance's heartbeat, keeps and
 -- renews its leases up to its fair share (ceil(buckets / live instances)), gives up the rest,
 -- and acquires free buckets up to its share, each with a new token.
@@ -22,13 +24,26 @@ end
 
 if ARGV[4] == 'release' then
   redis.call('ZREM', KEYS[1], me)
-  for i = 3, #KEYS do
-    local v = redis.call('GET', KEYS[i])
+  local values = redis.call('MGET', unpack(KEYS, 3))
+  for i = 1, n do
+    local v = values[i]
     if v and owner(v) == me then
-      redis.call('DEL', KEYS[i])
+      redis.call('DEL', KEYS[i + 2])
     end
   end
   return {}
+end
+
+local floor = tonumber(ARGV[5] or '0')
+if floor > 0 and tonumber(redis.call('GET', KEYS[2]) or '0') < floor then
+  redis.call('SET', KEYS[2], floor)
+end
+for i = 6, #ARGV do
+  local key = KEYS[tonumber(ARGV[i]) + 3]
+  local v = key and redis.call('GET', key)
+  if v and owner(v) == me then
+    redis.call('DEL', key)
+  end
 end
 
 local t = redis.call('TIME')
@@ -40,8 +55,9 @@ local share = math.ceil(n / live)
 
 local mine = {}
 local free = {}
+local values = redis.call('MGET', unpack(KEYS, 3))
 for i = 1, n do
-  local v = redis.call('GET', KEYS[i + 2])
+  local v = values[i]
   if v then
     local who, token = owner(v)
     if who == me then

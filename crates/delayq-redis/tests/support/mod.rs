@@ -244,3 +244,25 @@ where
     }
     false
 }
+
+/// How many lease buckets each instance holds, read from Redis (`dq` prefix).
+pub fn lease_owners(server: &RedisServer) -> std::collections::HashMap<String, usize> {
+    let keys: Vec<String> = (0..delayq_redis::keys::LEASE_BUCKETS)
+        .map(|b| format!("dq:{{lease}}:bucket:{b}"))
+        .collect();
+    let reply = server
+        .command(&format!("MGET {}", keys.join(" ")))
+        .expect("MGET the leases");
+    let mut owners = std::collections::HashMap::new();
+    let mut lines = reply.lines();
+    lines.next(); // *64
+    while let Some(len) = lines.next() {
+        if len == "$-1" {
+            continue;
+        }
+        let value = lines.next().unwrap_or_default();
+        let owner = value.split(':').next().unwrap_or_default().to_owned();
+        *owners.entry(owner).or_insert(0) += 1;
+    }
+    owners
+}
