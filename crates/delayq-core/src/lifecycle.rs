@@ -163,7 +163,14 @@ mod tests {
             ms: vec![120_000, 600_000],
         };
         let three = MaxRetries::Limited(3);
-        let table: [(MaxRetries, Option<&Backoff>, u32, Option<u64>, AfterFailure); 9] = [
+        type Row<'a> = (
+            MaxRetries,
+            Option<&'a Backoff>,
+            u32,
+            Option<u64>,
+            AfterFailure,
+        );
+        let table: [Row; 9] = [
             (
                 three,
                 None,

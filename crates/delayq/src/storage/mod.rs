@@ -12,6 +12,7 @@
 //! - [`memory`]: all state in process memory, nothing durable. The engine behind it is also
 //!   the heart of the durable embedded backend.
 
+pub mod embedded;
 pub mod engine;
 pub mod memory;
 

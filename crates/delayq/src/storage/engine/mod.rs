@@ -56,6 +56,11 @@ pub trait Journal: Send + 'static {
 
     /// Waits until the changes of `ticket` are durable.
     fn wait(ticket: Self::Ticket) -> impl Future<Output = Result<()>> + Send;
+
+    /// Makes everything written durable, at shutdown.
+    fn close(&mut self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// A journal that keeps nothing: the in-memory backend.
@@ -192,8 +197,18 @@ impl<J: Journal> Engine<J> {
         }
     }
 
-    /// Stops the drivers and refuses further operations. Returns the shards' journals'
-    /// pending tickets' results through `flush`.
+    /// Runs a background task of the backend (e.g. snapshots) that [`Engine::stop`] waits
+    /// for. The task gets a receiver that turns `true` when it must stop.
+    pub fn spawn_background<F, Fut>(&self, task: F)
+    where
+        F: FnOnce(watch::Receiver<bool>) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let handle = tokio::spawn(task(self.stop.subscribe()));
+        self.drivers.lock().push(handle);
+    }
+
+    /// Stops the drivers and background tasks, waits for them, and refuses further operations.
     pub async fn stop(&self) {
         self.closed.store(true, Ordering::Release);
         let _ = self.stop.send(true);
@@ -203,11 +218,9 @@ impl<J: Journal> Engine<J> {
         }
     }
 
-    /// Runs `f` on every shard in turn (snapshots, shutdown flushes).
-    pub fn for_each_shard(&self, mut f: impl FnMut(usize, &mut Shard<J>)) {
-        for (i, cell) in self.shards.iter().enumerate() {
-            f(i, &mut cell.state.lock());
-        }
+    /// Runs `f` on shard `index` with it locked (snapshots).
+    pub fn with_shard_at<R>(&self, index: usize, f: impl FnOnce(&mut Shard<J>) -> R) -> R {
+        f(&mut self.shards[index].state.lock())
     }
 }
 
@@ -394,7 +407,14 @@ impl<J: Journal> Storage for Engine<J> {
 
     async fn shutdown(&self) -> Result<()> {
         self.stop().await;
-        Ok(())
+        let mut first_error = Ok(());
+        for cell in self.shards.iter() {
+            let closed = cell.state.lock().journal.close();
+            if first_error.is_ok() {
+                first_error = closed;
+            }
+        }
+        first_error
     }
 }
 

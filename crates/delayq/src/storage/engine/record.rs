@@ -147,5 +147,7 @@ mod tests {
             assert_eq!(r.len(), 16);
             assert!(seen.insert(r));
         }
+        assert_eq!(format_receipt(255), "00000000000000ff");
+        assert_ne!(mix_receipt(0), 0, "zero means no receipt");
     }
 }

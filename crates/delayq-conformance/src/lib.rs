@@ -1,0 +1,171 @@
+//! The conformance suite: every rule of DESIGN §2 and every operation of §3 as one test, run
+//! against any [`Storage`] backend.
+//!
+//! A backend crate adds one line to an integration test file:
+//!
+//! ```text
+//! delayq_conformance::suite!(|ctx| async move { my_backend::start(ctx).await });
+//! ```
+//!
+//! The constructor receives a [`StorageContext`] whose clock is a [`ManualClock`], so rules
+//! about time are checked exactly: a test moves the clock to one millisecond before a due time
+//! and checks nothing is visible, then to the due time and checks it is. Effects of the
+//! backend's own timers (promotion, ttr expiry) happen asynchronously after the clock moves,
+//! so tests wait for them with [`Harness::eventually`], bounded in real time.
+
+pub mod cases;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use delayq::{
+    Clock, Delivery, Limits, ManualClock, NewTask, PopOptions, Queue, State, Storage,
+    StorageContext, TaskDefaults,
+};
+
+/// The epoch millisecond every suite test starts at (a fixed instant in 2027).
+pub const START_MS: u64 = 1_800_000_000_000;
+
+/// How long [`Harness::eventually`] waits, in real time, for an asynchronous effect.
+pub const EVENTUALLY: Duration = Duration::from_secs(10);
+
+/// A queue on a backend under test, with the manual clock that drives it.
+pub struct Harness {
+    /// The queue under test.
+    pub queue: Queue,
+    /// The clock; only the test moves it.
+    pub clock: ManualClock,
+}
+
+impl Harness {
+    /// Starts a backend with `make` on a fresh context (manual clock at [`START_MS`], default
+    /// limits, retention 60 s) and wraps it in a [`Queue`].
+    pub async fn new<F, Fut, S>(make: F) -> Harness
+    where
+        F: FnOnce(StorageContext) -> Fut,
+        Fut: Future<Output = Arc<S>>,
+        S: Storage,
+    {
+        let clock = ManualClock::new(START_MS);
+        let ctx = StorageContext::new(Arc::new(clock.clone()))
+            .with_defaults(TaskDefaults::default())
+            .with_limits(Limits::default());
+        let storage: Arc<dyn Storage> = make(ctx.clone()).await;
+        Harness {
+            queue: Queue::new(storage, ctx),
+            clock,
+        }
+    }
+
+    /// The manual clock's time.
+    pub fn now(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    /// Moves the clock forward.
+    pub fn advance(&self, ms: u64) {
+        self.clock.advance(ms);
+    }
+
+    /// Waits until `check` holds, polling; panics with `what` after [`EVENTUALLY`].
+    pub async fn eventually<F, Fut>(&self, what: &str, mut check: F)
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = bool>,
+    {
+        let start = std::time::Instant::now();
+        while start.elapsed() < EVENTUALLY {
+            if check().await {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        panic!("timed out waiting until {what}");
+    }
+
+    /// The state of (topic, id), or `None` when it has no record.
+    pub async fn state(&self, topic: &str, id: &str) -> Option<State> {
+        self.queue.get(topic, id).await.ok().map(|t| t.state)
+    }
+
+    /// Waits until (topic, id) is in `state`.
+    pub async fn wait_state(&self, topic: &str, id: &str, state: State) {
+        self.eventually(&format!("{topic}/{id} is {state}"), || async {
+            self.state(topic, id).await == Some(state)
+        })
+        .await;
+    }
+
+    /// Adds a task, panicking on failure.
+    pub async fn add(&self, task: NewTask) {
+        let (topic, id) = (task.topic.clone(), task.id.clone());
+        self.queue
+            .add(task)
+            .await
+            .unwrap_or_else(|e| panic!("adding {topic}/{id}: {e}"));
+    }
+
+    /// Pops without waiting.
+    pub async fn pop_now(&self, topic: &str, count: usize) -> Vec<Delivery> {
+        self.queue
+            .pop(topic, PopOptions::default().count(count))
+            .await
+            .expect("pop")
+    }
+
+    /// Pops one task that must be ready now (waiting for the backend's promotion).
+    pub async fn pop_ready(&self, topic: &str) -> Delivery {
+        let start = std::time::Instant::now();
+        while start.elapsed() < EVENTUALLY {
+            if let Some(d) = self.pop_now(topic, 1).await.pop() {
+                return d;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        panic!("no task of {topic} became ready");
+    }
+}
+
+/// Generates one `#[tokio::test]` per case of [`cases`] for the backend built by `$make`, a
+/// closure `|ctx: StorageContext| async move { Arc<impl Storage> }`.
+#[macro_export]
+macro_rules! suite {
+    ($make:expr) => {
+        $crate::suite!(@cases $make;
+            add_then_get, due_is_absolute, never_early, prompt_without_other_activity,
+            long_poll_wakes_when_due, long_poll_times_out_empty, pop_order_is_earliest_due_first,
+            pop_count_and_auto_finish, ttr_expiry_redelivers, touch_restarts_ttr,
+            stale_receipt_is_conflict, finish_only_from_active, release_without_backoff_is_immediate,
+            release_with_delay_overrides_backoff, backoff_kinds_delay_redelivery,
+            max_retries_counts_redeliveries, zero_retries_means_one_attempt,
+            unlimited_retries, dead_keeps_error_and_history, requeue_one_and_all,
+            cancel_is_final, cancel_conflicts_and_not_found, duplicates_reject_replace_keep,
+            replace_makes_old_receipt_stale, retention_removes_finished_and_cancelled,
+            dead_is_kept_past_retention, delete_any_state, batch_add_per_task_results,
+            list_orders_by_due_and_pages, stats_are_counters, topics_lists_every_topic,
+            far_future_task_fires_on_time, callbacks_finish_and_release,
+            callback_past_ttr_is_redelivered, callbacks_respect_concurrency, shutdown_refuses_work
+        );
+    };
+    (@cases $make:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let harness = $crate::Harness::new($make).await;
+                $crate::cases::$case(&harness).await;
+                let _ = harness.queue.shutdown().await;
+            }
+        )*
+    };
+}
+
+/// A fresh data directory under the test target's scratch space (`CARGO_TARGET_TMPDIR` of the
+/// caller), kept after the test so a failure can be inspected.
+pub fn scratch_dir(base: &str) -> std::path::PathBuf {
+    tempfile::Builder::new()
+        .prefix("delayq-")
+        .tempdir_in(base)
+        .expect("creating a scratch directory")
+        .keep()
+}

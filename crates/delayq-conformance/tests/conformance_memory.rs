@@ -1,0 +1,3 @@
+//! The conformance suite against the in-memory backend.
+
+delayq_conformance::suite!(|ctx| async move { delayq::storage::memory::start(ctx, 4) });

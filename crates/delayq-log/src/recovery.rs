@@ -1,0 +1,320 @@
+//! Opening a log: choose a snapshot, replay it and the segments after it, cut a torn tail,
+//! and prepare the newest segment for appending.
+//!
+//! The rules:
+//! - The newest snapshot whose header and end frames are intact is used; newer ones whose
+//!   ends are damaged are skipped and reported. Damage inside the chosen snapshot is an error.
+//! - Segments whose records are all covered by the snapshot are not read (and are removed).
+//!   The others must follow each other without a gap; a gap is an error that names it.
+//! - Damage in any segment but the newest, or damage in the newest one that is followed by
+//!   a valid frame, is an error naming the file and offset. Damage at the end of the newest
+//!   segment with nothing valid after it is a torn tail: an interrupted write. It is cut and
+//!   reported. A newest segment whose header itself is torn is removed.
+//! - Records are replayed in sequence order: first the snapshot's, then every log record
+//!   after the snapshot's covered sequence number.
+
+use std::fs::OpenOptions;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::error::{Corruption, IoContext, IoFailure, IoOp, OpenError};
+use crate::layout::{self, Listing, header};
+use crate::options::LogOptions;
+use crate::segment::{self, ScanError};
+use crate::snapshot::{self, SnapshotMeta};
+use crate::writer::{Active, Files, SegmentMeta};
+
+/// One item handed to the replay callback of [`Log::open`](crate::Log::open).
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replayed<'a> {
+    /// One record of the snapshot, in the order they were given to
+    /// [`Log::write_snapshot`](crate::Log::write_snapshot). All snapshot records come first.
+    Snapshot(&'a [u8]),
+    /// One log record appended after the snapshot was taken, in sequence order.
+    Record {
+        /// The record's sequence number.
+        seq: u64,
+        /// The record as it was appended.
+        bytes: &'a [u8],
+    },
+}
+
+/// A torn tail that recovery cut from the newest segment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TornTail {
+    /// The segment that was cut.
+    pub file: PathBuf,
+    /// Where it was cut: the offset of the first incomplete or damaged frame.
+    pub offset: u64,
+    /// How many bytes were cut.
+    pub bytes_cut: u64,
+}
+
+/// What [`Log::open`](crate::Log::open) found and did.
+#[non_exhaustive]
+#[derive(Debug, Clone, Default)]
+pub struct RecoveryReport {
+    /// The snapshot replayed, if any.
+    pub snapshot: Option<PathBuf>,
+    /// The last sequence number the snapshot covers (0 without a snapshot).
+    pub snapshot_covers_seq: u64,
+    /// Records replayed from the snapshot.
+    pub snapshot_records: u64,
+    /// Segments read.
+    pub segments_read: usize,
+    /// Log records replayed (after the snapshot).
+    pub records_replayed: u64,
+    /// The last sequence number in the log; the next append gets the one after it.
+    pub last_seq: u64,
+    /// The torn tail that was cut, if there was one.
+    pub torn_tail: Option<TornTail>,
+    /// Newer snapshots that were skipped because their header or end was damaged.
+    pub skipped_snapshots: Vec<Corruption>,
+    /// Obsolete files removed: segments covered by the snapshot, older snapshots, leftover
+    /// temporary files, and a newest segment whose header was torn.
+    pub removed_files: Vec<PathBuf>,
+    /// How long opening took.
+    pub elapsed: Duration,
+}
+
+/// The result of recovery: what the writer needs to continue.
+pub(crate) struct Recovered {
+    pub(crate) report: RecoveryReport,
+    pub(crate) next_seq: u64,
+    pub(crate) files: Files,
+    pub(crate) active: Active,
+    pub(crate) segment_len: u64,
+}
+
+/// Replays the log in `dir` (already locked) into `replay`, repairs a torn tail, and opens
+/// the newest segment for appending.
+pub(crate) fn recover<E>(
+    dir: &Path,
+    options: &LogOptions,
+    replay: &mut dyn FnMut(crate::Replayed<'_>) -> Result<(), E>,
+) -> Result<Recovered, OpenError<E>> {
+    let started = Instant::now();
+    let mut report = RecoveryReport::default();
+    let listing = layout::list(dir)?;
+
+    let snapshot = choose_snapshot(&listing, &mut report)?;
+    let covers = snapshot.as_ref().map_or(0, |s| s.covers_seq);
+    if let Some(snap) = &snapshot {
+        let records = snapshot::read(&snap.path, covers, |body| {
+            replay(crate::Replayed::Snapshot(body))
+        })
+        .map_err(scan_error)?;
+        report.snapshot = Some(snap.path.clone());
+        report.snapshot_covers_seq = covers;
+        report.snapshot_records = records;
+    }
+
+    let segments = &listing.segments;
+    // Segments all of whose records the snapshot covers: the next segment starts at or
+    // before covers + 1. The newest segment is never obsolete.
+    let obsolete = segments
+        .windows(2)
+        .take_while(|w| w[1].0 <= covers + 1)
+        .count();
+    let mut expected = covers + 1;
+    let mut live: Vec<SegmentMeta> = Vec::new();
+    let mut newest_end = 0;
+    let mut missing_error = None;
+    for (index, (first_seq, path)) in segments.iter().enumerate().skip(obsolete) {
+        let is_newest = index + 1 == segments.len();
+        if *first_seq > expected {
+            missing_error = Some(OpenError::MissingRecords {
+                from: expected,
+                to: first_seq - 1,
+                next_file: path.clone(),
+            });
+            break;
+        }
+        if live.last().is_some() && *first_seq < expected {
+            return Err(OpenError::Corrupt(Corruption {
+                file: path.clone(),
+                offset: 0,
+                problem: crate::FrameProblem::BadHeader(
+                    "first seq overlaps the records of the previous segment",
+                ),
+            }));
+        }
+        let scan = segment::scan(path, *first_seq, |seq, bytes| {
+            if seq > covers {
+                replay(crate::Replayed::Record { seq, bytes })?;
+                report.records_replayed += 1;
+            }
+            Ok(())
+        })
+        .map_err(scan_error)?;
+        report.segments_read += 1;
+        let mut valid_len = scan.file_len;
+        if let Some(damage) = scan.damage {
+            if !(is_newest && damage.torn) {
+                return Err(OpenError::Corrupt(Corruption {
+                    file: path.clone(),
+                    offset: damage.offset,
+                    problem: damage.problem,
+                }));
+            }
+            valid_len = damage.offset;
+            report.torn_tail = Some(TornTail {
+                file: path.clone(),
+                offset: damage.offset,
+                bytes_cut: scan.file_len - damage.offset,
+            });
+            if damage.offset < header::HEADER_FRAME_LEN as u64 {
+                // Not even the header survived: the segment holds nothing.
+                options.storage.remove_file(path).ctx(IoOp::Remove, path)?;
+                options.storage.sync_dir(dir).ctx(IoOp::SyncDir, dir)?;
+                report.removed_files.push(path.clone());
+                continue;
+            }
+            truncate(path, damage.offset)?;
+        }
+        newest_end = first_seq + scan.records;
+        expected = expected.max(newest_end);
+        live.push(SegmentMeta {
+            first_seq: *first_seq,
+            path: path.clone(),
+            bytes: valid_len,
+        });
+    }
+    if let Some(error) = missing_error {
+        // A gap behind a skipped, damaged snapshot is best explained by that damage.
+        return Err(match report.skipped_snapshots.first() {
+            Some(damage) => OpenError::Corrupt(damage.clone()),
+            None => error,
+        });
+    }
+    let next_seq = expected;
+    report.last_seq = next_seq - 1;
+
+    remove_obsolete(
+        dir,
+        options,
+        &listing,
+        obsolete,
+        snapshot.as_ref(),
+        &mut report,
+    )?;
+
+    // Continue in the newest segment if it ends exactly where the log does; otherwise (no
+    // segment yet, or the snapshot covers more than the segments hold) start a new one.
+    let continue_newest = !live.is_empty() && newest_end == next_seq;
+    let (active, segment_len) = if continue_newest {
+        let newest = live.last().expect("checked");
+        let file = options
+            .storage
+            .open_append(&newest.path)
+            .ctx(IoOp::OpenSegment, &newest.path)?;
+        let active = Active {
+            file,
+            path: newest.path.clone(),
+        };
+        (active, newest.bytes)
+    } else {
+        let (active, len) = create_segment(dir, options, next_seq)?;
+        live.push(SegmentMeta {
+            first_seq: next_seq,
+            path: active.path.clone(),
+            bytes: len,
+        });
+        (active, len)
+    };
+
+    report.elapsed = started.elapsed();
+    Ok(Recovered {
+        report,
+        next_seq,
+        files: Files {
+            segments: live,
+            snapshot,
+        },
+        active,
+        segment_len,
+    })
+}
+
+/// Picks the newest snapshot whose header and end frames are intact.
+fn choose_snapshot<E>(
+    listing: &Listing,
+    report: &mut RecoveryReport,
+) -> Result<Option<SnapshotMeta>, OpenError<E>> {
+    for (covers, path) in listing.snapshots.iter().rev() {
+        match snapshot::check_ends(path, *covers)? {
+            Ok(meta) => return Ok(Some(meta)),
+            Err(damage) => report.skipped_snapshots.push(damage),
+        }
+    }
+    Ok(None)
+}
+
+fn scan_error<E>(e: ScanError<E>) -> OpenError<E> {
+    match e {
+        ScanError::Io(f) => OpenError::Io(f),
+        ScanError::Callback(e) => OpenError::Replay(e),
+        ScanError::Corrupt(c) => OpenError::Corrupt(c),
+    }
+}
+
+/// Cuts `path` to `len` bytes, durably.
+fn truncate(path: &Path, len: u64) -> Result<(), IoFailure> {
+    let file = OpenOptions::new()
+        .write(true)
+        .open(path)
+        .ctx(IoOp::Truncate, path)?;
+    file.set_len(len).ctx(IoOp::Truncate, path)?;
+    file.sync_all().ctx(IoOp::Truncate, path)
+}
+
+/// Removes files the chosen snapshot made obsolete, and leftover temporary files.
+fn remove_obsolete(
+    dir: &Path,
+    options: &LogOptions,
+    listing: &Listing,
+    obsolete_segments: usize,
+    snapshot: Option<&SnapshotMeta>,
+    report: &mut RecoveryReport,
+) -> Result<(), IoFailure> {
+    let covers = snapshot.map_or(0, |s| s.covers_seq);
+    let older_snapshots = listing
+        .snapshots
+        .iter()
+        .filter(|(seq, _)| snapshot.is_some() && *seq < covers)
+        .map(|(_, path)| path);
+    let doomed: Vec<&PathBuf> = listing.segments[..obsolete_segments]
+        .iter()
+        .map(|(_, path)| path)
+        .chain(older_snapshots)
+        .chain(listing.temps.iter())
+        .collect();
+    for path in &doomed {
+        options.storage.remove_file(path).ctx(IoOp::Remove, path)?;
+        report.removed_files.push(path.to_path_buf());
+    }
+    if !doomed.is_empty() {
+        options.storage.sync_dir(dir).ctx(IoOp::SyncDir, dir)?;
+    }
+    Ok(())
+}
+
+/// Creates the segment whose first record will be `first_seq`, with its header, durably.
+pub(crate) fn create_segment(
+    dir: &Path,
+    options: &LogOptions,
+    first_seq: u64,
+) -> Result<(Active, u64), IoFailure> {
+    let path = dir.join(layout::segment_name(first_seq));
+    let mut file = options
+        .storage
+        .create_new(&path)
+        .ctx(IoOp::CreateSegment, &path)?;
+    let mut head = Vec::new();
+    header::encode_segment(&mut head, first_seq);
+    file.write_all(&head).ctx(IoOp::WriteSegment, &path)?;
+    file.sync_data().ctx(IoOp::SyncSegment, &path)?;
+    options.storage.sync_dir(dir).ctx(IoOp::SyncDir, dir)?;
+    Ok((Active { file, path }, head.len() as u64))
+}

@@ -1,0 +1,55 @@
+//! Shared helpers of the integration tests: open a log and collect what it replays.
+
+#![allow(dead_code)]
+
+use std::convert::Infallible;
+use std::path::Path;
+
+use delayq_log::{Log, LogOptions, OpenError, RecoveryReport, Replayed};
+
+/// Everything a log replayed on open.
+#[derive(Debug, Default)]
+pub struct Replay {
+    /// Snapshot records, in order.
+    pub snapshot: Vec<Vec<u8>>,
+    /// Log records after the snapshot, with their sequence numbers.
+    pub records: Vec<(u64, Vec<u8>)>,
+}
+
+impl Replay {
+    /// The snapshot records followed by the log records' bytes.
+    pub fn all(&self) -> Vec<Vec<u8>> {
+        let mut all = self.snapshot.clone();
+        all.extend(self.records.iter().map(|(_, r)| r.clone()));
+        all
+    }
+}
+
+/// Opens the log in `dir`, collecting the replay.
+pub fn open(
+    dir: &Path,
+    options: LogOptions,
+) -> Result<(Log, RecoveryReport, Replay), OpenError<Infallible>> {
+    let mut replay = Replay::default();
+    let (log, report) = Log::open(dir, options, |item| {
+        match item {
+            Replayed::Snapshot(bytes) => replay.snapshot.push(bytes.to_vec()),
+            Replayed::Record { seq, bytes } => replay.records.push((seq, bytes.to_vec())),
+            _ => unreachable!("no other kind of item yet"),
+        }
+        Ok(())
+    })?;
+    Ok((log, report, replay))
+}
+
+/// Options with small segments, for tests that want rotation.
+pub fn small_segments() -> LogOptions {
+    LogOptions::default().with_segment_bytes(4096)
+}
+
+/// A record body of `len` bytes derived from `i`.
+pub fn record(i: u64, len: usize) -> Vec<u8> {
+    let mut body = format!("record-{i}-").into_bytes();
+    body.resize(len.max(body.len()), b'a' + (i % 26) as u8);
+    body
+}
