@@ -266,3 +266,87 @@ pub fn lease_owners(server: &RedisServer) -> std::collections::HashMap<String, u
     }
     owners
 }
+
+/// A Redis backend that owns its redis-server: the server is killed when the backend is
+/// dropped (for the conformance suite, whose harness owns only the storage).
+pub struct Served {
+    storage: Arc<RedisStorage>,
+    _server: RedisServer,
+}
+
+/// Starts a redis-server and a backend over it, on `ctx`.
+pub async fn served(ctx: StorageContext) -> Arc<Served> {
+    let server = RedisServer::start();
+    let storage = delayq_redis::start(ctx, options(&server))
+        .await
+        .expect("start the Redis backend");
+    Arc::new(Served {
+        storage,
+        _server: server,
+    })
+}
+
+#[async_trait::async_trait]
+impl delayq::Storage for Served {
+    async fn add(&self, tasks: Vec<delayq::TaskSpec>) -> delayq::Result<Vec<delayq::AddResult>> {
+        self.storage.add(tasks).await
+    }
+    async fn pop(
+        &self,
+        topic: &str,
+        max: usize,
+        auto_finish: bool,
+    ) -> delayq::Result<Vec<delayq::Delivery>> {
+        self.storage.pop(topic, max, auto_finish).await
+    }
+    async fn finish(&self, topic: &str, id: &str, receipt: Option<&str>) -> delayq::Result<()> {
+        self.storage.finish(topic, id, receipt).await
+    }
+    async fn release(
+        &self,
+        topic: &str,
+        id: &str,
+        options: delayq::ReleaseOptions,
+    ) -> delayq::Result<delayq::State> {
+        self.storage.release(topic, id, options).await
+    }
+    async fn touch(&self, topic: &str, id: &str, receipt: Option<&str>) -> delayq::Result<u64> {
+        self.storage.touch(topic, id, receipt).await
+    }
+    async fn cancel(&self, topic: &str, id: &str) -> delayq::Result<()> {
+        self.storage.cancel(topic, id).await
+    }
+    async fn requeue(&self, topic: &str, id: &str) -> delayq::Result<()> {
+        self.storage.requeue(topic, id).await
+    }
+    async fn requeue_all(&self, topic: &str) -> delayq::Result<u64> {
+        self.storage.requeue_all(topic).await
+    }
+    async fn delete(&self, topic: &str, id: &str) -> delayq::Result<()> {
+        self.storage.delete(topic, id).await
+    }
+    async fn get(&self, topic: &str, id: &str) -> delayq::Result<delayq::TaskInfo> {
+        self.storage.get(topic, id).await
+    }
+    async fn list(
+        &self,
+        topic: &str,
+        state: Option<delayq::State>,
+        page: u64,
+        page_size: u64,
+    ) -> delayq::Result<delayq::Page<delayq::TaskInfo>> {
+        self.storage.list(topic, state, page, page_size).await
+    }
+    async fn stats(&self, topic: &str) -> delayq::Result<delayq::TopicStats> {
+        self.storage.stats(topic).await
+    }
+    async fn topics(&self) -> delayq::Result<Vec<(String, delayq::TopicStats)>> {
+        self.storage.topics().await
+    }
+    async fn check_ready(&self) -> delayq::Result<()> {
+        self.storage.check_ready().await
+    }
+    async fn shutdown(&self) -> delayq::Result<()> {
+        self.storage.shutdown().await
+    }
+}
