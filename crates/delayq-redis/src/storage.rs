@@ -291,7 +291,15 @@ impl Shared {
         args: &[&str],
     ) -> Result<Reply> {
         self.check_open()?;
-        let verb = op.map_or("delete", Op::name);
+        let verb = match op {
+            Some(Op::Finish) => "finishing",
+            Some(Op::Release) => "releasing",
+            Some(Op::Touch) => "touching",
+            Some(Op::Cancel) => "cancelling",
+            Some(Op::Requeue) => "requeueing",
+            Some(_) => "changing",
+            None => "deleting",
+        };
         let what = format!("{verb} task {id:?} of topic {topic:?}");
         let Some(parts) = self.partitions(topic, false).await? else {
             return Err(Error::not_found(topic, id));
