@@ -103,6 +103,9 @@ pub(crate) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                     tracing::info!("event subscription is back");
                 }
                 failures = 0;
+                // The shared connection may still hold the broken connection of before (it
+                // notices only when used): make it reconnect now, before consumers are woken.
+                shared.probe().await;
                 let _ = shared.promoter.send(Event::Resync);
                 let mut stream = pubsub.into_on_message();
                 loop {

@@ -6,7 +6,8 @@
 //!
 //! | key                                   | type   | holds                                     |
 //! |---------------------------------------|--------|-------------------------------------------|
-//! | `dq:{t#p}:t:<id>`                     | hash   | one task's record                         |
+//! | `dq:{t#p}:records`                    | hash   | task id → packed record (header + body)   |
+//! | `dq:{t#p}:extras`                     | hash   | task id → backoff, last error, history    |
 //! | `dq:{t#p}:delayed` … `:dead`          | zset   | the tasks in each state, scored by due    |
 //! | `dq:{t#p}:deadlines`                  | zset   | ACTIVE tasks scored by ttr deadline       |
 //! | `dq:{t#p}:finished:expiry`, `:cancelled:expiry` | zset | retained records by end of retention |
@@ -92,8 +93,8 @@ pub(crate) struct PartitionKeys {
     pub base: String,
 }
 
-/// The suffixes of the nine sets every partition script declares, in `KEYS` order.
-const SETS: [&str; 9] = [
+/// The suffixes of the keys every partition script declares, in `KEYS` order.
+const SETS: [&str; 11] = [
     "delayed",
     "ready",
     "active",
@@ -103,10 +104,12 @@ const SETS: [&str; 9] = [
     "deadlines",
     "finished:expiry",
     "cancelled:expiry",
+    "records",
+    "extras",
 ];
 
 impl PartitionKeys {
-    /// The nine sets, in the order the scripts expect them as `KEYS`.
+    /// The keys every partition script declares, in the order it expects them as `KEYS`.
     pub fn sets(&self) -> impl Iterator<Item = String> + '_ {
         SETS.iter().map(|s| format!("{}{s}", self.base))
     }
@@ -120,8 +123,12 @@ impl PartitionKeys {
         format!("{}fence", self.base)
     }
 
-    pub fn task(&self, id: &str) -> String {
-        format!("{}t:{id}", self.base)
+    pub fn records(&self) -> String {
+        format!("{}records", self.base)
+    }
+
+    pub fn extras(&self) -> String {
+        format!("{}extras", self.base)
     }
 }
 
@@ -164,11 +171,12 @@ mod tests {
     fn every_partition_key_shares_one_hash_tag() {
         let keys = Keys::new("dq");
         let pk = keys.partition("orders", 7);
-        assert_eq!(pk.task("o-1"), "dq:{orders#7}:t:o-1");
+        assert_eq!(pk.records(), "dq:{orders#7}:records");
         assert_eq!(pk.fence(), "dq:{orders#7}:fence");
         let sets: Vec<String> = pk.sets().collect();
         assert_eq!(sets[0], "dq:{orders#7}:delayed");
         assert_eq!(sets[8], "dq:{orders#7}:cancelled:expiry");
+        assert_eq!(sets[10], "dq:{orders#7}:extras");
         assert_eq!(pk.state_set(delayq::State::Dead), "dq:{orders#7}:dead");
         assert!(sets.iter().all(|k| k.contains("{orders#7}")));
         assert_eq!(keys.lease_bucket(3), "dq:{lease}:bucket:3");

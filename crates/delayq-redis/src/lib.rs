@@ -19,10 +19,17 @@
 //! use and never changes: an instance configured otherwise gets an error naming both
 //! values). All keys of one (topic, partition) share the hash tag `{<topic>#<p>}`, so each
 //! script touches one Redis Cluster slot and a busy topic spreads over many slots. Per
-//! partition there is one hash per task (`dq:{t#p}:t:<id>`), one sorted set per state scored
-//! by due (READY's gives pop its earliest-due-first order, and the sizes are the counters,
-//! so `stats` is O(partitions) and never scans), the ACTIVE tasks by ttr deadline, and the
-//! FINISHED / CANCELLED records by the end of their retention. See [`keys`] for the table.
+//! partition there is a hash of packed records (task id → a short header and the body), a
+//! hash of extras that only failing tasks or tasks with a backoff have (backoff, last error,
+//! bounded history), one sorted set per state scored by due (READY's gives pop its
+//! earliest-due-first order, and the sizes are the counters, so `stats` is O(partitions) and
+//! never scans), the ACTIVE tasks by ttr deadline, and the FINISHED / CANCELLED records by
+//! the end of their retention. See [`keys`] for the table.
+//!
+//! Records are packed into one hash per partition rather than one hash per task because a
+//! 100-byte body pushes a per-task hash out of Redis's compact listpack encoding (about
+//! 670 bytes per delayed task beyond the body, measured), while a hash field costs a dict
+//! entry and two strings.
 //!
 //! # Scripts
 //!
@@ -32,10 +39,11 @@
 //! and stats. Time comes from the queue's clock as an argument, never from Redis's `TIME`,
 //! so tests with a manual clock are exact. A failed attempt (release, ttr expiry) is decided
 //! in Lua exactly as `delayq_core::lifecycle::after_failure` decides it. A FINISHED or
-//! CANCELLED record is gone at the end of its retention by the queue's clock (scripts and
-//! reads treat it as absent from that instant, the promoter removes it), with a `PEXPIRE`
-//! backstop a little later in case no instance holds its partition. The scripts live in
-//! `src/scripts/*.lua`; `lib.lua` documents the arguments and the record's fields.
+//! CANCELLED record is gone at the end of its retention by the queue's clock: scripts, reads
+//! and counters treat it as absent from that instant, and the promoter's tick removes it.
+//! (A record field cannot carry a `PEXPIRE` of its own; expiry by the queue's clock is also
+//! what keeps manual-clock tests exact.) The scripts live in `src/scripts/*.lua`; `lib.lua`
+//! documents the arguments and the record format.
 //!
 //! # Promotion and leases
 //!

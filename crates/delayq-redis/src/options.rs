@@ -47,10 +47,6 @@ pub struct RedisOptions {
     /// How many due tasks, expired ttrs or expired records one promotion step handles per
     /// partition before letting other work in.
     pub promote_batch: usize,
-    /// How much longer than the retention the `PEXPIRE` backstop of a finished or cancelled
-    /// record waits. The promoter removes such records at the end of their retention by the
-    /// queue's clock; the backstop only matters when no instance holds the partition.
-    pub retention_grace: Duration,
 }
 
 impl RedisOptions {
@@ -65,7 +61,6 @@ impl RedisOptions {
             connect_timeout: Duration::from_secs(1),
             response_timeout: Duration::from_secs(2),
             promote_batch: 1_000,
-            retention_grace: Duration::from_secs(10),
         }
     }
 
@@ -108,12 +103,6 @@ impl RedisOptions {
     /// Sets how much one promotion step handles per partition.
     pub fn promote_batch(mut self, batch: usize) -> Self {
         self.promote_batch = batch;
-        self
-    }
-
-    /// Sets the grace of the `PEXPIRE` backstop of retained records.
-    pub fn retention_grace(mut self, grace: Duration) -> Self {
-        self.retention_grace = grace;
         self
     }
 

@@ -35,7 +35,7 @@ use crate::error::BackendError;
 use crate::keys::{Keys, PartitionKeys, partition_of};
 use crate::options::RedisOptions;
 use crate::promoter::Event;
-use crate::record::{self, Fields};
+use crate::record::{self, Record};
 use crate::scripts::{Reply, SCRIPTS, Status, int, text};
 
 /// Most tasks one add script handles (bigger batches become several scripts in one pipeline,
@@ -134,18 +134,14 @@ impl Shared {
         for key in pk.sets() {
             inv.key(key);
         }
-        let retention = self.ctx.defaults.retention_ms;
-        let backstop = retention
-            .saturating_add(self.options.retention_grace.as_millis() as u64)
-            .max(1);
         inv.arg(&pk.base)
             .arg(now)
             .arg(&self.channel)
             .arg(&self.instance)
             .arg(topic)
             .arg(partition)
-            .arg(retention)
-            .arg(backstop);
+            .arg(self.ctx.defaults.retention_ms)
+            .arg(0);
         inv
     }
 
@@ -256,6 +252,22 @@ impl Shared {
         }
         for _ in 0..reply.dead {
             self.ctx.metrics.observe_dead();
+        }
+    }
+
+    /// Makes sure the shared connection is usable: a few PINGs until one is answered (the
+    /// first after Redis came back fails on the old connection and starts a new one).
+    pub async fn probe(&self) {
+        for _ in 0..5 {
+            let ping = self
+                .io("checking that Redis answers", async {
+                    redis::cmd("PING").query_async::<()>(&mut self.conn()).await
+                })
+                .await;
+            if ping.is_ok() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 
@@ -404,6 +416,23 @@ impl Shared {
             _ => Ok(out),
         }
     }
+}
+
+/// The packed record of a new task (the format of `scripts/lib.lua`), in the state it
+/// enters at `now`: READY when due, else DELAYED.
+fn new_record(t: &TaskSpec, now: Millis) -> String {
+    let state = delayq::core::lifecycle::scheduled_state(t.due_ms, now);
+    let mut record = String::with_capacity(48 + t.body.len());
+    record.push_str(&format!(
+        "{},{},{},,{},{},,,\n",
+        state.code(),
+        t.due_ms,
+        t.created_at_ms,
+        t.ttr_ms,
+        t.max_retries.as_i64()
+    ));
+    record.push_str(&t.body);
+    record
 }
 
 fn parse_stats(value: Value, what: &str) -> Result<TopicStats, BackendError> {
@@ -663,11 +692,8 @@ impl Storage for RedisStorage {
                         _ => "0",
                     };
                     inv.arg(&t.id)
-                        .arg(&t.body)
                         .arg(t.due_ms)
-                        .arg(t.created_at_ms)
-                        .arg(t.ttr_ms)
-                        .arg(t.max_retries.as_i64())
+                        .arg(new_record(t, now))
                         .arg(backoff)
                         .arg(policy);
                 }
@@ -858,8 +884,9 @@ impl Storage for RedisStorage {
                 let reply = Reply::parse(value, &what)?;
                 s.effects(topic, p, &reply);
                 let n = reply.payload.first().and_then(int).unwrap_or(0).max(0) as u64;
+                let scanned = reply.payload.get(1).and_then(int).unwrap_or(0).max(0) as u64;
                 total += n;
-                if n < REQUEUE_CHUNK as u64 {
+                if scanned < REQUEUE_CHUNK as u64 {
                     break;
                 }
             }
@@ -882,19 +909,27 @@ impl Storage for RedisStorage {
         };
         let pk = s.keys.partition(topic, partition_of(id, parts));
         let what = format!("reading task {id:?} of topic {topic:?}");
-        let fields: Fields = s
-            .io(
-                &what,
-                redis::cmd("HGETALL")
-                    .arg(pk.task(id))
-                    .query_async(&mut s.conn()),
-            )
-            .await?;
+        let mut pipe = redis::pipe();
+        pipe.cmd("HGET").arg(pk.records()).arg(id);
+        pipe.cmd("HGET").arg(pk.extras()).arg(id);
+        let (raw, extras): (Option<String>, Option<String>) =
+            s.io(&what, pipe.query_async(&mut s.conn())).await?;
         let now = s.ctx.clock.now_ms();
-        if fields.is_empty() || record::is_expired(&fields, now) {
+        let Some(raw) = raw else {
+            return Err(Error::not_found(topic, id));
+        };
+        let record = Record::parse(raw)
+            .ok_or_else(|| BackendError::protocol(&what, format!("task {id:?}: bad record")))?;
+        if record.is_expired(now) {
             return Err(Error::not_found(topic, id));
         }
-        Ok(record::task_info(topic, id, fields, &what)?)
+        Ok(record::task_info(
+            topic,
+            id,
+            record,
+            extras.as_deref(),
+            &what,
+        )?)
     }
 
     async fn list(
@@ -963,16 +998,26 @@ impl Storage for RedisStorage {
             .collect();
         let mut pipe = redis::pipe();
         for (p, id) in &chosen {
-            pipe.cmd("HGETALL")
-                .arg(s.keys.partition(topic, *p).task(id));
+            let pk = s.keys.partition(topic, *p);
+            pipe.cmd("HGET").arg(pk.records()).arg(id);
+            pipe.cmd("HGET").arg(pk.extras()).arg(id);
         }
-        let records: Vec<Fields> = s.io(&what, pipe.query_async(&mut s.conn())).await?;
-        for ((_, id), fields) in chosen.iter().zip(records) {
+        let found: Vec<Option<String>> = s.io(&what, pipe.query_async(&mut s.conn())).await?;
+        for ((_, id), pair) in chosen.iter().zip(found.chunks_exact(2)) {
             // A record removed or ended between the two reads is left out.
-            if fields.is_empty() || record::is_expired(&fields, now) {
+            let Some(record) = pair[0].clone().and_then(Record::parse) else {
+                continue;
+            };
+            if record.is_expired(now) {
                 continue;
             }
-            out.items.push(record::task_info(topic, id, fields, &what)?);
+            out.items.push(record::task_info(
+                topic,
+                id,
+                record,
+                pair[1].as_deref(),
+                &what,
+            )?);
         }
         Ok(out)
     }
@@ -1056,6 +1101,7 @@ fn truncate_utf8(s: &mut String, max: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use delayq::NewTask;
 
     fn bulk(s: &str) -> Value {
         Value::BulkString(s.as_bytes().to_vec())
@@ -1094,6 +1140,30 @@ mod tests {
         );
         assert_eq!(promoted, vec![990]);
         assert!(parse_pop("t", &[Value::Int(2)], "testing").is_err());
+    }
+
+    #[test]
+    fn new_records_read_back() {
+        let spec = delayq::core::validate::validate_task(
+            NewTask::new("t", "i").body("a\nb").delay_ms(5),
+            &delayq::Limits::default(),
+            &delayq::TaskDefaults::default(),
+            1_000,
+        )
+        .unwrap();
+        let record = Record::parse(new_record(&spec, 1_000)).unwrap();
+        assert_eq!(record.state, State::Delayed);
+        assert_eq!(
+            (record.due_ms, record.created_at_ms, record.updated_at_ms),
+            (1_005, 1_000, 1_000)
+        );
+        assert_eq!(
+            (record.ttr_ms, record.max_retries, record.retries),
+            (30_000, 3, 0)
+        );
+        assert_eq!(record.body, "a\nb");
+        let ready = Record::parse(new_record(&spec, 1_005)).unwrap();
+        assert_eq!(ready.state, State::Ready);
     }
 
     #[test]

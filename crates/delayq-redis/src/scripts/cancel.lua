@@ -7,5 +7,5 @@ if rec.state ~= DELAYED and rec.state ~= READY and rec.state ~= ACTIVE then
   return refuse(-2, rec.state)
 end
 leave(rec)
-enter(rec.id, CANCELLED, rec.due)
+enter(rec, CANCELLED, rec.due)
 return reply(0)

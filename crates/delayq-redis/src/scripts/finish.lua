@@ -10,5 +10,5 @@ if ARGV[10] ~= '' and ARGV[10] ~= rec.receipt then
   return refuse(-3)
 end
 leave(rec)
-enter(rec.id, FINISHED, rec.due)
+enter(rec, FINISHED, rec.due)
 return reply(0)

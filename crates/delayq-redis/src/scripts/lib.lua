@@ -6,32 +6,41 @@
 --   7     active tasks scored by ttr deadline
 --   8     finished tasks scored by the end of their retention
 --   9     cancelled tasks scored by the end of their retention
---   10    (tick only) the partition's fencing token
+--   10    the records: a hash, task id -> packed record (below)
+--   11    the extras: a hash, task id -> what only some tasks have (below)
+--   12    (tick only) the partition's fencing token
 -- ARGV:
---   1 the partition's key base, e.g. "dq:{orders#3}:"; a task's record is base .. "t:" .. id
+--   1 unused (the partition's key base, for logs)
 --   2 now (epoch ms, from the caller's clock: scripts never read TIME)
 --   3 the events channel   4 the calling instance   5 the topic   6 the partition
---   7 retention (ms)       8 the PEXPIRE backstop of retained records (ms)
+--   7 retention (ms)
+--   8 unused
 --   9.. the script's own arguments
 --
--- A task's record is a hash: b body, s state code, d due, c created, u updated (absent: c),
--- t ttr, m max retries (-1: no limit), r retries (absent: 0), k backoff JSON, x deadline
--- (ACTIVE: ttr deadline; FINISHED/CANCELLED: end of retention), p receipt (ACTIVE),
--- e last error, h history (one JSON object per line, at most HISTORY lines).
+-- A record is one string: a header of comma-separated fields, a newline, then the body.
+-- Header fields, in order: state code, due, created, updated (empty: created), ttr,
+-- max retries (-1: no limit), retries (empty: 0), deadline (ACTIVE: ttr deadline;
+-- FINISHED/CANCELLED: end of retention; empty: none), receipt (ACTIVE; empty: none).
+-- One string per task in one hash per partition keeps a delayed task small: a 100-byte body
+-- would push a hash per task out of Redis's compact encoding.
+--
+-- Extras are three parts separated by NUL bytes: the backoff as JSON (empty: none), the last
+-- error as a JSON string (empty: none), the history (one JSON object per line, at most
+-- HISTORY lines). Most tasks have none.
 
-local BASE = ARGV[1]
 local NOW = tonumber(ARGV[2])
 local CHANNEL = ARGV[3]
 local ORIGIN = ARGV[4]
 local TOPIC = ARGV[5]
 local PARTITION = ARGV[6]
 local RETENTION = tonumber(ARGV[7])
-local BACKSTOP = ARGV[8]
 
 local DELAYED, READY, ACTIVE, FINISHED, CANCELLED, DEAD = 0, 1, 2, 3, 4, 5
 local SETS = {[0] = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]}
 local DEADLINES = KEYS[7]
 local EXPIRY = {[FINISHED] = KEYS[8], [CANCELLED] = KEYS[9]}
+local RECORDS = KEYS[10]
+local EXTRAS = KEYS[11]
 local HISTORY = 16
 
 -- What the script did that others must hear of: tasks that became ready (wake consumers) and
@@ -40,10 +49,8 @@ local READY_N = 0
 local WAKE = nil
 local DEAD_N = 0
 local HEADS = {}
-
-local function tkey(id)
-  return BASE .. 't:' .. id
-end
+-- How many due entries the last promote() looked at (a full batch means: call again).
+local SCANNED = 0
 
 local function fmt(n)
   return string.format('%d', n)
@@ -74,6 +81,28 @@ local function index_timer(key, t, id)
   redis.call('ZADD', key, t, id)
 end
 
+-- The header of a record.
+local function header(rec)
+  local updated = ''
+  if rec.updated then
+    updated = fmt(rec.updated)
+  end
+  local retries = ''
+  if rec.retries ~= 0 then
+    retries = fmt(rec.retries)
+  end
+  local deadline = ''
+  if rec.deadline ~= 0 then
+    deadline = fmt(rec.deadline)
+  end
+  return rec.state .. ',' .. fmt(rec.due) .. ',' .. rec.created .. ',' .. updated .. ',' ..
+    rec.ttr .. ',' .. rec.max .. ',' .. retries .. ',' .. deadline .. ',' .. rec.receipt
+end
+
+local function save(rec)
+  redis.call('HSET', RECORDS, rec.id, header(rec) .. '\n' .. rec.body)
+end
+
 -- Removes a record and every index entry of it.
 local function purge(rec)
   redis.call('ZREM', SETS[rec.state], rec.id)
@@ -82,33 +111,60 @@ local function purge(rec)
   elseif EXPIRY[rec.state] then
     redis.call('ZREM', EXPIRY[rec.state], rec.id)
   end
-  redis.call('DEL', tkey(rec.id))
+  redis.call('HDEL', RECORDS, rec.id)
+  redis.call('HDEL', EXTRAS, rec.id)
 end
 
--- Reads what a transition needs; nil when the task does not exist or its retention has
--- passed (such a record is purged here, exactly at `now`, whatever the promoter's lag).
+-- Reads a record; nil when the task does not exist or its retention has passed (such a
+-- record is purged here, exactly at `now`, whatever the promoter's lag).
 local function load(id)
-  local v = redis.call('HMGET', tkey(id), 's', 'd', 'x', 'p', 'r', 'm', 'u', 'c', 't', 'k')
-  if not v[1] then
+  local raw = redis.call('HGET', RECORDS, id)
+  if not raw then
     return nil
+  end
+  local nl = string.find(raw, '\n', 1, true)
+  local f = {}
+  local i = 1
+  for field in string.gmatch(string.sub(raw, 1, nl - 1) .. ',', '([^,]*),') do
+    f[i] = field
+    i = i + 1
   end
   local rec = {
     id = id,
-    state = tonumber(v[1]),
-    due = tonumber(v[2]),
-    deadline = tonumber(v[3] or 0),
-    receipt = v[4] or '',
-    retries = tonumber(v[5] or 0),
-    max = tonumber(v[6]),
-    updated = tonumber(v[7] or v[8]),
-    ttr = tonumber(v[9]),
-    backoff = v[10] or '',
+    state = tonumber(f[1]),
+    due = tonumber(f[2]),
+    created = f[3],
+    updated = tonumber(f[4]),
+    ttr = tonumber(f[5]),
+    max = tonumber(f[6]),
+    retries = tonumber(f[7]) or 0,
+    deadline = tonumber(f[8]) or 0,
+    receipt = f[9] or '',
+    body = string.sub(raw, nl + 1),
   }
   if (rec.state == FINISHED or rec.state == CANCELLED) and rec.deadline <= NOW then
     purge(rec)
     return nil
   end
   return rec
+end
+
+local function load_extra(id)
+  local raw = redis.call('HGET', EXTRAS, id)
+  if not raw then
+    return {backoff = '', error = '', history = ''}
+  end
+  local a = string.find(raw, '\0', 1, true)
+  local b = string.find(raw, '\0', a + 1, true)
+  return {
+    backoff = string.sub(raw, 1, a - 1),
+    error = string.sub(raw, a + 1, b - 1),
+    history = string.sub(raw, b + 1),
+  }
+end
+
+local function save_extra(id, x)
+  redis.call('HSET', EXTRAS, id, x.backoff .. '\0' .. x.error .. '\0' .. x.history)
 end
 
 -- Takes a record out of the indexes of its current state.
@@ -121,25 +177,26 @@ local function leave(rec)
   end
 end
 
--- Puts a record (already out of its old indexes) into `state` with due `due`. ACTIVE is
--- entered by pop itself, which also sets the receipt and the ttr deadline.
-local function enter(id, state, due)
-  local key = tkey(id)
+-- Puts a record (already out of its old indexes) into `state` with due `due`, and saves it.
+-- ACTIVE is entered by pop itself, which also sets the receipt and the ttr deadline.
+local function enter(rec, state, due)
+  rec.state = state
+  rec.due = due
+  rec.updated = NOW
   if state == DELAYED then
-    index_timer(SETS[DELAYED], due, id)
+    index_timer(SETS[DELAYED], due, rec.id)
   else
-    redis.call('ZADD', SETS[state], due, id)
+    redis.call('ZADD', SETS[state], due, rec.id)
   end
   if state == FINISHED or state == CANCELLED then
-    local until_ms = NOW + RETENTION
-    redis.call('HSET', key, 's', state, 'd', due, 'u', NOW, 'x', until_ms)
-    redis.call('HDEL', key, 'p')
-    index_timer(EXPIRY[state], until_ms, id)
-    redis.call('PEXPIRE', key, BACKSTOP)
+    rec.deadline = NOW + RETENTION
+    rec.receipt = ''
+    index_timer(EXPIRY[state], rec.deadline, rec.id)
   else
-    redis.call('HSET', key, 's', state, 'd', due, 'u', NOW)
-    redis.call('HDEL', key, 'x', 'p')
+    rec.deadline = 0
+    rec.receipt = ''
   end
+  save(rec)
   if state == READY then
     READY_N = READY_N + 1
   end
@@ -169,14 +226,14 @@ local function backoff_delay(json, n)
 end
 
 -- Appends a failed attempt to the bounded history.
-local function push_history(key, started, outcome, err)
+local function push_history(x, started, outcome, err)
   local entry = string.format('{"started_at_ms":%d,"ended_at_ms":%d,"outcome":"%s"', started, NOW, outcome)
   if err then
     entry = entry .. ',"error":' .. cjson.encode(err)
   end
   entry = entry .. '}'
-  local h = redis.call('HGET', key, 'h')
-  if h then
+  local h = x.history
+  if h ~= '' then
     local lines = 1
     for _ in string.gmatch(h, '\n') do
       lines = lines + 1
@@ -186,43 +243,44 @@ local function push_history(key, started, outcome, err)
     end
     entry = h .. '\n' .. entry
   end
-  redis.call('HSET', key, 'h', entry)
+  x.history = entry
 end
 
 -- A failed attempt of an ACTIVE task (release or ttr expiry), exactly as
 -- delayq_core::lifecycle::after_failure decides it. `delay` is the consumer's override or nil.
 -- Returns the new state.
 local function fail(rec, delay, outcome, err)
-  local key = tkey(rec.id)
-  push_history(key, rec.updated, outcome, err)
+  local x = load_extra(rec.id)
+  push_history(x, rec.updated or tonumber(rec.created), outcome, err)
   if err then
-    redis.call('HSET', key, 'e', err)
+    x.error = cjson.encode(err)
   end
+  save_extra(rec.id, x)
   leave(rec)
   if rec.max >= 0 and rec.retries >= rec.max then
     DEAD_N = DEAD_N + 1
-    enter(rec.id, DEAD, rec.due)
+    enter(rec, DEAD, rec.due)
     return DEAD
   end
-  local retries = rec.retries + 1
-  redis.call('HSET', key, 'r', retries)
+  rec.retries = rec.retries + 1
   local wait = delay
   if wait == nil then
-    wait = backoff_delay(rec.backoff, retries)
+    wait = backoff_delay(x.backoff, rec.retries)
   end
   local due = NOW + wait
   if due <= NOW then
     -- An immediate redelivery keeps its original due, so it goes to the front.
-    enter(rec.id, READY, rec.due)
+    enter(rec, READY, rec.due)
     return READY
   end
-  enter(rec.id, DELAYED, due)
+  enter(rec, DELAYED, due)
   return DELAYED
 end
 
 -- Moves up to `limit` due DELAYED tasks to READY. Returns their due times.
 local function promote(limit)
   local due = redis.call('ZRANGEBYSCORE', SETS[DELAYED], '-inf', NOW, 'WITHSCORES', 'LIMIT', 0, limit)
+  SCANNED = #due / 2
   local dues = {}
   if #due == 0 then
     return dues
@@ -232,14 +290,21 @@ local function promote(limit)
   for i = 1, #due, 2 do
     local id, d = due[i], due[i + 1]
     ids[#ids + 1] = id
-    add[#add + 1] = d
-    add[#add + 1] = id
-    dues[#dues + 1] = tonumber(d)
-    redis.call('HSET', tkey(id), 's', READY, 'u', NOW)
+    local rec = load(id)
+    if rec then
+      rec.state = READY
+      rec.updated = NOW
+      save(rec)
+      add[#add + 1] = d
+      add[#add + 1] = id
+      dues[#dues + 1] = tonumber(d)
+    end
   end
   redis.call('ZREM', SETS[DELAYED], unpack(ids))
-  redis.call('ZADD', SETS[READY], unpack(add))
-  READY_N = READY_N + #ids
+  if #add > 0 then
+    redis.call('ZADD', SETS[READY], unpack(add))
+  end
+  READY_N = READY_N + #dues
   return dues
 end
 
@@ -255,7 +320,7 @@ end
 
 -- Every reply starts with: status, tasks made ready, earliest new timer (-1: none), tasks
 -- that went DEAD. Status: 0 ok, -1 not found, -2 wrong state (then the state), -3 stale
--- receipt, -4 fenced off.
+-- receipt, -4 fenced off (then the newer token).
 local function reply(status, payload)
   publish()
   local out = {status, READY_N, WAKE or -1, DEAD_N}

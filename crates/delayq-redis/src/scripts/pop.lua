@@ -9,32 +9,38 @@ local auto = ARGV[10] == '1'
 local prefix = ARGV[11]
 local promoted = promote(tonumber(ARGV[12]))
 local ids = redis.call('ZRANGE', SETS[READY], 0, max - 1)
-local out = {#ids}
+local out = {0}
 if #ids > 0 then
   redis.call('ZREM', SETS[READY], unpack(ids))
 end
+local taken = 0
 for i, id in ipairs(ids) do
-  local key = tkey(id)
-  local v = redis.call('HMGET', key, 'b', 'r', 'd', 't')
-  local due = tonumber(v[3])
-  local receipt = prefix .. string.format('%04x', i)
-  if auto then
-    enter(id, FINISHED, due)
-  else
-    local deadline = NOW + tonumber(v[4])
-    redis.call('ZADD', SETS[ACTIVE], due, id)
-    redis.call('HSET', key, 's', ACTIVE, 'u', NOW, 'x', deadline, 'p', receipt)
-    index_timer(DEADLINES, deadline, id)
+  local rec = load(id)
+  if rec then
+    taken = taken + 1
+    local receipt = prefix .. string.format('%04x', i)
+    if auto then
+      enter(rec, FINISHED, rec.due)
+    else
+      rec.state = ACTIVE
+      rec.updated = NOW
+      rec.deadline = NOW + rec.ttr
+      rec.receipt = receipt
+      redis.call('ZADD', SETS[ACTIVE], rec.due, id)
+      index_timer(DEADLINES, rec.deadline, id)
+      save(rec)
+    end
+    out[#out + 1] = id
+    out[#out + 1] = rec.body
+    out[#out + 1] = rec.retries
+    out[#out + 1] = receipt
+    out[#out + 1] = rec.due
+    out[#out + 1] = rec.ttr
   end
-  out[#out + 1] = id
-  out[#out + 1] = v[1]
-  out[#out + 1] = v[2] or '0'
-  out[#out + 1] = receipt
-  out[#out + 1] = v[3]
-  out[#out + 1] = v[4]
 end
+out[1] = taken
 -- Wake other consumers only for what this pop promoted and left behind.
-READY_N = math.max(0, #promoted - #ids)
+READY_N = math.max(0, #promoted - taken)
 for _, d in ipairs(promoted) do
   out[#out + 1] = d
 end

@@ -1,5 +1,5 @@
 -- tick: the time-driven work of one partition, run by the holder of its lease.
--- KEYS[10] the partition's fencing token; ARGV[9] the holder's token, ARGV[10] the most
+-- KEYS[12] the partition's fencing token; ARGV[9] the holder's token, ARGV[10] the most
 -- entries to handle of each kind.
 -- Moves due DELAYED tasks to READY, applies expired ttrs (a failure: READY, DELAYED or DEAD),
 -- removes FINISHED/CANCELLED records whose retention passed.
@@ -7,16 +7,16 @@
 -- at once), the number of expired ttrs, then the due times of the promoted tasks.
 local token = tonumber(ARGV[9])
 local limit = tonumber(ARGV[10])
-local fence = tonumber(redis.call('GET', KEYS[10]) or '0')
+local fence = tonumber(redis.call('GET', KEYS[12]) or '0')
 if token < fence then
   return refuse(-4, fence)
 end
 if token > fence then
-  redis.call('SET', KEYS[10], ARGV[9])
+  redis.call('SET', KEYS[12], ARGV[9])
 end
 local more = 0
 local dues = promote(limit)
-if #dues == limit then
+if SCANNED == limit then
   more = 1
 end
 local expired = redis.call('ZRANGEBYSCORE', DEADLINES, '-inf', NOW, 'LIMIT', 0, limit)
@@ -39,8 +39,7 @@ for _, state in ipairs({FINISHED, CANCELLED}) do
     more = 1
   end
   for _, id in ipairs(gone) do
-    -- load() purges a record whose retention passed. What is left is a stale index entry:
-    -- its record is gone (the PEXPIRE backstop) or was added anew in another state.
+    -- load() purges a record whose retention passed; what is left is a stale index entry.
     local rec = load(id)
     if rec == nil or rec.state ~= state then
       redis.call('ZREM', SETS[state], id)

@@ -10,7 +10,7 @@ end
 if ARGV[10] ~= '' and ARGV[10] ~= rec.receipt then
   return refuse(-3)
 end
-local deadline = NOW + rec.ttr
-redis.call('HSET', tkey(rec.id), 'x', deadline)
-redis.call('ZADD', DEADLINES, deadline, rec.id)
-return reply(0, {deadline})
+rec.deadline = NOW + rec.ttr
+save(rec)
+redis.call('ZADD', DEADLINES, rec.deadline, rec.id)
+return reply(0, {rec.deadline})
