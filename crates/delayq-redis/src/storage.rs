@@ -367,14 +367,15 @@ impl Shared {
             .collect()
     }
 
-    /// Pops from one or more partitions in one pipeline: `(partition, count)`.
+    /// Pops from one or more partitions in one pipeline: `(partition, count)` each. Returns,
+    /// per partition that answered, what was asked and what was taken.
     async fn pop_partitions(
         &self,
         topic: &str,
         plan: &[(u32, usize)],
         auto_finish: bool,
         now: Millis,
-    ) -> Result<Vec<Delivery>, BackendError> {
+    ) -> Result<Vec<(u32, usize, Vec<Delivery>)>, BackendError> {
         let what = format!("popping from topic {topic:?}");
         let keys: Vec<PartitionKeys> = plan
             .iter()
@@ -395,7 +396,7 @@ impl Shared {
             .collect();
         let mut out = Vec::new();
         let mut first_error = None;
-        for (&(p, _), result) in plan.iter().zip(self.run_scripts(&what, &invs).await?) {
+        for (&(p, wanted), result) in plan.iter().zip(self.run_scripts(&what, &invs).await?) {
             let reply = match result.and_then(|v| Reply::parse(v, &what)) {
                 Ok(reply) => reply,
                 Err(e) => {
@@ -408,11 +409,11 @@ impl Shared {
             for due in promoted {
                 self.ctx.metrics.observe_fire(now.saturating_sub(due));
             }
-            out.extend(deliveries);
+            out.push((p, wanted, deliveries));
         }
         match first_error {
             // Tasks taken from other partitions are handed out; the failure shows next time.
-            Some(e) if out.is_empty() => Err(e),
+            Some(e) if out.iter().all(|(_, _, taken)| taken.is_empty()) => Err(e),
             _ => Ok(out),
         }
     }
@@ -744,9 +745,10 @@ impl Storage for RedisStorage {
         };
         let now = s.ctx.clock.now_ms();
         if parts == 1 {
-            return Ok(s
+            let got = s
                 .pop_partitions(topic, &[(0, max)], auto_finish, now)
-                .await?);
+                .await?;
+            return Ok(got.into_iter().flat_map(|(_, _, taken)| taken).collect());
         }
         // Earliest due first across partitions, best effort: look at the first `max` ready
         // (or due) tasks of every partition, take the `max` earliest of them, then pop that
@@ -786,7 +788,34 @@ impl Storage for RedisStorage {
                 None => plan.push((p, 1)),
             }
         }
-        let mut got = s.pop_partitions(topic, &plan, auto_finish, now).await?;
+        let mut got = Vec::new();
+        let mut exhausted = Vec::new();
+        for (p, wanted, taken) in s.pop_partitions(topic, &plan, auto_finish, now).await? {
+            if taken.len() < wanted {
+                exhausted.push(p);
+            }
+            got.extend(taken);
+        }
+        // Another consumer was faster on some partition: take the rest from the other
+        // partitions that had candidates, best first, so that no ready task is left behind
+        // while this consumer goes back to wait.
+        if got.len() < max {
+            let mut others: Vec<u32> = Vec::new();
+            for &(_, p) in &candidates {
+                if !exhausted.contains(&p) && !others.contains(&p) {
+                    others.push(p);
+                }
+            }
+            for p in others {
+                if got.len() >= max {
+                    break;
+                }
+                let more = s
+                    .pop_partitions(topic, &[(p, max - got.len())], auto_finish, now)
+                    .await?;
+                got.extend(more.into_iter().flat_map(|(_, _, taken)| taken));
+            }
+        }
         got.sort_by_key(|d| d.due_ms);
         Ok(got)
     }

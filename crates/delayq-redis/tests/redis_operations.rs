@@ -7,8 +7,8 @@ mod support;
 use std::time::Duration;
 
 use delayq::{
-    AddOutcome, Backoff, ErrorKind, ManualClock, MaxRetries, NewTask, PopOptions, ReleaseOptions,
-    State,
+    AddOutcome, Backoff, Clock, ErrorKind, ManualClock, MaxRetries, NewTask, PopOptions,
+    ReleaseOptions, State,
 };
 use support::{Instance, RedisServer, eventually, options};
 
@@ -425,4 +425,48 @@ async fn requeue_all_and_delete() {
     let topics = q.topics().await.unwrap();
     assert_eq!(topics.len(), 1);
     assert_eq!(topics[0].1.ready, 29);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_consumers_leave_no_ready_task_behind() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let a = Instance::manual(&server, &clock).await;
+    let b = Instance::manual(&server, &clock).await;
+    // One task per partition (4 by default), all ready; as many consumers as tasks, all
+    // aiming first at the partition with the earliest task. Each must get one: a consumer
+    // that loses the race for a partition goes on to the others instead of returning empty.
+    for round in 0..20u64 {
+        let tasks: Vec<NewTask> = (0..4u32)
+            .map(|p| {
+                let id = (0..)
+                    .map(|n| format!("r{round}-p{p}-{n}"))
+                    .find(|id| delayq_redis::partition_of(id, 4) == p)
+                    .unwrap();
+                NewTask::new("t", id).run_at_ms(clock.now_ms() + u64::from(p))
+            })
+            .collect();
+        let n = tasks.len();
+        a.queue.add_batch(tasks).await.unwrap();
+        clock.advance(10);
+        let consumers: Vec<_> = (0..n)
+            .map(|c| {
+                let q = if c % 2 == 0 {
+                    a.queue.clone()
+                } else {
+                    b.queue.clone()
+                };
+                tokio::spawn(async move { q.pop("t", PopOptions::default()).await.unwrap().len() })
+            })
+            .collect();
+        let mut got = 0;
+        for c in consumers {
+            got += c.await.unwrap();
+        }
+        assert_eq!(
+            got, n,
+            "round {round}: a consumer came back empty with tasks ready"
+        );
+        assert_eq!(a.queue.stats("t").await.unwrap().ready, 0);
+    }
 }
