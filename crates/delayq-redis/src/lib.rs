@@ -70,6 +70,23 @@
 //! [`delayq::Error::Unavailable`] (HTTP 503) naming the operation and Redis's address; the
 //! connection is re-established in the background with backoff. When Redis is back the
 //! promoter looks at every partition it holds, so tasks that came due meanwhile fire at once.
+//! Pop also promotes what is due in the partitions it takes from, so due tasks are never
+//! held back by a promoter that lags.
+//!
+//! # Durability
+//!
+//! An acknowledged change is as durable as Redis makes it: with `appendonly yes` and
+//! `appendfsync always` nothing acknowledged is lost when Redis restarts (tested); with
+//! `everysec`, up to a second. A batch add is one pipeline of scripts, one per (partition,
+//! chunk of 500 tasks): each script is atomic, but if the connection breaks in the middle
+//! of the pipeline the call fails as `Unavailable` while some chunks may have been applied
+//! (adding them again with `on_duplicate: keep` is safe).
+//!
+//! # Not yet
+//!
+//! Redis Cluster and Sentinel: the key layout, the scripts (every key declared, one slot
+//! each) and the lease keys (one `{lease}` slot) are ready for them, but the connection is
+//! a standalone `ConnectionManager`.
 
 pub mod error;
 mod events;
