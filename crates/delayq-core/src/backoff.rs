@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 
 /// How long a task waits before each redelivery after a failure.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+// Unknown fields are ignored, like everywhere in the JSON API (DESIGN §3).
+#[serde(tag = "kind", rename_all = "lowercase")]
 #[non_exhaustive]
 pub enum Backoff {
     /// The same wait every time.
@@ -126,5 +127,10 @@ mod tests {
             assert_eq!(serde_json::to_string(&got).unwrap(), json);
         }
         assert!(serde_json::from_str::<Backoff>(r#"{"kind":"linear","ms":5}"#).is_err());
+        assert_eq!(
+            serde_json::from_str::<Backoff>(r#"{"kind":"fixed","ms":5,"jitter":true}"#).unwrap(),
+            Backoff::Fixed { ms: 5 },
+            "unknown fields are ignored"
+        );
     }
 }

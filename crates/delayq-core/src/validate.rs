@@ -20,6 +20,8 @@ pub struct InvalidField {
     pub field: String,
     /// What is wrong with it, naming the limit.
     pub reason: String,
+    /// Whether the value is over a size limit (HTTP 413) rather than malformed (HTTP 400).
+    pub too_large: bool,
 }
 
 impl InvalidField {
@@ -28,6 +30,15 @@ impl InvalidField {
         InvalidField {
             field: field.into(),
             reason: reason.into(),
+            too_large: false,
+        }
+    }
+
+    /// An error for a `field` whose value is larger than a size limit allows.
+    pub fn too_large(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        InvalidField {
+            too_large: true,
+            ..InvalidField::new(field, reason)
         }
     }
 
@@ -59,6 +70,8 @@ pub struct Limits {
     pub max_pop_timeout_ms: u64,
     /// Longest error text kept on release (default 4 KiB); longer text is cut, not refused.
     pub max_error_bytes: usize,
+    /// Largest page of a listing (default 1 000).
+    pub max_page_size: u64,
 }
 
 impl Default for Limits {
@@ -72,6 +85,7 @@ impl Default for Limits {
             max_pop_count: 1_000,
             max_pop_timeout_ms: 60_000,
             max_error_bytes: 4_096,
+            max_page_size: 1_000,
         }
     }
 }
@@ -188,7 +202,7 @@ pub fn validate_task(
     check_topic(&task.topic)?;
     check_id(&task.id)?;
     if task.body.len() > limits.max_body_bytes {
-        return Err(InvalidField::new(
+        return Err(InvalidField::too_large(
             "body",
             format!(
                 "is {} bytes, the limit is {} bytes",
@@ -392,7 +406,9 @@ mod tests {
             ),
         ];
         for (task, field) in table {
-            assert_eq!(validate(task).unwrap_err().field, field);
+            let e = validate(task).unwrap_err();
+            assert_eq!(e.field, field);
+            assert_eq!(e.too_large, field == "body", "{e}");
         }
     }
 

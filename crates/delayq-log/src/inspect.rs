@@ -90,7 +90,8 @@ impl Problem {
 pub struct InspectReport {
     /// The directory.
     pub dir: PathBuf,
-    /// Segment files in order.
+    /// Segment files in order, including ones the snapshot makes obsolete (which the next
+    /// open removes, and whose damage is therefore not listed as a problem).
     pub segments: Vec<SegmentInfo>,
     /// Snapshot files in order.
     pub snapshots: Vec<SnapshotInfo>,
@@ -189,7 +190,9 @@ pub fn inspect(dir: impl AsRef<Path>) -> Result<InspectReport, InspectError> {
                 expected = expected.max(first_seq + scan.records);
             }
         }
-        if let Some(damage) = &scan.damage {
+        // Damage in a segment the snapshot makes obsolete does not matter: open skips and
+        // removes it.
+        if let Some(damage) = scan.damage.as_ref().filter(|_| index >= obsolete) {
             report.problems.push(if is_newest && damage.torn {
                 Problem::TornTail(TornTail {
                     file: path.clone(),

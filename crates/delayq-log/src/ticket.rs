@@ -50,7 +50,8 @@ fn mem_take_values(map: BTreeMap<(u64, u64), Waker>) -> Vec<Waker> {
 /// When it completes depends on the [`FsyncPolicy`](crate::FsyncPolicy): under `Always` after
 /// an fdatasync that covers the records, otherwise after the write(2) that covers them.
 /// Dropping a ticket does not cancel anything: the records are written all the same.
-#[must_use = "a ticket does nothing unless waited on; the records are written either way"]
+/// Records are acknowledged in sequence order, so waiting on a later ticket also waits for
+/// every earlier one; callers may drop all but the last ticket of a burst.
 pub struct Ticket {
     shared: Arc<Shared>,
     first: u64,

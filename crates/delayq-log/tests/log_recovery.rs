@@ -59,7 +59,7 @@ fn fill(dir: &Path, n: u64) -> Vec<Vec<u8>> {
 }
 
 #[test]
-fn torn_tail_is_cut_at_every_byte_offset_of_the_newest_segment() {
+fn torn_tail_is_cut_at_every_byte_offset_of_the_last_records() {
     let source = tempfile::tempdir().unwrap();
     // 100 records of 49 bytes fill 4 KiB segments with 83 records each: the newest segment
     // holds the last 17 records.
@@ -71,7 +71,9 @@ fn torn_tail_is_cut_at_every_byte_offset_of_the_newest_segment() {
     let len = fs::metadata(&segments[1]).unwrap().len();
     assert_eq!(len, HEADER + in_newest * FRAME);
 
-    for cut in 0..=len {
+    // Every offset of the header and first record, and of the last two records.
+    let cuts = (0..HEADER + FRAME).chain(len - 2 * FRAME..=len);
+    for cut in cuts {
         let dir = tempfile::tempdir().unwrap();
         copy_dir(source.path(), dir.path());
         let newest = dir.path().join(&newest_name);
@@ -87,7 +89,7 @@ fn torn_tail_is_cut_at_every_byte_offset_of_the_newest_segment() {
             open(dir.path(), small_segments()).unwrap_or_else(|e| panic!("cut at {cut}: {e}"));
         assert_eq!(replay.all(), records[..expected], "cut at {cut}");
         assert_eq!(report.last_seq, expected as u64, "cut at {cut}");
-        let clean_cut = cut == len || (cut >= HEADER && (cut - HEADER) % FRAME == 0);
+        let clean_cut = cut == len || (cut >= HEADER && (cut - HEADER).is_multiple_of(FRAME));
         match &report.torn_tail {
             None => assert!(clean_cut, "cut at {cut}: torn tail not reported"),
             Some(torn) => {

@@ -35,7 +35,7 @@ pub enum ErrorKind {
 pub enum Error {
     /// A field of the request is invalid.
     #[error(transparent)]
-    Invalid(#[from] InvalidField),
+    Invalid(InvalidField),
     /// A request exceeds a size limit.
     #[error("{field} is too large: {reason}")]
     TooLarge {
@@ -89,6 +89,19 @@ pub enum Error {
         /// The underlying failure.
         message: String,
     },
+}
+
+impl From<InvalidField> for Error {
+    fn from(field: InvalidField) -> Self {
+        if field.too_large {
+            Error::TooLarge {
+                field: field.field,
+                reason: field.reason,
+            }
+        } else {
+            Error::Invalid(field)
+        }
+    }
 }
 
 impl Error {

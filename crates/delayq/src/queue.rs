@@ -211,7 +211,7 @@ impl Queue {
             return storage.pop(topic, options.count, options.auto_finish).await;
         }
         let deadline = self.now().saturating_add(options.timeout_ms);
-        let parked = self.inner.ctx.waiters.topic(topic).park();
+        let parked = self.inner.ctx.waiters.park(topic);
         let mut closed = self.inner.closed_tx.subscribe();
         let timeout = self.inner.ctx.clock.sleep_until(deadline);
         tokio::pin!(timeout);

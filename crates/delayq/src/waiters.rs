@@ -14,7 +14,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use parking_lot::RwLock;
 use tokio::sync::Notify;
 
-/// The registry of parked consumers, by topic.
+/// The registry of parked consumers, by topic. A topic has an entry only while someone is
+/// parked on it, so arbitrary topic names in pops cannot grow it without bound.
 #[derive(Debug, Default)]
 pub struct Waiters {
     topics: RwLock<HashMap<Box<str>, Arc<TopicWaiters>>>,
@@ -22,35 +23,24 @@ pub struct Waiters {
 
 /// The parked consumers of one topic.
 #[derive(Debug, Default)]
-pub struct TopicWaiters {
+struct TopicWaiters {
     notify: Notify,
+    /// Changed only under the registry's read lock (park) or write lock (the last unpark),
+    /// so an entry is never removed while a consumer is parking on it.
     parked: AtomicUsize,
 }
 
-impl TopicWaiters {
-    /// How many consumers are parked on this topic now.
-    pub fn parked(&self) -> usize {
-        self.parked.load(Ordering::Relaxed)
-    }
-
-    /// Registers interest *before* the caller checks for ready tasks, so that a task made ready
-    /// between the check and the wait still wakes it. Await the returned guard's `wait`.
-    pub fn park(self: &Arc<Self>) -> Parked {
-        self.parked.fetch_add(1, Ordering::Relaxed);
-        Parked {
-            topic: Arc::clone(self),
-        }
-    }
-}
-
-/// One parked consumer; leaving it (drop) unregisters it.
+/// One parked consumer; dropping it unregisters it.
 #[derive(Debug)]
 pub struct Parked {
+    waiters: Arc<Waiters>,
+    name: Box<str>,
     topic: Arc<TopicWaiters>,
 }
 
 impl Parked {
-    /// The underlying notification; pin it and call `enable` before checking for work.
+    /// The underlying notification; pin it and call `enable` before checking for work, so a
+    /// task made ready between the check and the wait still wakes this consumer.
     pub fn notified(&self) -> tokio::sync::futures::Notified<'_> {
         self.topic.notify.notified()
     }
@@ -58,7 +48,17 @@ impl Parked {
 
 impl Drop for Parked {
     fn drop(&mut self) {
-        self.topic.parked.fetch_sub(1, Ordering::Relaxed);
+        if self.topic.parked.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let mut topics = self.waiters.topics.write();
+            // Re-check under the write lock: another consumer may have parked meanwhile.
+            if self.topic.parked.load(Ordering::Acquire) == 0
+                && topics
+                    .get(&*self.name)
+                    .is_some_and(|t| Arc::ptr_eq(t, &self.topic))
+            {
+                topics.remove(&*self.name);
+            }
+        }
     }
 }
 
@@ -68,23 +68,36 @@ impl Waiters {
         Waiters::default()
     }
 
-    /// The waiters of `topic`, created on first use.
-    pub fn topic(&self, topic: &str) -> Arc<TopicWaiters> {
-        if let Some(t) = self.topics.read().get(topic) {
-            return Arc::clone(t);
+    /// Parks a consumer on `topic` until the returned guard is dropped.
+    pub fn park(self: &Arc<Self>, topic: &str) -> Parked {
+        let found = {
+            let topics = self.topics.read();
+            topics.get(topic).map(|t| {
+                t.parked.fetch_add(1, Ordering::AcqRel);
+                Arc::clone(t)
+            })
+        };
+        let topic_waiters = found.unwrap_or_else(|| {
+            let mut topics = self.topics.write();
+            let t = Arc::clone(topics.entry(Box::from(topic)).or_default());
+            t.parked.fetch_add(1, Ordering::AcqRel);
+            t
+        });
+        Parked {
+            waiters: Arc::clone(self),
+            name: Box::from(topic),
+            topic: topic_waiters,
         }
-        let mut topics = self.topics.write();
-        Arc::clone(topics.entry(Box::from(topic)).or_default())
     }
 
     /// Tells up to `count` parked consumers of `topic` that tasks are ready.
     pub fn notify(&self, topic: &str, count: usize) {
         let Some(t) = self.topics.read().get(topic).cloned() else {
-            return; // nobody ever waited on this topic
+            return; // nobody is parked on this topic
         };
         // One wake per ready task, but no more than are parked (plus one stored permit, which
         // covers a consumer that is between its check and its wait).
-        let wakes = count.min(t.parked() + 1);
+        let wakes = count.min(t.parked.load(Ordering::Acquire) + 1);
         for _ in 0..wakes {
             t.notify.notify_one();
         }
@@ -92,6 +105,57 @@ impl Waiters {
 
     /// How many consumers are parked over all topics.
     pub fn parked(&self) -> usize {
-        self.topics.read().values().map(|t| t.parked()).sum()
+        self.topics
+            .read()
+            .values()
+            .map(|t| t.parked.load(Ordering::Acquire))
+            .sum()
+    }
+
+    /// How many topics have parked consumers.
+    pub fn topics(&self) -> usize {
+        self.topics.read().len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_exist_only_while_someone_is_parked() {
+        let w = Arc::new(Waiters::new());
+        let a1 = w.park("a");
+        let a2 = w.park("a");
+        let b = w.park("b");
+        assert_eq!((w.topics(), w.parked()), (2, 3));
+        drop(a1);
+        assert_eq!((w.topics(), w.parked()), (2, 2));
+        drop(a2);
+        drop(b);
+        assert_eq!((w.topics(), w.parked()), (0, 0));
+        for i in 0..1_000 {
+            drop(w.park(&format!("t{i}")));
+        }
+        assert_eq!(
+            w.topics(),
+            0,
+            "no entry left behind by arbitrary topic names"
+        );
+    }
+
+    #[tokio::test]
+    async fn notify_wakes_a_parked_consumer() {
+        let w = Arc::new(Waiters::new());
+        let parked = w.park("a");
+        let notified = parked.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        w.notify("a", 1);
+        tokio::time::timeout(std::time::Duration::from_secs(5), notified)
+            .await
+            .expect("woken");
+        w.notify("nobody", 3); // no entry, no effect
+        assert_eq!(w.topics(), 1);
     }
 }

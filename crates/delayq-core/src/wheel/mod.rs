@@ -33,10 +33,10 @@
 //!
 //! * level 0: 64 × 1 ms slots, 64 ms;
 //! * level 1: 64 × 64 ms slots, about 4 s;
-//! * level 2: 64 × ~4 s slots, about 4.5 min;
-//! * level 3: 64 × ~4.5 min slots, about 4.8 h;
-//! * level 4: 64 × ~4.8 h slots, about 12.7 days;
-//! * level 5: 64 × ~12.7 day slots, about 795 days (2^36 ms).
+//! * level 2: 64 × ~4.1 s slots, about 4.4 min;
+//! * level 3: 64 × ~4.4 min slots, about 4.7 h;
+//! * level 4: 64 × ~4.7 h slots, about 12.4 days;
+//! * level 5: 64 × ~12.4 day slots, about 795 days (2^36 ms).
 //!
 //! Levels are aligned to absolute time: each level covers the `64^(l+1)`-aligned range that
 //! contains the wheel's current time ([`Wheel::elapsed`]). A timer due at `when` goes to the
@@ -46,12 +46,22 @@
 //! level never wrap around, and everything on level `l` is due before everything on level
 //! `l + 1`.
 //!
-//! **Slab and lists.** Timers live in a `Vec` of entries with a free list; a [`TimerKey`] is
-//! the entry's `u32` index plus a generation counter that is bumped whenever the entry is
-//! freed, so a key to a timer that already fired or was removed is recognised as stale even
-//! after the entry is reused. Each slot is an intrusive doubly linked list threaded through
-//! the entries (`prev`/`next` indices) and each entry records which list it is in, so insert
-//! is a push and remove an unlink, both O(1), with no allocation once the slab has grown.
+//! **Slab and lists.** Timers live in a `Vec` of entries with a stack of free slots; a
+//! [`TimerKey`] is the entry's `u32` index plus a generation counter that is bumped whenever
+//! the entry is freed, so a key to a timer that already fired or was removed is recognised as
+//! stale even after the entry is reused. Each slot is made of intrusive doubly linked lists
+//! threaded through the entries (`prev`/`next` indices) and each entry records which list it
+//! is in, so insert is a push and remove an unlink, both O(1), with no allocation once the
+//! slab has grown.
+//!
+//! **Memory latency.** With a million timers the entries do not fit in the CPU caches, and
+//! walking a linked list is a chain of cache misses, each waiting for the one before. Two
+//! choices keep that chain short. A slot above level 0 is 16 lists ("lanes", two cache lines
+//! of heads) and a timer goes to lane `index % 16`; a cascade walks the lanes in lockstep,
+//! reading the next entry of every lane before re-inserting any, so up to 16 misses are in
+//! flight at once (level 0 is only popped from, so it uses one lane). And the free slots are
+//! a stack of (index, generation) pairs instead of a list threaded through the free entries,
+//! so an insert writes to its entry without first having to read it.
 //!
 //! **Finding the next expiration.** Each level keeps an `occupied: u64` bitfield with bit `s`
 //! set when slot `s` is non-empty. Because slots never wrap, the earliest slot of a level is
@@ -67,16 +77,17 @@
 //! higher level, take its whole list and re-insert each entry relative to the new time, which
 //! puts it on a lower level (and the ones due right then into the current level-0 slot). Time
 //! thus jumps from one occupied slot to the next, never steps through empty milliseconds, and
-//! an entry moves down at most five times before it fires. A `limit` can stop the loop between
+//! an entry moves down at most five levels before it fires. A `limit` can stop the loop between
 //! two entries of the current level-0 slot; the rest stays there for the next call.
 //!
 //! **Far deadlines.** A deadline outside the top level's current 2^36 ms range (10 years
 //! ahead, or just past the next 795-day boundary) goes to an unordered overflow list, and the
 //! wheel remembers a lower bound of the deadlines in it. When the time reaches that bound, the
 //! whole list is re-inserted relative to the new time: what now falls inside the range moves
-//! into the levels, the rest stays and the bound becomes exact again. Each such pass moves at
-//! least the earliest overflow timer out, so even a jump to `u64::MAX` takes at most a few
-//! passes per distinct 795-day range, and a 10-year timer fires on its exact millisecond.
+//! into the levels, the rest stays and the bound becomes exact again. A pass at an exact bound
+//! moves at least the earliest overflow timer out (a pass at a bound that a removal left too
+//! low only makes it exact), so even a jump to `u64::MAX` takes at most a few passes per
+//! distinct 795-day range, and a 10-year timer fires on its exact millisecond.
 //!
 //! **Late timers.** A deadline already behind the wheel's time is due at once but must still
 //! come out in deadline order before the current slot. Such timers are appended to a `late`
@@ -89,7 +100,9 @@ mod slab;
 
 use std::fmt;
 
-use self::level::{Level, NUM_LEVELS, OVERFLOW, SLOT_MASK, level_for, slot_for, slot_start};
+use self::level::{
+    LANES, Level, NUM_LEVELS, OVERFLOW, SLOT_MASK, Slot, lane_for, level_for, slot_for, slot_start,
+};
 use self::slab::{List, NIL, Place, Slab};
 
 /// The handle of one timer in a [`Wheel`], returned by [`Wheel::insert`].
@@ -102,7 +115,7 @@ use self::slab::{List, NIL, Place, Slab};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct TimerKey {
     index: u32,
-    generation: u32,
+    generation: std::num::NonZeroU32,
 }
 
 /// A timer that came due, as handed out by [`Wheel::poll`] and [`Wheel::drain_due`].
@@ -140,8 +153,8 @@ pub struct Expired<T> {
 pub struct Wheel<T> {
     /// The wheel's current time: every timer on the levels is due at or after it.
     elapsed: u64,
-    /// The levels, lowest (1 ms slots) first.
-    levels: [Level; NUM_LEVELS],
+    /// The levels, lowest (1 ms slots) first; boxed because they take 48 KiB.
+    levels: Box<[Level; NUM_LEVELS]>,
     /// Timers beyond the top level's current range, unordered.
     overflow: List,
     /// A lower bound of the deadlines in `overflow` (exact unless its minimum was removed);
@@ -169,7 +182,7 @@ impl<T> Wheel<T> {
     pub fn with_capacity(now_ms: u64, capacity: usize) -> Self {
         Wheel {
             elapsed: now_ms,
-            levels: [Level::EMPTY; NUM_LEVELS],
+            levels: Box::new([Level::EMPTY; NUM_LEVELS]),
             overflow: List::EMPTY,
             overflow_min: u64::MAX,
             late: List::EMPTY,
@@ -209,12 +222,9 @@ impl<T> Wheel<T> {
     ///
     /// Panics if the wheel already holds `u32::MAX` timers.
     pub fn insert(&mut self, deadline_ms: u64, value: T) -> TimerKey {
-        let index = self.slab.alloc(deadline_ms, value);
+        let (index, generation) = self.slab.alloc(deadline_ms, value);
         self.link(index, deadline_ms);
-        TimerKey {
-            index,
-            generation: self.slab.entries[index as usize].generation,
-        }
+        TimerKey { index, generation }
     }
 
     /// Removes the timer `key` names and returns its value, or `None` if the key is stale
@@ -267,11 +277,13 @@ impl<T> Wheel<T> {
     /// or `None` if the wheel is empty.
     ///
     /// The owner sleeps until this time, then drains. It is never later than the earliest
-    /// deadline in the wheel and is exactly that deadline when it lies within the current
-    /// 64 ms level-0 range; otherwise it may be earlier (the start of a higher-level slot, or
-    /// a stale bound after a removal), and draining at that time only moves timers down a
-    /// level. It is at or before [`Wheel::elapsed`] exactly when something is already due,
-    /// and after it otherwise, so sleeping until it always makes progress.
+    /// deadline in the wheel, and it is exactly that deadline when the earliest timer is on
+    /// level 0 (due within the 64 ms range that holds [`Wheel::elapsed`]), unless removing a
+    /// far timer left the overflow list's bound below it. Otherwise it may be earlier: the
+    /// start of a higher-level slot, or that bound; draining at that time then only moves
+    /// timers down and makes the bound exact. It is at or before [`Wheel::elapsed`] exactly
+    /// when something is already due, and after it otherwise, so sleeping until it always
+    /// makes progress.
     pub fn next_expiration(&self) -> Option<u64> {
         let late = match (self.late.is_empty(), self.late_sorted.is_empty()) {
             (true, true) => None,
@@ -357,7 +369,8 @@ impl<T> Wheel<T> {
             level: level as u8,
             slot: slot as u8,
         };
-        self.slab.push_back(&mut lvl.slots[slot], index, place);
+        let lane = &mut lvl.slots[slot].lanes[lane_for(level, index)];
+        self.slab.push_back(lane, index, place);
         lvl.occupied |= 1 << slot;
     }
 
@@ -367,9 +380,12 @@ impl<T> Wheel<T> {
         match self.slab.entries[index as usize].place {
             Place::Level { level, slot } => {
                 let lvl = &mut self.levels[level as usize];
-                let list = &mut lvl.slots[slot as usize];
-                self.slab.unlink(list, index);
-                if list.is_empty() {
+                let slot_lists = &mut lvl.slots[slot as usize];
+                self.slab.unlink(
+                    &mut slot_lists.lanes[lane_for(level as usize, index)],
+                    index,
+                );
+                if slot_lists.is_empty() {
                     lvl.occupied &= !(1 << slot);
                 }
             }
@@ -405,8 +421,13 @@ impl<T> Wheel<T> {
             // The current level-0 slot holds exactly the timers due at `elapsed`.
             let slot = (self.elapsed & SLOT_MASK) as usize;
             let level0 = &mut self.levels[0];
-            if let Some(index) = self.slab.pop_front(&mut level0.slots[slot]) {
-                if level0.slots[slot].is_empty() {
+            if level0.occupied & (1 << slot) != 0 {
+                let lane = &mut level0.slots[slot].lanes[0];
+                let index = self
+                    .slab
+                    .pop_front(lane)
+                    .expect("an occupied slot has timers");
+                if lane.is_empty() {
                     level0.occupied &= !(1 << slot);
                 }
                 return Some(index);
@@ -469,9 +490,9 @@ impl<T> Wheel<T> {
     /// just reached the slot's start; they all land on lower levels.
     fn cascade(&mut self, level: usize, slot: usize) {
         let lvl = &mut self.levels[level];
-        let list = std::mem::replace(&mut lvl.slots[slot], List::EMPTY);
+        let taken = std::mem::replace(&mut lvl.slots[slot], Slot::EMPTY);
         lvl.occupied &= !(1 << slot);
-        self.relink_all(list);
+        self.relink_all(taken.lanes);
     }
 
     /// Re-inserts every overflow timer relative to the current time, which has just reached
@@ -479,17 +500,45 @@ impl<T> Wheel<T> {
     /// form a new overflow list with an exact bound.
     fn rescan_overflow(&mut self) {
         let list = std::mem::replace(&mut self.overflow, List::EMPTY);
-        self.relink_all(list);
+        let mut lanes = [List::EMPTY; LANES];
+        lanes[0] = list;
+        self.relink_all(lanes);
     }
 
-    /// Re-inserts every entry of a list that has already been detached from the wheel.
-    fn relink_all(&mut self, list: List) {
-        let mut cur = list.head;
-        while cur != NIL {
-            let entry = &self.slab.entries[cur as usize];
-            let (next, deadline) = (entry.next, entry.deadline);
-            self.link(cur, deadline);
-            cur = next;
+    /// Re-inserts every entry of lists that have already been detached from the wheel.
+    ///
+    /// The lists are walked in lockstep: first the next entry of every list is read, then
+    /// those entries are re-inserted. The reads do not depend on each other, so the CPU waits
+    /// for up to `LANES` cache misses at once instead of one after another; with a million
+    /// timers, memory latency is what cascading costs.
+    fn relink_all(&mut self, lists: [List; LANES]) {
+        // Cursors of the lanes not yet walked to their end, kept packed at the front so that
+        // a slot with only a few timers costs a few steps, not a pass over every lane.
+        let mut cursors = [NIL; LANES];
+        let mut live = 0;
+        for list in lists.iter().filter(|list| !list.is_empty()) {
+            cursors[live] = list.head;
+            live += 1;
+        }
+        let mut batch = [(NIL, 0); LANES];
+        while live > 0 {
+            let mut lane = 0;
+            let mut taken = 0;
+            while lane < live {
+                let entry = &self.slab.entries[cursors[lane] as usize];
+                batch[taken] = (cursors[lane], entry.deadline);
+                taken += 1;
+                if entry.next == NIL {
+                    live -= 1;
+                    cursors[lane] = cursors[live];
+                } else {
+                    cursors[lane] = entry.next;
+                    lane += 1;
+                }
+            }
+            for &(index, deadline) in &batch[..taken] {
+                self.link(index, deadline);
+            }
         }
     }
 

@@ -34,17 +34,24 @@ impl<T> Wheel<T> {
         let mut linked = 0;
         let deadline = |i: u32| self.slab.entries[i as usize].deadline;
         for (l, lvl) in self.levels.iter().enumerate() {
-            for (s, list) in lvl.slots.iter().enumerate() {
+            for (s, slot) in lvl.slots.iter().enumerate() {
                 assert_eq!(
                     lvl.occupied & (1 << s) != 0,
-                    !list.is_empty(),
+                    !slot.is_empty(),
                     "bit {l}/{s}"
                 );
+                if slot.is_empty() {
+                    continue;
+                }
                 let place = Place::Level {
                     level: l as u8,
                     slot: s as u8,
                 };
-                for i in self.walk(list, place) {
+                let in_lanes = slot.lanes.iter().enumerate().flat_map(|(lane, list)| {
+                    self.walk(list, place).into_iter().map(move |i| (lane, i))
+                });
+                for (lane, i) in in_lanes {
+                    assert_eq!(level::lane_for(l, i), lane, "lane of {i}");
                     let d = deadline(i);
                     assert!(d >= self.elapsed, "level timer {d} behind {}", self.elapsed);
                     assert_eq!(level_for(self.elapsed, d), l, "level of {d}");

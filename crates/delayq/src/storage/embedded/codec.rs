@@ -21,20 +21,20 @@ const REMOVE: u8 = 2;
 
 /// A decoded record.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Change {
+pub enum Change<'a> {
     /// The task's record is now this (its `topic` index is meaningless here).
     Put {
         /// The topic.
-        topic: String,
+        topic: &'a str,
         /// The record.
         record: Record,
     },
     /// The task's record is gone.
     Remove {
         /// The topic.
-        topic: String,
+        topic: &'a str,
         /// The id.
-        id: String,
+        id: &'a str,
     },
 }
 
@@ -90,7 +90,7 @@ pub fn encode_put(out: &mut Vec<u8>, topic: &str, r: &Record) {
     out.push(r.state.code());
     put_varint(out, u64::from(r.retries));
     put_varint(out, r.ttr_ms);
-    put_varint(out, zigzag(r.max_retries.as_i64()));
+    put_varint(out, zigzag(r.max_retries.get().as_i64()));
     put_varint(out, r.due_ms);
     put_varint(out, r.created_at_ms);
     put_varint(out, r.updated_at_ms);
@@ -188,11 +188,11 @@ impl<'a> Reader<'a> {
 }
 
 /// Decodes one record.
-pub fn decode(bytes: &[u8]) -> Result<Change, CodecError> {
+pub fn decode(bytes: &[u8]) -> Result<Change<'_>, CodecError> {
     let mut r = Reader { bytes, pos: 0 };
     match r.u8("record kind")? {
         PUT => {
-            let topic = r.str("topic")?.to_owned();
+            let topic = r.str("topic")?;
             let id = r.str("id")?;
             let body = r.str("body")?;
             let state = State::from_code(r.u8("state")?).ok_or_else(|| r.err("state"))?;
@@ -245,7 +245,7 @@ pub fn decode(bytes: &[u8]) -> Result<Change, CodecError> {
                     state,
                     retries,
                     ttr_ms,
-                    max_retries,
+                    max_retries: max_retries.into(),
                     due_ms,
                     created_at_ms,
                     updated_at_ms,
@@ -257,8 +257,8 @@ pub fn decode(bytes: &[u8]) -> Result<Change, CodecError> {
             })
         }
         REMOVE => {
-            let topic = r.str("topic")?.to_owned();
-            let id = r.str("id")?.to_owned();
+            let topic = r.str("topic")?;
+            let id = r.str("id")?;
             if r.pos != bytes.len() {
                 return Err(r.err("end of record"));
             }
@@ -280,7 +280,7 @@ mod tests {
             state: State::Active,
             retries: 2,
             ttr_ms: 30_000,
-            max_retries: MaxRetries::Unlimited,
+            max_retries: MaxRetries::Unlimited.into(),
             due_ms: 1_800_000_000_000,
             created_at_ms: 1_799_999_000_000,
             updated_at_ms: 1_800_000_000_005,
@@ -315,7 +315,7 @@ mod tests {
             assert_eq!(
                 decode(&buf),
                 Ok(Change::Put {
-                    topic: "orders".into(),
+                    topic: "orders",
                     record: r
                 })
             );
@@ -325,8 +325,8 @@ mod tests {
         assert_eq!(
             decode(&buf),
             Ok(Change::Remove {
-                topic: "t".into(),
-                id: "i".into()
+                topic: "t",
+                id: "i"
             })
         );
     }

@@ -281,8 +281,8 @@ fn open_shard(
             _ => return Ok(()),
         };
         match codec::decode(bytes) {
-            Ok(Change::Put { topic, record }) => shard.restore(&topic, record, now),
-            Ok(Change::Remove { topic, id }) => shard.restore_removal(&topic, &id),
+            Ok(Change::Put { topic, record }) => shard.restore(topic, record, now),
+            Ok(Change::Remove { topic, id }) => shard.restore_removal(topic, id),
             Err(e) => {
                 let place = seq.map_or("the snapshot".to_owned(), |s| format!("record {s}"));
                 return Err(format!("{place}: {e}"));

@@ -25,8 +25,8 @@ pub struct Record {
     pub retries: u32,
     /// Time to run.
     pub ttr_ms: u64,
-    /// Redeliveries allowed.
-    pub max_retries: MaxRetries,
+    /// Redeliveries allowed, packed into four bytes.
+    pub max_retries: PackedMaxRetries,
     /// When the task is (or was) due.
     pub due_ms: Millis,
     /// When the task was added.
@@ -106,7 +106,7 @@ impl Record {
             due_ms: self.due_ms,
             delay_ms: self.due_ms.saturating_sub(self.created_at_ms),
             ttr_ms: self.ttr_ms,
-            max_retries: self.max_retries.as_i64(),
+            max_retries: self.max_retries.get().as_i64(),
             retries: self.retries,
             created_at_ms: self.created_at_ms,
             updated_at_ms: self.updated_at_ms,
@@ -117,6 +117,30 @@ impl Record {
                 .map(|e| e.history.iter().cloned().collect())
                 .unwrap_or_default(),
         }
+    }
+}
+
+/// [`MaxRetries`] in four bytes instead of eight: `u32::MAX` stands for no limit (a limit of
+/// 4 294 967 295 redeliveries is no limit in practice). Records are the bulk of the memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PackedMaxRetries(u32);
+
+impl PackedMaxRetries {
+    /// The unpacked value.
+    pub fn get(self) -> MaxRetries {
+        match self.0 {
+            u32::MAX => MaxRetries::Unlimited,
+            n => MaxRetries::Limited(n),
+        }
+    }
+}
+
+impl From<MaxRetries> for PackedMaxRetries {
+    fn from(value: MaxRetries) -> Self {
+        PackedMaxRetries(match value {
+            MaxRetries::Limited(n) => n,
+            MaxRetries::Unlimited => u32::MAX,
+        })
     }
 }
 
@@ -148,6 +172,23 @@ mod tests {
             assert!(seen.insert(r));
         }
         assert_eq!(format_receipt(255), "00000000000000ff");
+    }
+
+    #[test]
+    fn records_stay_small() {
+        // Most of the memory of a delayed task is its record (DESIGN §6: <= 200 B a task).
+        assert!(
+            std::mem::size_of::<Record>() <= 112,
+            "{}",
+            std::mem::size_of::<Record>()
+        );
+        for m in [
+            MaxRetries::Limited(0),
+            MaxRetries::Limited(3),
+            MaxRetries::Unlimited,
+        ] {
+            assert_eq!(PackedMaxRetries::from(m).get(), m);
+        }
         assert_ne!(mix_receipt(0), 0, "zero means no receipt");
     }
 }

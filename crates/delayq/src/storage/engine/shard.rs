@@ -206,6 +206,11 @@ impl<J: Journal> Shard<J> {
     /// time at the same time (it is part of the ordering key).
     fn transition(&mut self, idx: u32, state: State, due: Millis, now: Millis) {
         self.unlink(idx);
+        self.enter(idx, state, due, now);
+    }
+
+    /// Puts a record that is in no ordering into `state`: fields, timer, ordering.
+    fn enter(&mut self, idx: u32, state: State, due: Millis, now: Millis) {
         let retention = self.defaults.retention_ms;
         let r = &mut self.records[idx as usize];
         r.state = state;
@@ -318,7 +323,7 @@ impl<J: Journal> Shard<J> {
             state,
             retries: 0,
             ttr_ms: spec.ttr_ms,
-            max_retries: spec.max_retries,
+            max_retries: spec.max_retries.into(),
             due_ms: spec.due_ms,
             created_at_ms: spec.created_at_ms,
             updated_at_ms: now,
@@ -347,9 +352,7 @@ impl<J: Journal> Shard<J> {
             .ids
             .insert_unique(hash, idx, |&i| hasher.hash_one(&*records[i as usize].id));
         let (state, due) = (r.state, r.due_ms);
-        // Enter the state through `transition` so orderings and timers are set in one place;
-        // `unlink` of a not-yet-linked record is a no-op.
-        self.transition(idx, state, due, now);
+        self.enter(idx, state, due, now);
         self.journal_put(idx);
         idx
     }
@@ -416,7 +419,8 @@ impl<J: Journal> Shard<J> {
         });
         let r = &mut self.records[idx as usize];
         r.push_failure(now, outcome, error);
-        let next = lifecycle::after_failure(r.max_retries, r.backoff(), r.retries, now, delay);
+        let next =
+            lifecycle::after_failure(r.max_retries.get(), r.backoff(), r.retries, now, delay);
         match next {
             AfterFailure::Retry { retries, due_ms } => {
                 r.retries = retries;

@@ -1,0 +1,378 @@
+//! The raw command line, as clap reads it.
+//!
+//! These structs only describe flags; nothing here checks that flags fit together beyond what
+//! clap can express. [`crate::config`] turns them into validated plans (ripgrep's
+//! `lowargs` → `hiargs` split), and everything downstream takes the validated form.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use delayq_client::{OnDuplicate, State};
+
+use crate::bench::BenchArgs;
+use crate::duration::{parse_duration, parse_instant};
+
+/// Exit codes, shown at the end of `delayq --help`.
+pub const EXIT_CODES: &str = "\
+Exit status:
+  0  success
+  1  the server refused the request (an API error), or a usage error (bad flags, unreadable file)
+  2  cannot reach the server (connection refused, timeout)";
+
+/// delayq: a millisecond-precise delay queue. Run the server with `delayq serve`; the other
+/// commands talk to a running server over HTTP.
+#[derive(Debug, Parser)]
+#[command(name = "delayq", version, after_help = EXIT_CODES, propagate_version = true)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the delayq server.
+    Serve(Box<delayq_server::ServeArgs>),
+    /// Add a task, or import tasks from a JSON-lines file (--file).
+    Add(AddArgs),
+    /// Take ready tasks of a topic (long-poll).
+    Pop(PopArgs),
+    /// Confirm a popped task: ACTIVE → FINISHED.
+    Finish(AckArgs),
+    /// Give a popped task back as failed; it is redelivered per its backoff, or goes DEAD.
+    Release(ReleaseArgs),
+    /// Restart the time to run of a popped task.
+    Touch(AckArgs),
+    /// Cancel a task: it is never delivered again.
+    Cancel(TaskArgs),
+    /// Show one task.
+    Get(TaskArgs),
+    /// List the tasks of a topic, by due time.
+    Tasks(TasksArgs),
+    /// Show the counters of a topic, or of every topic.
+    Stats(StatsArgs),
+    /// List the topics with their counters.
+    Topics(TopicsArgs),
+    /// Make DEAD tasks READY again (one by --id, or --all of a topic).
+    Requeue(RequeueArgs),
+    /// Remove a task's record, whatever its state.
+    Delete(TaskArgs),
+    /// Measure a running server end to end (loopback only).
+    Bench(BenchArgs),
+}
+
+/// How to reach the server and how to print, shared by every client command.
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Connection and output")]
+pub struct ClientArgs {
+    /// The server's base URL.
+    #[arg(
+        long,
+        env = "DELAYQ_SERVER",
+        default_value = "http://127.0.0.1:9280",
+        value_name = "URL"
+    )]
+    pub server: String,
+    /// A bearer token for a server that requires one.
+    #[arg(
+        long,
+        env = "DELAYQ_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    pub token: Option<String>,
+    /// Print the server's `data` as one JSON document instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `delayq add`.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+With --file, each line of the file is one JSON object, the /add body of one task \
+({\"topic\",\"id\",\"body\",\"delay_ms\"|\"run_at_ms\",\"ttr_ms\",\"max_retries\",\"backoff\",\"on_duplicate\"}). \
+Blank lines are skipped. --topic, --ttr, --max-retries, --backoff-schedule and --on-duplicate \
+then fill in fields a line leaves out. Lines are sent in batches of --batch-size; each refused \
+line is reported with its line number, and the command exits with 1 if any line was refused.")]
+pub struct AddArgs {
+    /// The topic.
+    #[arg(long, short = 't')]
+    pub topic: Option<String>,
+    /// The task's id, unique inside the topic.
+    #[arg(long, short = 'i')]
+    pub id: Option<String>,
+    /// The payload, as text.
+    #[arg(long, short = 'b', conflicts_with = "body_file")]
+    pub body: Option<String>,
+    /// Read the payload from a file (`-` for standard input).
+    #[arg(long, value_name = "PATH")]
+    pub body_file: Option<PathBuf>,
+    /// Make the task due after this long: 500ms, 15m, 2h, 1d.
+    #[arg(long, short = 'd', value_parser = parse_duration, value_name = "DURATION", group = "when")]
+    pub delay: Option<u64>,
+    /// Make the task due after this many milliseconds.
+    #[arg(long, value_name = "MS", group = "when")]
+    pub delay_ms: Option<u64>,
+    /// Make the task due at this instant (RFC 3339: 2030-01-01T08:00:00Z).
+    #[arg(long, value_parser = parse_instant, value_name = "TIME", group = "when")]
+    pub at: Option<u64>,
+    /// Time to run: how long a consumer may hold the task (default: the server's, 30s).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub ttr: Option<u64>,
+    /// Redeliveries allowed: 0 for one attempt only, -1 for no limit (default: the server's, 3).
+    #[arg(long, allow_negative_numbers = true, value_name = "N")]
+    pub max_retries: Option<i64>,
+    /// Wait before each redelivery, in order; the last repeats: 2m,10m,1h.
+    #[arg(long, value_parser = parse_duration, value_delimiter = ',', value_name = "DURATIONS")]
+    pub backoff_schedule: Option<Vec<u64>>,
+    /// What to do when the (topic, id) exists already.
+    #[arg(long, value_enum, value_name = "POLICY")]
+    pub on_duplicate: Option<DuplicatePolicy>,
+    /// Import tasks from a JSON-lines file (`-` for standard input) instead of adding one.
+    #[arg(long, short = 'f', value_name = "PATH", conflicts_with_all = ["id", "body", "body_file", "delay", "delay_ms", "at"])]
+    pub file: Option<PathBuf>,
+    /// With --file: how many tasks to send per request (at most 10000).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=10_000), value_name = "N")]
+    pub batch_size: u32,
+    /// How to reach the server and how to print.
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// The duplicate policies, as flag values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DuplicatePolicy {
+    /// Refuse the add (409).
+    Reject,
+    /// Replace body, due time and options.
+    Replace,
+    /// Keep the existing task and report that it existed.
+    Keep,
+}
+
+impl From<DuplicatePolicy> for OnDuplicate {
+    fn from(policy: DuplicatePolicy) -> Self {
+        match policy {
+            DuplicatePolicy::Reject => OnDuplicate::Reject,
+            DuplicatePolicy::Replace => OnDuplicate::Replace,
+            DuplicatePolicy::Keep => OnDuplicate::Keep,
+        }
+    }
+}
+
+/// `delayq pop`.
+#[derive(Debug, Args)]
+pub struct PopArgs {
+    /// The topic.
+    #[arg(long, short = 't')]
+    pub topic: String,
+    /// The most tasks to take.
+    #[arg(long, short = 'n', default_value_t = 1, value_name = "N")]
+    pub count: usize,
+    /// How long to wait for a ready task (default: the server's, 30s; at most 60s).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub timeout: Option<u64>,
+    /// Finish the tasks as they are handed out (at-most-once).
+    #[arg(long)]
+    pub auto_finish: bool,
+    /// How to reach the server and how to print.
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// `delayq finish` and `delayq touch`.
+#[derive(Debug, Args)]
+pub struct AckArgs {
+    /// The topic.
+    #[arg(long, short = 't')]
+    pub topic: String,
+    /// The task's id.
+    #[arg(long, short = 'i')]
+    pub id: String,
+    /// The receipt of the attempt, as `pop` gave it; a stale one is refused.
+    #[arg(long, short = 'r')]
+    pub receipt: Option<String>,
+    /// How to reach the server and how to print.
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// `delayq release`.
+#[derive(Debug, Args)]
+pub struct ReleaseArgs {
+    /// The topic.
+    #[arg(long, short = 't')]
+    pub topic: String,
+    /// The task's id.
+    #[arg(long, short = 'i')]
+    pub id: String,
+    /// The receipt of the attempt, as `pop` gave it.
+    #[arg(long, short = 'r')]
+    pub receipt: Option<String>,
+    /// Wait this long before the task is ready again, instead of its backoff.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub delay: Option<u64>,
+    /// Why the attempt failed; kept in the task's history.
+    #[arg(long)]
+    pub error: Option<String>,
+    /// How to reach the server and how to print.
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// Commands that name one task.
+#[derive(Debug, Args)]
+pub struct TaskArgs {
+    /// The topic.
+    #[arg(long, short = 't')]
+    pub topic: String,
+    /// The task's id.
+    #[arg(long, short = 'i')]
+    pub id: String,
+    /// How to reach the server and how to print.
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// `delayq tasks`.
+#[derive(Debug, Args)]
+pub struct TasksArgs {
+    /// The topic.
+    #[arg(long, short = 't')]
+    pub topic: String,
+    /// Only tasks in this state (delayed, ready, active, finished, cancelled, dead, or 0-5).
+    #[arg(long, short = 's', value_parser = parse_state, value_name = "STATE")]
+    pub state: Option<State>,
+    /// The page, from 1.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    pub page: u64,
+    /// Tasks per page (at most 1000).
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub page_size: u64,
+    /// How to reach the server and how to print.
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// `delayq stats`.
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    /// The topic; every topic when left out.
+    #[arg(long, short = 't')]
+    pub topic: Option<String>,
+    /// How to reach the server and how to print.
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// `delayq topics`.
+#[derive(Debug, Args)]
+pub struct TopicsArgs {
+    /// How to reach the server and how to print.
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// `delayq requeue`.
+#[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("which").required(true).args(["id", "all"]))]
+pub struct RequeueArgs {
+    /// The topic.
+    #[arg(long, short = 't')]
+    pub topic: String,
+    /// The DEAD task to requeue.
+    #[arg(long, short = 'i')]
+    pub id: Option<String>,
+    /// Requeue every DEAD task of the topic.
+    #[arg(long)]
+    pub all: bool,
+    /// How to reach the server and how to print.
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// Reads a state by name or code, for clap.
+fn parse_state(text: &str) -> Result<State, String> {
+    State::parse(text).ok_or_else(|| {
+        format!("unknown state {text:?}; use delayed, ready, active, finished, cancelled or dead")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn add_flags_parse() {
+        let cli = Cli::try_parse_from([
+            "delayq",
+            "add",
+            "--topic",
+            "orders",
+            "--id",
+            "o-1",
+            "--delay",
+            "15m",
+            "--max-retries",
+            "-1",
+            "--backoff-schedule",
+            "2m,10m,1h",
+            "--on-duplicate",
+            "keep",
+        ])
+        .unwrap();
+        let Command::Add(add) = cli.command else {
+            panic!("not add");
+        };
+        assert_eq!(add.delay, Some(900_000));
+        assert_eq!(add.max_retries, Some(-1));
+        assert_eq!(
+            add.backoff_schedule,
+            Some(vec![120_000, 600_000, 3_600_000])
+        );
+        assert_eq!(add.on_duplicate, Some(DuplicatePolicy::Keep));
+        assert_eq!(add.client.server, "http://127.0.0.1:9280");
+    }
+
+    #[test]
+    fn conflicting_flags_are_refused() {
+        let table: [&[&str]; 4] = [
+            &[
+                "delayq",
+                "add",
+                "-t",
+                "a",
+                "-i",
+                "b",
+                "--delay",
+                "1s",
+                "--delay-ms",
+                "5",
+            ],
+            &[
+                "delayq",
+                "add",
+                "-t",
+                "a",
+                "-i",
+                "b",
+                "--body",
+                "x",
+                "--body-file",
+                "f",
+            ],
+            &["delayq", "add", "--file", "f", "--id", "b"],
+            &["delayq", "requeue", "-t", "a"],
+        ];
+        for argv in table {
+            assert!(Cli::try_parse_from(argv).is_err(), "{argv:?}");
+        }
+    }
+}

@@ -1,0 +1,279 @@
+//! The client commands: each validates its flags, makes its call and prints the answer.
+//!
+//! With `--json` a command prints the server's `data` as one JSON document, exactly as the
+//! server wrote it, so scripts see the API's own shapes. Without it the answer is decoded into
+//! the core types and printed for people ([`crate::output`]). Everything printed goes to the
+//! `out` writer given to [`run`]; progress and per-line import errors go to standard error.
+
+use std::io::{IsTerminal as _, Write};
+
+use delayq_client::{AddOutcome, Call, ListOptions, NewTask, PopOptions, ReleaseOptions, When};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde_json::Value;
+
+use crate::args::{Command, RequeueArgs};
+use crate::config::{AddPlan, Connection, ImportPlan};
+use crate::duration::{format_duration, now_ms};
+use crate::error::CliError;
+use crate::import::{self, ImportSummary};
+use crate::output;
+
+/// Runs a client command (every command but `serve`), printing to `out`.
+pub async fn run(command: Command, out: &mut dyn Write) -> Result<(), CliError> {
+    match command {
+        Command::Serve(_) => Err(CliError::usage(
+            "`serve` runs the server; it is not a client command",
+        )),
+        Command::Add(args) => {
+            let conn = Connection::from_args(&args.client)?;
+            match AddPlan::from_args(&args)? {
+                AddPlan::One(task) => add_one(&conn, &task, out).await,
+                AddPlan::Import(plan) => add_file(&conn, &plan, out).await,
+            }
+        }
+        Command::Pop(args) => {
+            let conn = Connection::from_args(&args.client)?;
+            let mut options = PopOptions::default()
+                .count(args.count)
+                .auto_finish(args.auto_finish);
+            if let Some(timeout) = args.timeout {
+                options = options.timeout_ms(timeout);
+            }
+            if conn.json {
+                return print_raw(&conn, &Call::pop(&args.topic, options), out).await;
+            }
+            let list = conn.client.pop(&args.topic, options).await?;
+            writeln!(out, "{}", output::deliveries(&list, now_ms()))?;
+            Ok(())
+        }
+        Command::Finish(args) => {
+            let conn = Connection::from_args(&args.client)?;
+            let call = Call::finish(&args.topic, &args.id, args.receipt.as_deref());
+            done(&conn, &call, out, || {
+                format!("finished task {:?} of topic {:?}", args.id, args.topic)
+            })
+            .await
+        }
+        Command::Release(args) => {
+            let conn = Connection::from_args(&args.client)?;
+            let mut options = ReleaseOptions::default();
+            options.receipt = args.receipt.clone();
+            options.delay_ms = args.delay;
+            options.error = args.error.clone();
+            let call = Call::release(&args.topic, &args.id, &options);
+            done(&conn, &call, out, || {
+                format!("released task {:?} of topic {:?}", args.id, args.topic)
+            })
+            .await
+        }
+        Command::Touch(args) => {
+            let conn = Connection::from_args(&args.client)?;
+            let call = Call::touch(&args.topic, &args.id, args.receipt.as_deref());
+            done(&conn, &call, out, || {
+                format!(
+                    "touched task {:?} of topic {:?}: its time to run restarted",
+                    args.id, args.topic
+                )
+            })
+            .await
+        }
+        Command::Cancel(args) => {
+            let conn = Connection::from_args(&args.client)?;
+            let call = Call::cancel(&args.topic, &args.id);
+            done(&conn, &call, out, || {
+                format!("cancelled task {:?} of topic {:?}", args.id, args.topic)
+            })
+            .await
+        }
+        Command::Delete(args) => {
+            let conn = Connection::from_args(&args.client)?;
+            let call = Call::delete(&args.topic, &args.id);
+            done(&conn, &call, out, || {
+                format!("deleted task {:?} of topic {:?}", args.id, args.topic)
+            })
+            .await
+        }
+        Command::Requeue(args) => requeue(&args, out).await,
+        Command::Get(args) => {
+            let conn = Connection::from_args(&args.client)?;
+            if conn.json {
+                return print_raw(&conn, &Call::get(&args.topic, &args.id), out).await;
+            }
+            let task = conn.client.get(&args.topic, &args.id).await?;
+            writeln!(out, "{}", output::task(&task, now_ms()))?;
+            Ok(())
+        }
+        Command::Tasks(args) => {
+            let conn = Connection::from_args(&args.client)?;
+            let mut options = ListOptions::default()
+                .page(args.page)
+                .page_size(args.page_size);
+            if let Some(state) = args.state {
+                options = options.state(state);
+            }
+            if conn.json {
+                return print_raw(&conn, &Call::tasks(&args.topic, &options), out).await;
+            }
+            let page = conn.client.tasks(&args.topic, &options).await?;
+            writeln!(out, "{}", output::tasks(&page, now_ms()))?;
+            Ok(())
+        }
+        Command::Stats(args) => {
+            let conn = Connection::from_args(&args.client)?;
+            if conn.json {
+                return print_raw(&conn, &Call::stats(args.topic.as_deref()), out).await;
+            }
+            let rows = match &args.topic {
+                Some(topic) => vec![(topic.clone(), conn.client.stats(topic).await?)],
+                None => conn.client.topics().await?,
+            };
+            writeln!(out, "{}", output::stats(&rows, now_ms()))?;
+            Ok(())
+        }
+        Command::Topics(args) => {
+            let conn = Connection::from_args(&args.client)?;
+            if conn.json {
+                return print_raw(&conn, &Call::topics(), out).await;
+            }
+            let rows = conn.client.topics().await?;
+            writeln!(out, "{}", output::stats(&rows, now_ms()))?;
+            Ok(())
+        }
+        Command::Bench(args) => crate::bench::run(args, out).await,
+    }
+}
+
+/// Sends a call and prints its raw `data` as one JSON document (`null` when there is none).
+async fn print_raw(conn: &Connection, call: &Call, out: &mut dyn Write) -> Result<(), CliError> {
+    let data = conn.client.send(call).await?.unwrap_or(Value::Null);
+    print_json(&data, out)
+}
+
+fn print_json(value: &impl serde::Serialize, out: &mut dyn Write) -> Result<(), CliError> {
+    let text = serde_json::to_string_pretty(value)
+        .map_err(|err| CliError::Output(std::io::Error::other(err)))?;
+    writeln!(out, "{text}")?;
+    Ok(())
+}
+
+/// Sends a call whose answer carries nothing people need: prints `data` with `--json`, the
+/// sentence otherwise.
+async fn done(
+    conn: &Connection,
+    call: &Call,
+    out: &mut dyn Write,
+    sentence: impl FnOnce() -> String,
+) -> Result<(), CliError> {
+    let data = conn.client.send(call).await?;
+    if conn.json {
+        return print_json(&data.unwrap_or(Value::Null), out);
+    }
+    writeln!(out, "{}", sentence())?;
+    Ok(())
+}
+
+async fn add_one(conn: &Connection, task: &NewTask, out: &mut dyn Write) -> Result<(), CliError> {
+    if conn.json {
+        return print_raw(conn, &Call::add(task), out).await;
+    }
+    let outcome = conn.client.add(task).await?;
+    let due = match task.when {
+        When::Delay(0) => "ready now".to_owned(),
+        When::Delay(ms) => format!("due in {}", format_duration(ms)),
+        When::At(at) => format!("due {}", output::when(at, now_ms())),
+    };
+    let what = match outcome {
+        AddOutcome::Replaced => "replaced",
+        AddOutcome::Existed => "kept the existing",
+        _ => "added",
+    };
+    let due = if outcome == AddOutcome::Existed {
+        "unchanged".to_owned()
+    } else {
+        due
+    };
+    writeln!(
+        out,
+        "{what} task {:?} of topic {:?} ({due})",
+        task.id, task.topic
+    )?;
+    Ok(())
+}
+
+async fn add_file(
+    conn: &Connection,
+    plan: &ImportPlan,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let progress = import_progress(plan, conn.json);
+    let json = conn.json;
+    let result = import::import(&conn.client, plan, &progress, |error| {
+        if !json {
+            progress.suspend(|| eprintln!("{error}"));
+        }
+    })
+    .await;
+    progress.finish_and_clear();
+    let (summary, failure) = match result {
+        Ok(summary) => (summary, None),
+        Err((summary, err)) => (summary, Some(err)),
+    };
+    print_summary(&summary, json, out)?;
+    if let Some(err) = failure {
+        return Err(err);
+    }
+    if summary.failed > 0 {
+        return Err(CliError::ImportIncomplete {
+            path: plan.path.clone(),
+            lines: summary.lines,
+            failed: summary.failed,
+        });
+    }
+    Ok(())
+}
+
+fn print_summary(summary: &ImportSummary, json: bool, out: &mut dyn Write) -> Result<(), CliError> {
+    if json {
+        return print_json(summary, out);
+    }
+    writeln!(out, "{}", summary.sentence())?;
+    Ok(())
+}
+
+/// A progress bar by bytes of the file, drawn only on a terminal (and never with `--json`).
+fn import_progress(plan: &ImportPlan, json: bool) -> ProgressBar {
+    let size = std::fs::metadata(&plan.path).map(|m| m.len()).ok();
+    let bar = match size {
+        Some(size) if size > 0 => ProgressBar::new(size),
+        _ => ProgressBar::new_spinner(),
+    };
+    if json || !std::io::stderr().is_terminal() {
+        bar.set_draw_target(ProgressDrawTarget::hidden());
+    } else if let Ok(style) = ProgressStyle::with_template(
+        "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} {msg}",
+    ) {
+        bar.set_style(style);
+    }
+    bar
+}
+
+async fn requeue(args: &RequeueArgs, out: &mut dyn Write) -> Result<(), CliError> {
+    let conn = Connection::from_args(&args.client)?;
+    match &args.id {
+        Some(id) => {
+            let call = Call::requeue(&args.topic, id);
+            done(&conn, &call, out, || {
+                format!("requeued task {id:?} of topic {:?}", args.topic)
+            })
+            .await
+        }
+        None => {
+            if conn.json {
+                return print_raw(&conn, &Call::requeue_all(&args.topic), out).await;
+            }
+            let count = conn.client.requeue_all(&args.topic).await?;
+            writeln!(out, "requeued {count} dead tasks of topic {:?}", args.topic)?;
+            Ok(())
+        }
+    }
+}

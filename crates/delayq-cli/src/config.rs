@@ -1,0 +1,246 @@
+//! From raw flags to validated plans.
+//!
+//! Following ripgrep's `lowargs` → `hiargs`: [`crate::args`] holds what the user typed, this
+//! module checks that it fits together (a topic and an id unless importing, one way to say
+//! when, a valid retry count), reads `--body-file`, and produces one plan per command that the
+//! rest of the crate takes without checking again.
+
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+
+use delayq_client::{Backoff, Client, MaxRetries, NewTask, OnDuplicate};
+use serde_json::{Map, Value};
+
+use crate::args::{AddArgs, ClientArgs};
+use crate::error::CliError;
+
+/// How to reach the server and how to print.
+#[derive(Debug, Clone)]
+pub struct Connection {
+    /// The client of the server.
+    pub client: Client,
+    /// Print JSON instead of tables.
+    pub json: bool,
+}
+
+impl Connection {
+    /// Builds the client from `--server` and `--token`.
+    pub fn from_args(args: &ClientArgs) -> Result<Connection, CliError> {
+        let client = Client::new(&args.server, args.token.clone())?;
+        Ok(Connection {
+            client,
+            json: args.json,
+        })
+    }
+}
+
+/// What `delayq add` does.
+#[derive(Debug, Clone)]
+pub enum AddPlan {
+    /// Add one task.
+    One(Box<NewTask>),
+    /// Import a JSON-lines file.
+    Import(ImportPlan),
+}
+
+/// A validated `delayq add --file`.
+#[derive(Debug, Clone)]
+pub struct ImportPlan {
+    /// The file, or `-` for standard input.
+    pub path: PathBuf,
+    /// Tasks per request.
+    pub batch_size: usize,
+    /// Fields filled in where a line leaves them out.
+    pub defaults: LineDefaults,
+}
+
+/// Fields that the flags of `delayq add --file` fill in where a line leaves them out.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LineDefaults {
+    fields: Map<String, Value>,
+}
+
+impl LineDefaults {
+    /// Fills in each default field that `task` does not have.
+    pub fn apply(&self, task: &mut Map<String, Value>) {
+        for (key, value) in &self.fields {
+            if !task.contains_key(key) {
+                task.insert(key.clone(), value.clone());
+            }
+        }
+    }
+}
+
+impl AddPlan {
+    /// Checks the flags of `delayq add` and builds the plan.
+    pub fn from_args(args: &AddArgs) -> Result<AddPlan, CliError> {
+        let max_retries = args
+            .max_retries
+            .map(|n| {
+                MaxRetries::try_from(n).map_err(|reason| {
+                    CliError::usage(format!("invalid --max-retries {n}: {reason}"))
+                })
+            })
+            .transpose()?;
+        let backoff = args
+            .backoff_schedule
+            .as_ref()
+            .map(|ms| Backoff::Schedule { ms: ms.clone() });
+        let on_duplicate = args.on_duplicate.map(OnDuplicate::from);
+
+        if let Some(path) = &args.file {
+            let mut fields = Map::new();
+            if let Some(topic) = &args.topic {
+                fields.insert("topic".into(), Value::from(topic.as_str()));
+            }
+            if let Some(ttr) = args.ttr {
+                fields.insert("ttr_ms".into(), Value::from(ttr));
+            }
+            if let Some(max) = max_retries {
+                fields.insert("max_retries".into(), Value::from(max.as_i64()));
+            }
+            if let Some(backoff) = &backoff {
+                let value = serde_json::to_value(backoff)
+                    .map_err(|err| CliError::usage(format!("invalid --backoff-schedule: {err}")))?;
+                fields.insert("backoff".into(), value);
+            }
+            if let Some(policy) = on_duplicate {
+                let value = serde_json::to_value(policy)
+                    .map_err(|err| CliError::usage(format!("invalid --on-duplicate: {err}")))?;
+                fields.insert("on_duplicate".into(), value);
+            }
+            return Ok(AddPlan::Import(ImportPlan {
+                path: path.clone(),
+                batch_size: args.batch_size as usize,
+                defaults: LineDefaults { fields },
+            }));
+        }
+
+        let (Some(topic), Some(id)) = (&args.topic, &args.id) else {
+            return Err(CliError::usage(
+                "delayq add needs --topic and --id (or --file to import tasks)",
+            ));
+        };
+        let body = match (&args.body, &args.body_file) {
+            (Some(body), _) => body.clone(),
+            (None, Some(path)) => read_text(path)?,
+            (None, None) => String::new(),
+        };
+        let mut task = NewTask::new(topic.as_str(), id.as_str()).body(body);
+        if let Some(ms) = args.delay.or(args.delay_ms) {
+            task = task.delay_ms(ms);
+        }
+        if let Some(at) = args.at {
+            task = task.run_at_ms(at);
+        }
+        if let Some(ttr) = args.ttr {
+            task = task.ttr_ms(ttr);
+        }
+        if let Some(max) = max_retries {
+            task = task.max_retries(max);
+        }
+        if let Some(backoff) = backoff {
+            task = task.backoff(backoff);
+        }
+        if let Some(policy) = on_duplicate {
+            task = task.on_duplicate(policy);
+        }
+        Ok(AddPlan::One(Box::new(task)))
+    }
+}
+
+/// Reads a whole text file, or standard input for `-`.
+pub fn read_text(path: &Path) -> Result<String, CliError> {
+    let read_err = |source| CliError::Read {
+        path: path.to_owned(),
+        source,
+    };
+    if path == Path::new("-") {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .map_err(read_err)?;
+        Ok(text)
+    } else {
+        std::fs::read_to_string(path).map_err(read_err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::args::{Cli, Command};
+    use clap::Parser as _;
+    use delayq_client::When;
+
+    fn plan(argv: &[&str]) -> Result<AddPlan, CliError> {
+        let cli = Cli::try_parse_from(argv).expect("flags parse");
+        let Command::Add(args) = cli.command else {
+            panic!("not add");
+        };
+        AddPlan::from_args(&args)
+    }
+
+    #[test]
+    fn one_task() {
+        let AddPlan::One(task) = plan(&[
+            "delayq",
+            "add",
+            "-t",
+            "orders",
+            "-i",
+            "o-1",
+            "--body",
+            "{}",
+            "--delay",
+            "15m",
+            "--ttr",
+            "30s",
+            "--max-retries",
+            "0",
+        ])
+        .unwrap() else {
+            panic!("not one");
+        };
+        assert_eq!((task.topic.as_str(), task.id.as_str()), ("orders", "o-1"));
+        assert_eq!(task.when, When::Delay(900_000));
+        assert_eq!(task.ttr_ms, Some(30_000));
+        assert_eq!(task.max_retries, Some(MaxRetries::Limited(0)));
+    }
+
+    #[test]
+    fn invalid_combinations() {
+        let table: [(&[&str], &str); 2] = [
+            (&["delayq", "add", "-t", "orders"], "needs --topic and --id"),
+            (
+                &["delayq", "add", "-t", "a", "-i", "b", "--max-retries", "-2"],
+                "invalid --max-retries -2",
+            ),
+        ];
+        for (argv, message) in table {
+            let err = plan(argv).unwrap_err();
+            assert!(err.to_string().contains(message), "{argv:?}: {err}");
+            assert_eq!(err.exit_code(), 1);
+        }
+    }
+
+    #[test]
+    fn import_defaults_fill_missing_fields_only() {
+        let AddPlan::Import(import) = plan(&[
+            "delayq", "add", "--file", "t.jsonl", "-t", "orders", "--ttr", "5s",
+        ])
+        .unwrap() else {
+            panic!("not import");
+        };
+        let mut line = serde_json::json!({"id": "a", "ttr_ms": 1})
+            .as_object()
+            .unwrap()
+            .clone();
+        import.defaults.apply(&mut line);
+        assert_eq!(
+            Value::Object(line),
+            serde_json::json!({"id": "a", "ttr_ms": 1, "topic": "orders"})
+        );
+        assert_eq!(import.batch_size, 1000);
+    }
+}

@@ -1,0 +1,71 @@
+//! The `delayq` binary: parses the command line and hands over to the libraries.
+//!
+//! `delayq serve` runs `delayq_server::serve` until SIGTERM or Ctrl-C; every other command is
+//! run by `delayq_cli::run`. Errors are printed once, as `error: ...`, and decide the exit
+//! code: 0 success, 1 an API or usage error, 2 the server cannot be reached.
+
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::Parser as _;
+use delayq_cli::{Cli, Command, EXIT_ERROR};
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => {
+            // Help and version go to stdout with success; usage errors exit with 1, not
+            // clap's 2, which this tool reserves for "cannot reach the server".
+            let _ = err.print();
+            return if err.use_stderr() {
+                ExitCode::from(EXIT_ERROR)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    match cli.command {
+        Command::Serve(args) => match serve(&args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => {
+                eprintln!("error: {err:#}");
+                ExitCode::from(EXIT_ERROR)
+            }
+        },
+        command => {
+            let runtime = match runtime() {
+                Ok(runtime) => runtime,
+                Err(err) => {
+                    eprintln!("error: {err:#}");
+                    return ExitCode::from(EXIT_ERROR);
+                }
+            };
+            let mut stdout = std::io::stdout().lock();
+            match runtime.block_on(delayq_cli::run(command, &mut stdout)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(err) => {
+                    eprintln!("error: {err}");
+                    ExitCode::from(err.exit_code())
+                }
+            }
+        }
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+fn serve(args: &delayq_server::ServeArgs) -> anyhow::Result<()> {
+    let config = delayq_server::ServerConfig::from_args(args).context("invalid server settings")?;
+    delayq_server::init_tracing(config.log_format).context("cannot set up logging")?;
+    runtime()?
+        .block_on(delayq_server::serve(
+            config,
+            delayq_server::shutdown_signal(),
+        ))
+        .context("the server stopped with an error")
+}

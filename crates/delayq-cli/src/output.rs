@@ -1,0 +1,272 @@
+//! Output for people: tables of tasks, deliveries and counters.
+//!
+//! Each function renders to a `String` so that it can be tested without a terminal. States are
+//! written by name, instants as RFC 3339 in UTC with how far away they are (`in 15m`),
+//! durations with units, and bodies cut to a readable length. `--json` output does not come
+//! through here: it is the server's `data`, printed as is.
+
+use comfy_table::{Cell, ContentArrangement, Table, presets};
+use delayq_client::{Delivery, Page, TaskInfo, TopicStats};
+
+use crate::duration::{format_duration, format_instant, format_relative};
+
+/// How much of a body a table shows.
+const BODY_WIDTH: usize = 40;
+
+fn table(header: &[&str]) -> Table {
+    let mut table = Table::new();
+    table
+        .load_preset(presets::UTF8_FULL_CONDENSED)
+        .set_content_arrangement(ContentArrangement::Dynamic)
+        .set_header(header.iter().map(|h| Cell::new(*h)));
+    table
+}
+
+/// An instant with its distance from now: `2030-01-01T08:00:00.000Z (in 15m)`.
+pub fn when(at_ms: u64, now_ms: u64) -> String {
+    format!(
+        "{} ({})",
+        format_instant(at_ms),
+        format_relative(at_ms, now_ms)
+    )
+}
+
+/// A body cut to [`BODY_WIDTH`] characters, on one line.
+pub fn short_body(body: &str) -> String {
+    let one_line: String = body
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if one_line.chars().count() <= BODY_WIDTH {
+        return one_line;
+    }
+    let mut cut: String = one_line.chars().take(BODY_WIDTH - 1).collect();
+    cut.push('…');
+    cut
+}
+
+/// `max_retries` in words: `3`, `none (1 attempt)`, `unlimited`.
+fn retries_limit(max: i64) -> String {
+    match max {
+        -1 => "unlimited".into(),
+        0 => "0 (one attempt)".into(),
+        n => n.to_string(),
+    }
+}
+
+/// One task, field by field.
+pub fn task(task: &TaskInfo, now_ms: u64) -> String {
+    let mut t = table(&["field", "value"]);
+    t.add_row(vec!["topic".to_owned(), task.topic.clone()]);
+    t.add_row(vec!["id".to_owned(), task.id.clone()]);
+    t.add_row(vec!["state".to_owned(), task.state.name().to_owned()]);
+    t.add_row(vec!["due".to_owned(), when(task.due_ms, now_ms)]);
+    t.add_row(vec!["delay".to_owned(), format_duration(task.delay_ms)]);
+    t.add_row(vec!["ttr".to_owned(), format_duration(task.ttr_ms)]);
+    t.add_row(vec![
+        "retries".to_owned(),
+        format!("{} of {}", task.retries, retries_limit(task.max_retries)),
+    ]);
+    if let Some(backoff) = &task.backoff {
+        t.add_row(vec!["backoff".to_owned(), backoff_words(backoff)]);
+    }
+    if let Some(deadline) = task.deadline_ms {
+        let label = if task.state.is_terminal() {
+            "removed"
+        } else {
+            "deadline"
+        };
+        t.add_row(vec![label.to_owned(), when(deadline, now_ms)]);
+    }
+    t.add_row(vec!["created".to_owned(), when(task.created_at_ms, now_ms)]);
+    t.add_row(vec!["updated".to_owned(), when(task.updated_at_ms, now_ms)]);
+    if let Some(error) = &task.last_error {
+        t.add_row(vec!["last error".to_owned(), error.clone()]);
+    }
+    for (n, attempt) in task.history.iter().enumerate() {
+        let error = attempt
+            .error
+            .as_deref()
+            .map(|e| format!(": {e}"))
+            .unwrap_or_default();
+        t.add_row(vec![
+            format!("attempt {}", n + 1),
+            format!(
+                "{} at {}{error}",
+                attempt.outcome,
+                format_instant(attempt.ended_at_ms)
+            ),
+        ]);
+    }
+    t.add_row(vec!["body".to_owned(), task.body.clone()]);
+    t.to_string()
+}
+
+fn backoff_words(backoff: &delayq_client::Backoff) -> String {
+    use delayq_client::Backoff;
+    match backoff {
+        Backoff::Fixed { ms } => format!("fixed {}", format_duration(*ms)),
+        Backoff::Exponential { base_ms, max_ms } => format!(
+            "exponential from {} up to {}",
+            format_duration(*base_ms),
+            format_duration(*max_ms)
+        ),
+        Backoff::Schedule { ms } => format!(
+            "schedule {}",
+            ms.iter()
+                .map(|ms| format_duration(*ms))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        // The core may learn new kinds; show them as JSON rather than not at all.
+        other => serde_json::to_string(other).unwrap_or_default(),
+    }
+}
+
+/// A page of tasks, one per row, with a footer saying which page this is.
+pub fn tasks(page: &Page<TaskInfo>, now_ms: u64) -> String {
+    let mut t = table(&["id", "state", "due", "retries", "ttr", "body"]);
+    for task in &page.items {
+        t.add_row(vec![
+            task.id.clone(),
+            task.state.name().to_owned(),
+            when(task.due_ms, now_ms),
+            task.retries.to_string(),
+            format_duration(task.ttr_ms),
+            short_body(&task.body),
+        ]);
+    }
+    let pages = page.total.div_ceil(page.page_size.max(1)).max(1);
+    format!(
+        "{t}\n{} of {} tasks (page {} of {pages})",
+        page.items.len(),
+        page.total,
+        page.page
+    )
+}
+
+/// Popped tasks, one per row, with the receipt to pass to finish/release/touch.
+pub fn deliveries(list: &[Delivery], now_ms: u64) -> String {
+    if list.is_empty() {
+        return "no task became ready before the timeout".into();
+    }
+    let mut t = table(&["topic", "id", "retries", "due", "ttr", "receipt", "body"]);
+    for d in list {
+        t.add_row(vec![
+            d.topic.clone(),
+            d.id.clone(),
+            d.retries.to_string(),
+            when(d.due_ms, now_ms),
+            format_duration(d.ttr_ms),
+            d.receipt.clone(),
+            short_body(&d.body),
+        ]);
+    }
+    t.to_string()
+}
+
+/// The counters of topics, one topic per row.
+pub fn stats(rows: &[(String, TopicStats)], now_ms: u64) -> String {
+    let mut t = table(&[
+        "topic",
+        "delayed",
+        "ready",
+        "active",
+        "dead",
+        "finished",
+        "cancelled",
+        "total",
+        "next due",
+    ]);
+    for (name, s) in rows {
+        t.add_row(vec![
+            name.clone(),
+            s.delayed.to_string(),
+            s.ready.to_string(),
+            s.active.to_string(),
+            s.dead.to_string(),
+            s.finished.to_string(),
+            s.cancelled.to_string(),
+            s.total.to_string(),
+            s.next_due_ms
+                .map(|at| when(at, now_ms))
+                .unwrap_or_else(|| "-".into()),
+        ]);
+    }
+    if rows.is_empty() {
+        return format!("{t}\nno topics");
+    }
+    t.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use delayq_client::State;
+
+    fn sample(state: State) -> TaskInfo {
+        TaskInfo {
+            id: "o-1".into(),
+            topic: "orders".into(),
+            body: "{\"order\":1}".into(),
+            state,
+            due_ms: 1_000 + 900_000,
+            delay_ms: 900_000,
+            ttr_ms: 30_000,
+            max_retries: 3,
+            retries: 1,
+            created_at_ms: 1_000,
+            updated_at_ms: 1_000,
+            backoff: Some(delayq_client::Backoff::Schedule {
+                ms: vec![120_000, 600_000],
+            }),
+            deadline_ms: None,
+            last_error: Some("boom".into()),
+            history: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn task_shows_state_by_name_and_times_readably() {
+        let out = task(&sample(State::Dead), 1_000);
+        for expected in [
+            "dead",
+            "in 15m",
+            "1970-01-01T00:15:01.000Z",
+            "1 of 3",
+            "schedule 2m, 10m",
+            "boom",
+        ] {
+            assert!(out.contains(expected), "{expected} missing from\n{out}");
+        }
+    }
+
+    #[test]
+    fn tasks_table_has_columns_and_footer() {
+        let page = Page {
+            items: vec![sample(State::Ready)],
+            total: 120,
+            page: 2,
+            page_size: 50,
+        };
+        let out = tasks(&page, 1_000);
+        for expected in [
+            "id",
+            "state",
+            "due",
+            "ready",
+            "1 of 120 tasks (page 2 of 3)",
+        ] {
+            assert!(out.contains(expected), "{expected} missing from\n{out}");
+        }
+    }
+
+    #[test]
+    fn bodies_are_cut_to_one_short_line() {
+        assert_eq!(short_body("a\nb"), "a b");
+        let long = "x".repeat(100);
+        let cut = short_body(&long);
+        assert_eq!(cut.chars().count(), BODY_WIDTH);
+        assert!(cut.ends_with('…'));
+    }
+}

@@ -1,0 +1,863 @@
+//! The [`Client`]: one method per operation of DESIGN §3.
+//!
+//! Each method builds its JSON body, sends it with the shared connection pool, reads the
+//! `{"code", "message", "data"}` envelope and returns `data` as a core type. Failures become a
+//! [`ClientError`] naming the operation and the URL. A `Client` is cheap to clone and meant to
+//! be shared: all clones use one pool of keep-alive HTTP/1.1 connections.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use delayq_core::{AddOutcome, Delivery, Millis, NewTask, Page, State, TaskInfo, TopicStats};
+use reqwest::Url;
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::error::ClientError;
+use crate::wire::{self, AddBody, BatchBody, Envelope, OneOrMany, PopBody, ReleaseBody, TaskRef};
+use crate::{BatchItem, BatchItemError};
+
+/// How long a request other than a long-poll may take by default.
+const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long connecting may take by default.
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// What a pop waits for beyond its own long-poll timeout before the client gives up.
+const POP_GRACE: Duration = Duration::from_secs(10);
+/// The server's default long-poll timeout (DESIGN §3), used to size the request timeout when
+/// the caller leaves `timeout_ms` to the server.
+const SERVER_DEFAULT_POP_TIMEOUT_MS: u64 = 30_000;
+
+/// Options of a [`Client`]. Build with [`ClientOptions::default`] and the setters.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ClientOptions {
+    /// How long a request (other than a long-poll pop) may take in all.
+    pub request_timeout: Duration,
+    /// How long connecting to the server may take.
+    pub connect_timeout: Duration,
+    /// How many idle keep-alive connections to keep per host.
+    pub pool_max_idle_per_host: usize,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            pool_max_idle_per_host: 1024,
+        }
+    }
+}
+
+impl ClientOptions {
+    /// Sets how long a request (other than a long-poll pop) may take.
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// Sets how long connecting may take.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Sets how many idle connections the pool keeps per host.
+    pub fn pool_max_idle_per_host(mut self, max: usize) -> Self {
+        self.pool_max_idle_per_host = max;
+        self
+    }
+}
+
+/// Options of [`Client::pop`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PopOptions {
+    /// How long to wait for a ready task; `None` leaves it to the server (30 s).
+    pub timeout_ms: Option<u64>,
+    /// The most tasks to take at once.
+    pub count: usize,
+    /// Finish the tasks as they are handed out (at-most-once).
+    pub auto_finish: bool,
+}
+
+impl Default for PopOptions {
+    fn default() -> Self {
+        PopOptions {
+            timeout_ms: None,
+            count: 1,
+            auto_finish: false,
+        }
+    }
+}
+
+impl PopOptions {
+    /// Sets the long-poll timeout.
+    pub fn timeout_ms(mut self, timeout_ms: u64) -> Self {
+        self.timeout_ms = Some(timeout_ms);
+        self
+    }
+
+    /// Sets the most tasks to take at once.
+    pub fn count(mut self, count: usize) -> Self {
+        self.count = count;
+        self
+    }
+
+    /// Sets whether the tasks are finished as they are handed out.
+    pub fn auto_finish(mut self, auto_finish: bool) -> Self {
+        self.auto_finish = auto_finish;
+        self
+    }
+}
+
+/// Options of [`Client::release`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReleaseOptions {
+    /// The receipt of the attempt being released.
+    pub receipt: Option<String>,
+    /// Wait this long before the task is ready again, instead of its backoff.
+    pub delay_ms: Option<u64>,
+    /// Why the attempt failed; kept in the task's history.
+    pub error: Option<String>,
+}
+
+impl ReleaseOptions {
+    /// Sets the receipt.
+    pub fn receipt(mut self, receipt: impl Into<String>) -> Self {
+        self.receipt = Some(receipt.into());
+        self
+    }
+
+    /// Sets the delay before the task is ready again.
+    pub fn delay_ms(mut self, delay_ms: u64) -> Self {
+        self.delay_ms = Some(delay_ms);
+        self
+    }
+
+    /// Sets the error text.
+    pub fn error(mut self, error: impl Into<String>) -> Self {
+        self.error = Some(error.into());
+        self
+    }
+}
+
+/// Which tasks [`Client::tasks`] lists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ListOptions {
+    /// Only tasks in this state.
+    pub state: Option<State>,
+    /// The page number, from 1.
+    pub page: u64,
+    /// Tasks per page (the server allows at most 1000).
+    pub page_size: u64,
+}
+
+impl Default for ListOptions {
+    fn default() -> Self {
+        ListOptions {
+            state: None,
+            page: 1,
+            page_size: 100,
+        }
+    }
+}
+
+impl ListOptions {
+    /// Lists only tasks in `state`.
+    pub fn state(mut self, state: State) -> Self {
+        self.state = Some(state);
+        self
+    }
+
+    /// Sets the page number (from 1).
+    pub fn page(mut self, page: u64) -> Self {
+        self.page = page;
+        self
+    }
+
+    /// Sets the page size.
+    pub fn page_size(mut self, page_size: u64) -> Self {
+        self.page_size = page_size;
+        self
+    }
+}
+
+/// A typed client of one delayq server.
+///
+/// Cloning is cheap; clones share one connection pool, so one client serves many concurrent
+/// tasks.
+#[derive(Debug, Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    /// The base URL, its path ending in `/` so that endpoints join under it.
+    base: Url,
+    /// `Bearer <token>`, marked sensitive so it never shows in debug output.
+    auth: Option<HeaderValue>,
+    request_timeout: Duration,
+}
+
+impl Client {
+    /// A client of the server at `base_url` (e.g. `http://127.0.0.1:9280`), sending `token`
+    /// as a bearer token when given.
+    pub fn new(base_url: &str, token: Option<String>) -> Result<Client, ClientError> {
+        Client::with_options(base_url, token, ClientOptions::default())
+    }
+
+    /// A client with explicit options.
+    pub fn with_options(
+        base_url: &str,
+        token: Option<String>,
+        options: ClientOptions,
+    ) -> Result<Client, ClientError> {
+        let base = parse_base_url(base_url)?;
+        let auth = match token {
+            Some(token) => {
+                let mut value =
+                    HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
+                        ClientError::InvalidUrl {
+                            url: base_url.to_owned(),
+                            reason: "the token contains characters not allowed in a header".into(),
+                        }
+                    })?;
+                value.set_sensitive(true);
+                Some(value)
+            }
+            None => None,
+        };
+        let http = reqwest::Client::builder()
+            .connect_timeout(options.connect_timeout)
+            .pool_max_idle_per_host(options.pool_max_idle_per_host)
+            .tcp_nodelay(true)
+            .build()
+            .map_err(|err| ClientError::InvalidUrl {
+                url: base_url.to_owned(),
+                reason: format!("cannot build the HTTP client: {err}"),
+            })?;
+        Ok(Client {
+            http,
+            inner: Arc::new(Inner {
+                base,
+                auth,
+                request_timeout: options.request_timeout,
+            }),
+        })
+    }
+
+    /// The base URL of the server.
+    pub fn base_url(&self) -> &Url {
+        &self.inner.base
+    }
+
+    /// Sends a [`Call`] and returns the `data` of the answer as raw JSON (`None` for `null`),
+    /// exactly as the server wrote it. This is what `delayq --json` prints.
+    pub async fn send(&self, call: &Call) -> Result<Option<serde_json::Value>, ClientError> {
+        self.exchange(call).await
+    }
+
+    /// Adds one task. Returns whether it was added, replaced or existed already (per its
+    /// `on_duplicate`).
+    pub async fn add(&self, task: &NewTask) -> Result<AddOutcome, ClientError> {
+        let call = Call::add(task);
+        let data: Option<wire::AddData> = self.exchange(&call).await?;
+        wire::outcome_of(data).map_err(|reason| self.protocol(&call, reason))
+    }
+
+    /// Adds a batch of tasks in one round trip (and one durable write on the server). Returns
+    /// one result per task, in order; a refused task does not stop the others.
+    pub async fn add_batch(&self, tasks: &[NewTask]) -> Result<Vec<BatchItem>, ClientError> {
+        let call = Call::add_batch(tasks);
+        let data: Option<Vec<wire::WireBatchItem>> = self.exchange(&call).await?;
+        wire::batch_results(data, tasks.len()).map_err(|reason| self.protocol(&call, reason))
+    }
+
+    /// Adds a batch given as raw JSON task objects (each the `/add` body of one task), as read
+    /// from a JSON-lines file. The server validates each object.
+    pub async fn add_batch_raw(
+        &self,
+        tasks: &[serde_json::Value],
+    ) -> Result<Vec<BatchItem>, ClientError> {
+        let call = Call::add_batch_raw(tasks);
+        let data: Option<Vec<wire::WireBatchItem>> = self.exchange(&call).await?;
+        wire::batch_results(data, tasks.len()).map_err(|reason| self.protocol(&call, reason))
+    }
+
+    /// Long-polls `topic` for up to `options.count` ready tasks. Returns an empty list when
+    /// none became ready within the timeout.
+    pub async fn pop(
+        &self,
+        topic: &str,
+        options: PopOptions,
+    ) -> Result<Vec<Delivery>, ClientError> {
+        let data: Option<OneOrMany> = self.exchange(&Call::pop(topic, options)).await?;
+        Ok(data.map(OneOrMany::into_vec).unwrap_or_default())
+    }
+
+    /// Confirms a popped task: ACTIVE → FINISHED.
+    pub async fn finish(
+        &self,
+        topic: &str,
+        id: &str,
+        receipt: Option<&str>,
+    ) -> Result<(), ClientError> {
+        self.exchange_ignoring_data(&Call::finish(topic, id, receipt))
+            .await
+    }
+
+    /// Gives a popped task back as failed: it is redelivered per its backoff (or `delay_ms`),
+    /// or goes DEAD when out of retries. Returns the task's new state (delayed, ready or dead).
+    pub async fn release(
+        &self,
+        topic: &str,
+        id: &str,
+        options: &ReleaseOptions,
+    ) -> Result<State, ClientError> {
+        let call = Call::release(topic, id, options);
+        let data: Option<wire::StateData> = self.exchange(&call).await?;
+        data.map(|d| d.state)
+            .ok_or_else(|| self.protocol(&call, "no state in the answer".into()))
+    }
+
+    /// Restarts the time to run of a popped task. Returns the new ttr deadline (epoch ms).
+    pub async fn touch(
+        &self,
+        topic: &str,
+        id: &str,
+        receipt: Option<&str>,
+    ) -> Result<Millis, ClientError> {
+        let call = Call::touch(topic, id, receipt);
+        let data: Option<wire::DeadlineData> = self.exchange(&call).await?;
+        data.map(|d| d.deadline_ms)
+            .ok_or_else(|| self.protocol(&call, "no deadline in the answer".into()))
+    }
+
+    /// Cancels a task: it is never delivered again.
+    pub async fn cancel(&self, topic: &str, id: &str) -> Result<(), ClientError> {
+        self.exchange_ignoring_data(&Call::cancel(topic, id)).await
+    }
+
+    /// Makes a DEAD task READY again, its retries reset.
+    pub async fn requeue(&self, topic: &str, id: &str) -> Result<(), ClientError> {
+        self.exchange_ignoring_data(&Call::requeue(topic, id)).await
+    }
+
+    /// Makes every DEAD task of `topic` READY again. Returns how many were requeued.
+    pub async fn requeue_all(&self, topic: &str) -> Result<u64, ClientError> {
+        let call = Call::requeue_all(topic);
+        let data: Option<wire::RequeueData> = self.exchange(&call).await?;
+        data.map(|d| d.requeued)
+            .ok_or_else(|| self.protocol(&call, "no count in the answer".into()))
+    }
+
+    /// Removes a task's record, whatever its state.
+    pub async fn delete(&self, topic: &str, id: &str) -> Result<(), ClientError> {
+        self.exchange_ignoring_data(&Call::delete(topic, id)).await
+    }
+
+    /// The full view of one task.
+    pub async fn get(&self, topic: &str, id: &str) -> Result<TaskInfo, ClientError> {
+        let call = Call::get(topic, id);
+        let task: Option<wire::WireTaskInfo> = self.exchange(&call).await?;
+        task.map(TaskInfo::from)
+            .ok_or_else(|| self.protocol(&call, "no task in the answer".into()))
+    }
+
+    /// One page of the tasks of `topic`, ordered by due time.
+    pub async fn tasks(
+        &self,
+        topic: &str,
+        options: &ListOptions,
+    ) -> Result<Page<TaskInfo>, ClientError> {
+        let call = Call::tasks(topic, options);
+        let page: Option<wire::WirePage> = self.exchange(&call).await?;
+        page.map(Page::from)
+            .ok_or_else(|| self.protocol(&call, "no page in the answer".into()))
+    }
+
+    /// The counters of one topic.
+    pub async fn stats(&self, topic: &str) -> Result<TopicStats, ClientError> {
+        let stats: Option<TopicStats> = self.exchange(&Call::stats(Some(topic))).await?;
+        Ok(stats.unwrap_or_default())
+    }
+
+    /// The counters of every topic, by name.
+    pub async fn stats_all(&self) -> Result<BTreeMap<String, TopicStats>, ClientError> {
+        let stats: Option<BTreeMap<String, TopicStats>> = self.exchange(&Call::stats(None)).await?;
+        Ok(stats.unwrap_or_default())
+    }
+
+    /// Every topic with its counters.
+    pub async fn topics(&self) -> Result<Vec<(String, TopicStats)>, ClientError> {
+        let topics: Option<wire::WireTopics> = self.exchange(&Call::topics()).await?;
+        Ok(topics
+            .map(|t| t.topics.into_iter().map(|t| (t.name, t.stats)).collect())
+            .unwrap_or_default())
+    }
+
+    /// Checks that the server is alive (`/healthz`).
+    pub async fn healthz(&self) -> Result<(), ClientError> {
+        self.exchange_ignoring_data(&Call::healthz()).await
+    }
+
+    /// Checks that the server is ready to serve, its storage reachable (`/readyz`).
+    pub async fn readyz(&self) -> Result<(), ClientError> {
+        self.exchange_ignoring_data(&Call::readyz()).await
+    }
+
+    /// The server's metrics in Prometheus text format.
+    pub async fn metrics(&self) -> Result<String, ClientError> {
+        let call = Call::metrics();
+        let (url, response) = self.dispatch(&call).await?;
+        let status = response.status().as_u16();
+        let bytes = response.bytes().await.map_err(|err| {
+            ClientError::transport(call.op, call.method.name(), url.to_string(), err)
+        })?;
+        if !(200..300).contains(&status) {
+            return Err(api_error(
+                call.op,
+                call.method.name(),
+                url.as_str(),
+                status,
+                &bytes,
+            ));
+        }
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    fn url(&self, call: &Call) -> Url {
+        // The base path ends in `/` and endpoints are plain words, so joining cannot fail.
+        let mut url = self
+            .inner
+            .base
+            .join(call.endpoint)
+            .unwrap_or_else(|_| self.inner.base.clone());
+        if !call.query.is_empty() {
+            url.query_pairs_mut()
+                .extend_pairs(call.query.iter().map(|(k, v)| (*k, v.as_str())));
+        }
+        url
+    }
+
+    fn protocol(&self, call: &Call, reason: String) -> ClientError {
+        ClientError::Protocol {
+            op: call.op,
+            method: call.method.name(),
+            url: self.url(call).to_string(),
+            status: 200,
+            reason,
+        }
+    }
+
+    /// Sends a call and returns the response head.
+    async fn dispatch(&self, call: &Call) -> Result<(Url, reqwest::Response), ClientError> {
+        let url = self.url(call);
+        let mut request = match call.method {
+            CallMethod::Get => self.http.get(url.clone()),
+            CallMethod::Post => self.http.post(url.clone()),
+        };
+        if let Some(auth) = &self.inner.auth {
+            request = request.header(AUTHORIZATION, auth.clone());
+        }
+        if let Some(body) = &call.body {
+            request = request
+                .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+                .body(body.clone());
+        }
+        let timeout = match call.long_poll {
+            Some(wait) => wait + POP_GRACE,
+            None => self.inner.request_timeout,
+        };
+        let response = request.timeout(timeout).send().await.map_err(|err| {
+            ClientError::transport(call.op, call.method.name(), url.to_string(), err)
+        })?;
+        Ok((url, response))
+    }
+
+    async fn exchange_ignoring_data(&self, call: &Call) -> Result<(), ClientError> {
+        let _: Option<serde::de::IgnoredAny> = self.exchange(call).await?;
+        Ok(())
+    }
+
+    /// Sends a call and reads the envelope, its `data` as `T`.
+    async fn exchange<T: DeserializeOwned>(&self, call: &Call) -> Result<Option<T>, ClientError> {
+        let (op, method) = (call.op, call.method.name());
+        let (url, response) = self.dispatch(call).await?;
+        let status = response.status().as_u16();
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|err| ClientError::transport(op, method, url.to_string(), err))?;
+        if !(200..300).contains(&status) {
+            return Err(api_error(op, method, url.as_str(), status, &bytes));
+        }
+        match serde_json::from_slice::<Envelope<T>>(&bytes) {
+            Ok(envelope) if envelope.code == 0 => Ok(envelope.data),
+            Ok(envelope) => Err(ClientError::Api {
+                op,
+                method,
+                url: url.to_string(),
+                status,
+                code: envelope.code,
+                message: envelope.message,
+            }),
+            Err(err) => Err(ClientError::Protocol {
+                op,
+                method,
+                url: url.to_string(),
+                status,
+                reason: format!("{err}; the answer was {}", excerpt(&bytes)),
+            }),
+        }
+    }
+}
+
+/// The HTTP method of a [`Call`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CallMethod {
+    Get,
+    Post,
+}
+
+impl CallMethod {
+    fn name(self) -> &'static str {
+        match self {
+            CallMethod::Get => "GET",
+            CallMethod::Post => "POST",
+        }
+    }
+}
+
+/// One request of the API, built but not sent: the endpoint, its query or JSON body, and what
+/// it does in words (for error messages).
+///
+/// [`Client`]'s typed methods build one and decode the answer; [`Client::send`] sends one and
+/// returns the raw `data`, for callers that pass the server's JSON on (`delayq --json`).
+#[derive(Debug, Clone)]
+pub struct Call {
+    op: &'static str,
+    method: CallMethod,
+    endpoint: &'static str,
+    query: Vec<(&'static str, String)>,
+    body: Option<Vec<u8>>,
+    /// For a long-poll: how long the server may wait before answering.
+    long_poll: Option<Duration>,
+}
+
+impl Call {
+    fn get_call(
+        op: &'static str,
+        endpoint: &'static str,
+        query: Vec<(&'static str, String)>,
+    ) -> Call {
+        Call {
+            op,
+            method: CallMethod::Get,
+            endpoint,
+            query,
+            body: None,
+            long_poll: None,
+        }
+    }
+
+    fn post_call(op: &'static str, endpoint: &'static str, body: &impl Serialize) -> Call {
+        Call {
+            op,
+            method: CallMethod::Post,
+            endpoint,
+            query: Vec::new(),
+            // Serializing these request structs and `serde_json::Value`s cannot fail: they
+            // have string keys only and no custom serializers that error.
+            body: Some(serde_json::to_vec(body).expect("request bodies always serialize")),
+            long_poll: None,
+        }
+    }
+
+    /// What this call does, in words (`adding a task`).
+    pub fn op(&self) -> &'static str {
+        self.op
+    }
+
+    /// `POST /add` of one task.
+    pub fn add(task: &NewTask) -> Call {
+        Call::post_call("adding a task", "add", &AddBody::from(task))
+    }
+
+    /// `POST /add` of one raw JSON task object (the `/add` body of one task).
+    pub fn add_raw(task: &serde_json::Value) -> Call {
+        Call::post_call("adding a task", "add", task)
+    }
+
+    /// `POST /add` of a batch.
+    pub fn add_batch(tasks: &[NewTask]) -> Call {
+        let body = BatchBody {
+            tasks: tasks.iter().map(AddBody::from).collect(),
+        };
+        Call::post_call("adding a batch of tasks", "add", &body)
+    }
+
+    /// `POST /add` of a batch of raw JSON task objects.
+    pub fn add_batch_raw(tasks: &[serde_json::Value]) -> Call {
+        #[derive(Serialize)]
+        struct RawBatch<'a> {
+            tasks: &'a [serde_json::Value],
+        }
+        Call::post_call("adding a batch of tasks", "add", &RawBatch { tasks })
+    }
+
+    /// `POST /pop`.
+    pub fn pop(topic: &str, options: PopOptions) -> Call {
+        let body = PopBody {
+            topic,
+            timeout_ms: options.timeout_ms,
+            count: options.count,
+            auto_finish: options.auto_finish,
+        };
+        let mut call = Call::post_call("popping tasks", "pop", &body);
+        call.long_poll = Some(Duration::from_millis(
+            options.timeout_ms.unwrap_or(SERVER_DEFAULT_POP_TIMEOUT_MS),
+        ));
+        call
+    }
+
+    /// `POST /finish`.
+    pub fn finish(topic: &str, id: &str, receipt: Option<&str>) -> Call {
+        Call::post_call(
+            "finishing a task",
+            "finish",
+            &TaskRef { topic, id, receipt },
+        )
+    }
+
+    /// `POST /release`.
+    pub fn release(topic: &str, id: &str, options: &ReleaseOptions) -> Call {
+        let body = ReleaseBody {
+            topic,
+            id,
+            receipt: options.receipt.as_deref(),
+            delay_ms: options.delay_ms,
+            error: options.error.as_deref(),
+        };
+        Call::post_call("releasing a task", "release", &body)
+    }
+
+    /// `POST /touch`.
+    pub fn touch(topic: &str, id: &str, receipt: Option<&str>) -> Call {
+        Call::post_call("touching a task", "touch", &TaskRef { topic, id, receipt })
+    }
+
+    /// `POST /cancel`.
+    pub fn cancel(topic: &str, id: &str) -> Call {
+        let body = TaskRef {
+            topic,
+            id,
+            receipt: None,
+        };
+        Call::post_call("cancelling a task", "cancel", &body)
+    }
+
+    /// `POST /requeue` of one task.
+    pub fn requeue(topic: &str, id: &str) -> Call {
+        let body = TaskRef {
+            topic,
+            id,
+            receipt: None,
+        };
+        Call::post_call("requeueing a task", "requeue", &body)
+    }
+
+    /// `POST /requeue` of every DEAD task of a topic.
+    pub fn requeue_all(topic: &str) -> Call {
+        let body = wire::RequeueAllBody { topic, all: true };
+        Call::post_call("requeueing the dead tasks of a topic", "requeue", &body)
+    }
+
+    /// `POST /delete`.
+    pub fn delete(topic: &str, id: &str) -> Call {
+        let body = TaskRef {
+            topic,
+            id,
+            receipt: None,
+        };
+        Call::post_call("deleting a task", "delete", &body)
+    }
+
+    /// `GET /get`.
+    pub fn get(topic: &str, id: &str) -> Call {
+        let query = vec![("topic", topic.to_owned()), ("id", id.to_owned())];
+        Call::get_call("getting a task", "get", query)
+    }
+
+    /// `GET /tasks`.
+    pub fn tasks(topic: &str, options: &ListOptions) -> Call {
+        let mut query = vec![
+            ("topic", topic.to_owned()),
+            ("page", options.page.to_string()),
+            ("page_size", options.page_size.to_string()),
+        ];
+        if let Some(state) = options.state {
+            query.push(("state", state.name().to_owned()));
+        }
+        Call::get_call("listing tasks", "tasks", query)
+    }
+
+    /// `GET /stats`, of one topic or of all.
+    pub fn stats(topic: Option<&str>) -> Call {
+        let query = topic
+            .map(|t| vec![("topic", t.to_owned())])
+            .unwrap_or_default();
+        Call::get_call("reading stats", "stats", query)
+    }
+
+    /// `GET /topics`.
+    pub fn topics() -> Call {
+        Call::get_call("listing topics", "topics", Vec::new())
+    }
+
+    /// `GET /healthz`.
+    pub fn healthz() -> Call {
+        Call::get_call("checking the server's health", "healthz", Vec::new())
+    }
+
+    /// `GET /readyz`.
+    pub fn readyz() -> Call {
+        Call::get_call("checking the server's readiness", "readyz", Vec::new())
+    }
+
+    /// `GET /metrics`.
+    pub fn metrics() -> Call {
+        Call::get_call("reading metrics", "metrics", Vec::new())
+    }
+}
+
+/// The error of a non-2xx answer: the envelope's code and message when there is one, else the
+/// status and the start of the body.
+fn api_error(
+    op: &'static str,
+    method: &'static str,
+    url: &str,
+    status: u16,
+    bytes: &[u8],
+) -> ClientError {
+    let (code, message) = match serde_json::from_slice::<Envelope<serde::de::IgnoredAny>>(bytes) {
+        Ok(envelope) => (envelope.code, envelope.message),
+        Err(_) if bytes.is_empty() => (i64::from(status), reason_phrase(status).to_owned()),
+        Err(_) => (i64::from(status), excerpt(bytes)),
+    };
+    ClientError::Api {
+        op,
+        method,
+        url: url.to_owned(),
+        status,
+        code,
+        message,
+    }
+}
+
+fn reason_phrase(status: u16) -> &'static str {
+    reqwest::StatusCode::from_u16(status)
+        .ok()
+        .and_then(|s| s.canonical_reason())
+        .unwrap_or("no message")
+}
+
+/// The first 200 characters of a body, for error messages.
+fn excerpt(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let mut cut: String = text.chars().take(200).collect();
+    if cut.len() < text.len() {
+        cut.push('…');
+    }
+    format!("{cut:?}")
+}
+
+/// Checks and normalizes a base URL: `http` or `https`, a host, a path ending in `/`, no query.
+fn parse_base_url(text: &str) -> Result<Url, ClientError> {
+    let invalid = |reason: &str| ClientError::InvalidUrl {
+        url: text.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let mut url = Url::parse(text).map_err(|err| invalid(&err.to_string()))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(invalid("the scheme must be http or https"));
+    }
+    if url.host().is_none() {
+        return Err(invalid("there is no host"));
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err(invalid("a server URL has no query or fragment"));
+    }
+    if !url.path().ends_with('/') {
+        let path = format!("{}/", url.path());
+        url.set_path(&path);
+    }
+    Ok(url)
+}
+
+impl BatchItem {
+    /// Whether the task was accepted (added, replaced or existed).
+    pub fn is_ok(&self) -> bool {
+        self.result.is_ok()
+    }
+}
+
+impl std::fmt::Display for BatchItemError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.message, self.code)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base_urls() {
+        let table = [
+            ("http://127.0.0.1:9280", Ok("http://127.0.0.1:9280/")),
+            ("http://localhost:9280/", Ok("http://localhost:9280/")),
+            ("https://q.example/delayq", Ok("https://q.example/delayq/")),
+            ("127.0.0.1:9280", Err(())),
+            ("ftp://h/", Err(())),
+            ("http://h/?a=b", Err(())),
+            ("not a url", Err(())),
+        ];
+        for (input, expected) in table {
+            let got = parse_base_url(input).map(|u| u.to_string()).map_err(|_| ());
+            assert_eq!(got, expected.map(str::to_owned), "{input}");
+        }
+    }
+
+    #[test]
+    fn endpoints_join_under_the_base_path() {
+        let client = Client::new("https://q.example/delayq", None).unwrap();
+        let url = client.url(&Call::get("orders", "a b"));
+        assert_eq!(
+            url.as_str(),
+            "https://q.example/delayq/get?topic=orders&id=a+b"
+        );
+    }
+
+    #[test]
+    fn error_of_an_answer_without_envelope() {
+        let err = api_error(
+            "getting a task",
+            "GET",
+            "http://h/get",
+            502,
+            b"<html>bad gateway</html>",
+        );
+        assert_eq!(err.status(), Some(502));
+        assert!(err.to_string().contains("bad gateway"), "{err}");
+        let err = api_error("getting a task", "GET", "http://h/get", 404, b"");
+        assert_eq!(err.api_message(), Some("Not Found"));
+    }
+}

@@ -1,0 +1,56 @@
+//! A typed async client of the delayq HTTP API (DESIGN §3).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), delayq_client::ClientError> {
+//! use delayq_client::{Client, NewTask, PopOptions};
+//!
+//! let client = Client::new("http://127.0.0.1:9280", None)?;
+//! client
+//!     .add(&NewTask::new("order-auto-cancel", "cancel-123").delay_ms(15 * 60_000))
+//!     .await?;
+//! for task in client.pop("order-auto-cancel", PopOptions::default().timeout_ms(30_000)).await? {
+//!     client.finish(&task.topic, &task.id, Some(&task.receipt)).await?;
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! The client speaks the seqdelay-compatible envelope `{"code", "message", "data"}` and
+//! returns `data` as the types of [`delayq_core`] (re-exported here). Its one error type,
+//! [`ClientError`], tells transport failures (retryable) from API refusals; see [`error`].
+//!
+//! - [`client`]: the [`Client`] and the options of its calls.
+//! - [`error`]: [`ClientError`] and [`ErrorKind`].
+
+pub mod client;
+pub mod error;
+mod wire;
+
+pub use client::{Call, Client, ClientOptions, ListOptions, PopOptions, ReleaseOptions};
+pub use delayq_core::{
+    AddOutcome, Backoff, Delivery, MaxRetries, Millis, NewTask, OnDuplicate, Page, State, TaskInfo,
+    TopicStats, When,
+};
+pub use error::{ClientError, ErrorKind};
+pub use reqwest::Url;
+
+/// The result of one task of a batch add.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BatchItem {
+    /// The task's position in the batch, from 0.
+    pub index: usize,
+    /// The task's id, when the server names it.
+    pub id: Option<String>,
+    /// What happened to the task.
+    pub result: Result<AddOutcome, BatchItemError>,
+}
+
+/// Why one task of a batch was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BatchItemError {
+    /// The status-like code the server gave (400 invalid, 409 duplicate, ...).
+    pub code: i64,
+    /// The server's message, naming the field or the conflict.
+    pub message: String,
+}

@@ -1,0 +1,222 @@
+//! The router: every endpoint of DESIGN §3, and the layers around them.
+//!
+//! [`app`] is separate from any `main` so tests can serve it on a socket of their own (as in
+//! axum's testing example). From the outside in, a request passes: the request metrics, a
+//! tracing span (requests are logged at DEBUG), a panic catcher (a panic becomes a 500
+//! envelope, never a dropped connection), the request body limit, and, except for `/healthz`
+//! and `/readyz`, bearer auth. Unknown paths (404) and
+//! wrong methods (405) answer in the envelope too.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{Method, Uri};
+use axum::middleware;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use delayq::{Limits, Queue};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::trace::TraceLayer;
+
+use crate::auth::{self, Auth};
+use crate::config::{HttpLimits, ServerConfig};
+use crate::error::AppError;
+use crate::handlers;
+use crate::metrics::{self, HttpMetrics};
+
+/// What every handler shares: the queue and the server's settings. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct AppState {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    queue: Queue,
+    http: HttpLimits,
+    auth: Auth,
+    metrics: HttpMetrics,
+    long_polls: Arc<Semaphore>,
+    open_long_polls: AtomicUsize,
+    draining: watch::Sender<bool>,
+}
+
+impl AppState {
+    /// State over `queue` with the HTTP limits and tokens of `config`. The queue's own limits
+    /// and defaults are those it was built with (see [`crate::serve::build_queue`]).
+    pub fn new(queue: Queue, config: &ServerConfig) -> Self {
+        AppState {
+            inner: Arc::new(Inner {
+                queue,
+                http: config.http,
+                auth: Auth::new(config.tokens.clone()),
+                metrics: HttpMetrics::default(),
+                long_polls: Arc::new(Semaphore::new(config.http.max_long_polls)),
+                open_long_polls: AtomicUsize::new(0),
+                draining: watch::Sender::new(false),
+            }),
+        }
+    }
+
+    /// The queue.
+    pub fn queue(&self) -> &Queue {
+        &self.inner.queue
+    }
+
+    /// The queue's input limits.
+    pub fn limits(&self) -> &Limits {
+        &self.inner.queue.context().limits
+    }
+
+    /// The HTTP layer's limits.
+    pub fn http(&self) -> &HttpLimits {
+        &self.inner.http
+    }
+
+    /// The configured tokens.
+    pub fn auth(&self) -> &Auth {
+        &self.inner.auth
+    }
+
+    /// The HTTP layer's metrics.
+    pub fn metrics(&self) -> &HttpMetrics {
+        &self.inner.metrics
+    }
+
+    /// Starts a graceful shutdown: open long-polls return at once with no task, new ones do not
+    /// wait, and `/readyz` answers 503. Requests keep being served until the server stops.
+    pub fn begin_drain(&self) {
+        self.inner.draining.send_replace(true);
+    }
+
+    /// Whether [`AppState::begin_drain`] was called.
+    pub fn is_draining(&self) -> bool {
+        *self.inner.draining.borrow()
+    }
+
+    /// Completes when a drain begins.
+    pub async fn drained(&self) {
+        let mut rx = self.inner.draining.subscribe();
+        // The sender lives in `self`, so this only ends when the drain begins.
+        let _ = rx.wait_for(|draining| *draining).await;
+    }
+
+    /// Takes one of the long-poll slots, or refuses with 503 when all are taken.
+    pub fn begin_long_poll(&self) -> Result<LongPoll, AppError> {
+        let permit = Arc::clone(&self.inner.long_polls)
+            .try_acquire_owned()
+            .map_err(|_| AppError::TooManyLongPolls {
+                limit: self.inner.http.max_long_polls,
+            })?;
+        self.inner.open_long_polls.fetch_add(1, Ordering::Relaxed);
+        Ok(LongPoll {
+            _permit: permit,
+            state: self.clone(),
+        })
+    }
+
+    /// How many long-polls are open now.
+    pub fn open_long_polls(&self) -> usize {
+        self.inner.open_long_polls.load(Ordering::Relaxed)
+    }
+}
+
+/// A taken long-poll slot; dropping it (the pop ended, or the client went away) frees it.
+#[derive(Debug)]
+pub struct LongPoll {
+    _permit: OwnedSemaphorePermit,
+    state: AppState,
+}
+
+impl Drop for LongPoll {
+    fn drop(&mut self) {
+        self.state
+            .inner
+            .open_long_polls
+            .fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The router with every endpoint of DESIGN §3 over `state`.
+pub fn app(state: AppState) -> Router {
+    let protected = Router::new()
+        .route("/add", post(handlers::add::add))
+        .route("/pop", post(handlers::pop::pop))
+        .route("/finish", post(handlers::ack::finish))
+        .route("/release", post(handlers::ack::release))
+        .route("/touch", post(handlers::ack::touch))
+        .route("/cancel", post(handlers::manage::cancel))
+        .route("/requeue", post(handlers::manage::requeue))
+        .route("/delete", post(handlers::manage::delete))
+        .route("/get", get(handlers::inspect::get_task))
+        .route("/tasks", get(handlers::inspect::list_tasks))
+        .route("/stats", get(handlers::inspect::stats))
+        .route("/topics", get(handlers::inspect::topics))
+        .route("/metrics", get(handlers::ops::metrics))
+        .route("/openapi.json", get(handlers::ops::openapi))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_auth,
+        ));
+    let open = Router::new()
+        .route("/healthz", get(handlers::ops::healthz))
+        .route("/readyz", get(handlers::ops::readyz));
+    let body_limit = state.http().max_request_bytes;
+    Router::new()
+        .merge(protected)
+        .merge(open)
+        .fallback(route_not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(CatchPanicLayer::custom(panic_response))
+        // Failures are logged once, by `AppError`; the default would log every 503 as an error.
+        .layer(TraceLayer::new_for_http().on_failure(()))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            metrics::track_requests,
+        ))
+        .with_state(state)
+}
+
+async fn route_not_found(method: Method, uri: Uri) -> AppError {
+    AppError::RouteNotFound {
+        method: method.to_string(),
+        path: uri.path().to_owned(),
+    }
+}
+
+async fn method_not_allowed(method: Method, uri: Uri) -> AppError {
+    AppError::MethodNotAllowed {
+        method: method.to_string(),
+        path: uri.path().to_owned(),
+    }
+}
+
+fn panic_response(panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    let detail = panic
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| panic.downcast_ref::<&str>().copied())
+        .unwrap_or("a handler panicked");
+    tracing::error!(panic = detail, "a request handler panicked");
+    AppError::Internal("the request handler failed unexpectedly".into()).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::to_bytes;
+
+    #[tokio::test]
+    async fn a_panic_becomes_a_500_envelope() {
+        let resp = panic_response(Box::new("boom"));
+        assert_eq!(resp.status(), 500);
+        let body = to_bytes(resp.into_body(), 1 << 16).await.unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(json["code"], 500);
+        assert!(json["message"].as_str().unwrap().contains("internal error"));
+    }
+}

@@ -1,0 +1,105 @@
+//! `POST /pop`: the long-poll.
+//!
+//! A waiting pop is a parked future, not a thread: the queue registers it with its topic's
+//! waiters and wakes it when a task becomes ready. When the client goes away, hyper drops the
+//! handler's future; dropping it unregisters the waiter, and a task that became ready in the
+//! meantime stays READY for the next consumer (a wake-up meant for the dropped waiter is passed
+//! on). The number of open long-polls is capped (`max_long_polls`); one more gets a 503 with
+//! `Retry-After: 1`, which tells clients to come back rather than to give up. A pop with
+//! `timeout_ms: 0` never waits and does not count. During a graceful shutdown open long-polls
+//! return at once with no task.
+
+use axum::extract::State;
+use delayq::PopOptions;
+use serde_json::Value;
+
+use super::ApiResult;
+use crate::app::AppState;
+use crate::auth::Caller;
+use crate::error::{AppError, Envelope, ok};
+use crate::extract::JsonBody;
+use crate::metrics::Op;
+use crate::model::{PopRequest, TaskDelivery};
+
+/// Takes ready tasks, waiting up to `timeout_ms` for the first.
+#[utoipa::path(
+    post,
+    path = "/pop",
+    tag = "tasks",
+    request_body = PopRequest,
+    responses(
+        (status = 200, description = "The task, or null on timeout; a list when count is given", body = Envelope<Option<TaskDelivery>>),
+        (status = 400, description = "A field is missing or invalid", body = Envelope<Option<crate::error::ErrorData>>),
+        (status = 503, description = "Too many open long-polls, or shutting down; retry later", body = Envelope<Option<crate::error::ErrorData>>),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn pop(
+    State(state): State<AppState>,
+    caller: Caller,
+    JsonBody(req): JsonBody<PopRequest>,
+) -> ApiResult<Value> {
+    caller.check_topic(&req.topic, "topic")?;
+    let topic = req.topic.clone();
+    let as_list = req.count.is_some();
+    let result = take(&state, req).await;
+    let outcome = match &result {
+        Ok(got) if got.is_empty() => "empty",
+        Ok(_) => "ok",
+        Err(e) => e.outcome(),
+    };
+    state.metrics().count(&topic, Op::Pop, outcome, 1);
+    let got = result?;
+    let mut tasks = got.into_iter().map(TaskDelivery::from);
+    let data = if as_list {
+        serde_json::to_value(tasks.collect::<Vec<_>>())
+    } else {
+        serde_json::to_value(tasks.next())
+    };
+    let data = data.map_err(|e| AppError::Internal(format!("encoding the tasks: {e}")))?;
+    Ok(ok(data))
+}
+
+async fn take(state: &AppState, req: PopRequest) -> Result<Vec<delayq::Delivery>, AppError> {
+    let limits = state.limits();
+    let timeout_ms = req
+        .timeout_ms
+        .map_or(state.http().default_pop_timeout_ms, |t| t.0);
+    let count = req.count.map_or(1, |c| c.0);
+    // Checked here as well as in the queue so that a bad request is a 400 even when every
+    // long-poll slot is taken.
+    if count == 0 || count > limits.max_pop_count as u64 {
+        return Err(AppError::invalid(
+            "count",
+            format!(
+                "is {count}, it must be 1 to {} (max_pop_count)",
+                limits.max_pop_count
+            ),
+        ));
+    }
+    if timeout_ms > limits.max_pop_timeout_ms {
+        return Err(AppError::invalid(
+            "timeout_ms",
+            format!(
+                "is {timeout_ms} ms, the limit is {} ms (max_pop_timeout_ms)",
+                limits.max_pop_timeout_ms
+            ),
+        ));
+    }
+    let options = PopOptions::default()
+        .count(count as usize)
+        .timeout_ms(timeout_ms)
+        .auto_finish(req.auto_finish.unwrap_or(false));
+    if timeout_ms == 0 {
+        return Ok(state.queue().pop(&req.topic, options).await?);
+    }
+    if state.is_draining() {
+        return Ok(state.queue().pop(&req.topic, options.timeout_ms(0)).await?);
+    }
+    let _slot = state.begin_long_poll()?;
+    tokio::select! {
+        biased;
+        got = state.queue().pop(&req.topic, options) => Ok(got?),
+        () = state.drained() => Ok(Vec::new()),
+    }
+}

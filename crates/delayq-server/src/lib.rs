@@ -1,0 +1,37 @@
+//! The delayq HTTP server: the seqdelay-compatible JSON API of DESIGN §3 over a
+//! [`delayq::Queue`], its configuration and its lifecycle.
+//!
+//! Layout:
+//! - [`config`]: `delayq serve` flags ([`ServeArgs`]) → one validated [`ServerConfig`].
+//! - [`serve`](mod@serve): storage selection, binding, graceful shutdown, logging.
+//! - [`app`](mod@app): the router and its shared [`AppState`].
+//! - [`handlers`]: the endpoints, one file per area.
+//! - [`error`]: [`AppError`] and the response envelope; [`extract`]: the JSON and query
+//!   extractors whose rejections answer in that envelope.
+//! - [`model`]: the JSON shapes; [`auth`]: bearer tokens; [`metrics`]: `/metrics`;
+//!   [`openapi`]: `/openapi.json`.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use delayq_server::{ServerConfig, serve, shutdown_signal};
+//!
+//! let config = ServerConfig::default();
+//! serve(config, shutdown_signal()).await?;
+//! # Ok(()) }
+//! ```
+
+pub mod app;
+pub mod auth;
+pub mod config;
+pub mod error;
+pub mod extract;
+pub mod handlers;
+pub mod metrics;
+pub mod model;
+pub mod openapi;
+pub mod serve;
+
+pub use app::{AppState, app};
+pub use config::{ConfigError, ServeArgs, ServerConfig};
+pub use error::AppError;
+pub use serve::{ServerError, build_queue, init_tracing, run, serve, shutdown_signal};

@@ -1,0 +1,442 @@
+//! `GET /metrics`: the server's counters in the Prometheus text format (version 0.0.4).
+//!
+//! The text is written by hand; the format is small and this keeps the hot path to a few
+//! atomic adds, with no global registry. Exported:
+//! - `delayq_operations_total{topic,op,outcome}`: queue operations as the HTTP API saw them
+//!   (a batch add counts each task). Only valid topic names become labels, and at most
+//!   [`MAX_TOPIC_LABELS`] of them; later ones are counted under `topic="_other"`.
+//! - `delayq_tasks{topic,state}`: tasks by topic and state, from the storage's counters.
+//! - `delayq_fire_lateness_seconds`: how late tasks became ready after their due time, from
+//!   the library's histogram ([`delayq::metrics::LATENESS_BUCKETS_MS`]), plus the fired,
+//!   ttr-expired and dead counters.
+//! - `delayq_http_request_duration_seconds{method,route,status}`: request latency by route
+//!   pattern (never by raw path, which would make labels unbounded).
+//! - `delayq_long_polls_open` and `delayq_waiters_parked`.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
+use delayq::State as TaskState;
+use delayq::core::validate::check_topic;
+use delayq::metrics::LATENESS_BUCKETS_MS;
+use parking_lot::RwLock;
+
+use crate::app::AppState;
+
+/// An operation of the API, a label of `delayq_operations_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Op {
+    /// `/add` (each task of a batch).
+    Add,
+    /// `/pop`.
+    Pop,
+    /// `/finish`.
+    Finish,
+    /// `/release`.
+    Release,
+    /// `/touch`.
+    Touch,
+    /// `/cancel`.
+    Cancel,
+    /// `/requeue`.
+    Requeue,
+    /// `/delete`.
+    Delete,
+    /// `/get`.
+    Get,
+    /// `/tasks`.
+    List,
+    /// `/stats` of one topic.
+    Stats,
+}
+
+const OPS: [Op; 11] = [
+    Op::Add,
+    Op::Pop,
+    Op::Finish,
+    Op::Release,
+    Op::Touch,
+    Op::Cancel,
+    Op::Requeue,
+    Op::Delete,
+    Op::Get,
+    Op::List,
+    Op::Stats,
+];
+
+impl Op {
+    fn name(self) -> &'static str {
+        match self {
+            Op::Add => "add",
+            Op::Pop => "pop",
+            Op::Finish => "finish",
+            Op::Release => "release",
+            Op::Touch => "touch",
+            Op::Cancel => "cancel",
+            Op::Requeue => "requeue",
+            Op::Delete => "delete",
+            Op::Get => "get",
+            Op::List => "list",
+            Op::Stats => "stats",
+        }
+    }
+}
+
+/// The outcome labels, in a fixed order so counters live in a flat array.
+const OUTCOMES: [&str; 16] = [
+    "ok",
+    "empty",
+    "invalid",
+    "too_large",
+    "not_found",
+    "duplicate",
+    "conflict",
+    "unavailable",
+    "shutting_down",
+    "storage_error",
+    "unauthorized",
+    "forbidden",
+    "no_route",
+    "overloaded",
+    "internal_error",
+    "other",
+];
+
+fn outcome_index(outcome: &str) -> usize {
+    OUTCOMES
+        .iter()
+        .position(|o| *o == outcome)
+        .unwrap_or(OUTCOMES.len() - 1)
+}
+
+/// Most distinct topics `delayq_operations_total` keeps apart.
+pub const MAX_TOPIC_LABELS: usize = 10_000;
+
+/// The topic label of operations on topics beyond [`MAX_TOPIC_LABELS`].
+pub const OTHER_TOPICS: &str = "_other";
+
+type OpCounters = [[AtomicU64; OUTCOMES.len()]; OPS.len()];
+
+/// Upper bounds (seconds) of the request-duration buckets. Long-polls end up high on purpose.
+const DURATION_BUCKETS_S: [f64; 15] = [
+    0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 30.0, 60.0,
+];
+
+#[derive(Default)]
+struct Histogram {
+    buckets: [AtomicU64; DURATION_BUCKETS_S.len() + 1],
+    sum_us: AtomicU64,
+}
+
+impl Histogram {
+    fn observe(&self, d: Duration) {
+        let s = d.as_secs_f64();
+        let i = DURATION_BUCKETS_S
+            .iter()
+            .position(|b| s <= *b)
+            .unwrap_or(DURATION_BUCKETS_S.len());
+        self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        let us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        self.sum_us.fetch_add(us, Ordering::Relaxed);
+    }
+}
+
+/// Method, route pattern and status of a request.
+type RequestKey = (&'static str, String, u16);
+
+/// The HTTP layer's own metrics. Updating one is a read lock and an atomic add; the write
+/// lock is taken only the first time a topic or route is seen.
+#[derive(Default)]
+pub struct HttpMetrics {
+    ops: RwLock<HashMap<String, Arc<OpCounters>>>,
+    requests: RwLock<HashMap<RequestKey, Arc<Histogram>>>,
+}
+
+impl std::fmt::Debug for HttpMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpMetrics").finish_non_exhaustive()
+    }
+}
+
+impl HttpMetrics {
+    /// Counts `n` operations `op` on `topic` that ended with `outcome`.
+    pub fn count(&self, topic: &str, op: Op, outcome: &str, n: u64) {
+        // An invalid topic name never becomes a label.
+        let topic = if check_topic(topic).is_ok() {
+            topic
+        } else {
+            ""
+        };
+        let counters = self.ops.read().get(topic).cloned();
+        let counters = counters.unwrap_or_else(|| {
+            let mut ops = self.ops.write();
+            // Clients choose topic names; past the cap, new ones share one label so that
+            // neither memory nor the scrape grows without bound.
+            let topic = if ops.len() >= MAX_TOPIC_LABELS && !ops.contains_key(topic) {
+                OTHER_TOPICS
+            } else {
+                topic
+            };
+            Arc::clone(
+                ops.entry(topic.to_owned())
+                    .or_insert_with(|| Arc::new(Default::default())),
+            )
+        });
+        let op_index = OPS.iter().position(|o| *o == op).unwrap_or(0);
+        counters[op_index][outcome_index(outcome)].fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Records one HTTP request.
+    pub fn observe_request(&self, method: &str, route: &str, status: u16, took: Duration) {
+        let method = known_method(method);
+        let key = (method, route.to_owned(), status);
+        let hist = self.requests.read().get(&key).cloned();
+        let hist =
+            hist.unwrap_or_else(|| Arc::clone(self.requests.write().entry(key).or_default()));
+        hist.observe(took);
+    }
+
+    fn write_ops(&self, out: &mut String) {
+        out.push_str(
+            "# HELP delayq_operations_total Queue operations by topic, operation and outcome.\n",
+        );
+        out.push_str("# TYPE delayq_operations_total counter\n");
+        let ops = self.ops.read();
+        let mut topics: Vec<_> = ops.iter().collect();
+        topics.sort_by(|a, b| a.0.cmp(b.0));
+        for (topic, counters) in topics {
+            for (op, row) in OPS.iter().zip(counters.iter()) {
+                for (outcome, n) in OUTCOMES.iter().zip(row.iter()) {
+                    let n = n.load(Ordering::Relaxed);
+                    if n > 0 {
+                        let _ = writeln!(
+                            out,
+                            "delayq_operations_total{{topic=\"{}\",op=\"{}\",outcome=\"{outcome}\"}} {n}",
+                            escape(topic),
+                            op.name()
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    fn write_requests(&self, out: &mut String) {
+        out.push_str("# HELP delayq_http_request_duration_seconds HTTP request durations by method, route and status.\n");
+        out.push_str("# TYPE delayq_http_request_duration_seconds histogram\n");
+        let requests = self.requests.read();
+        let mut keys: Vec<_> = requests.iter().collect();
+        keys.sort_by(|a, b| a.0.cmp(b.0));
+        for ((method, route, status), hist) in keys {
+            let labels = format!(
+                "method=\"{method}\",route=\"{}\",status=\"{status}\"",
+                escape(route)
+            );
+            let mut running = 0;
+            for (i, n) in hist.buckets.iter().enumerate() {
+                running += n.load(Ordering::Relaxed);
+                let le = DURATION_BUCKETS_S
+                    .get(i)
+                    .map_or_else(|| "+Inf".to_owned(), |b| b.to_string());
+                let _ = writeln!(
+                    out,
+                    "delayq_http_request_duration_seconds_bucket{{{labels},le=\"{le}\"}} {running}"
+                );
+            }
+            let sum = hist.sum_us.load(Ordering::Relaxed) as f64 / 1e6;
+            let _ = writeln!(
+                out,
+                "delayq_http_request_duration_seconds_sum{{{labels}}} {sum}"
+            );
+            let _ = writeln!(
+                out,
+                "delayq_http_request_duration_seconds_count{{{labels}}} {running}"
+            );
+        }
+    }
+}
+
+fn known_method(method: &str) -> &'static str {
+    match method {
+        "GET" => "GET",
+        "POST" => "POST",
+        "PUT" => "PUT",
+        "DELETE" => "DELETE",
+        "HEAD" => "HEAD",
+        "OPTIONS" => "OPTIONS",
+        "PATCH" => "PATCH",
+        _ => "other",
+    }
+}
+
+/// Escapes a label value (backslash, quote, newline) per the text format.
+fn escape(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// Middleware: times every request and records it by its route pattern.
+pub async fn track_requests(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let start = Instant::now();
+    let method = req.method().as_str().to_owned();
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let response = next.run(req).await;
+    state
+        .metrics()
+        .observe_request(&method, &route, response.status().as_u16(), start.elapsed());
+    response
+}
+
+/// Writes every metric of the server in the Prometheus text format.
+pub async fn render(state: &AppState) -> String {
+    let mut out = String::with_capacity(4_096);
+    state.metrics().write_ops(&mut out);
+
+    out.push_str("# HELP delayq_tasks Tasks by topic and state.\n# TYPE delayq_tasks gauge\n");
+    match state.queue().topics().await {
+        Ok(topics) => {
+            for (topic, stats) in topics {
+                for s in TaskState::ALL {
+                    let _ = writeln!(
+                        out,
+                        "delayq_tasks{{topic=\"{}\",state=\"{}\"}} {}",
+                        escape(&topic),
+                        s.name(),
+                        stats.count(s)
+                    );
+                }
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "reading topic counters for /metrics failed"),
+    }
+
+    let snap = state.queue().context().metrics.snapshot();
+    out.push_str(
+        "# HELP delayq_fire_lateness_seconds How long after its due time a task became ready.\n\
+         # TYPE delayq_fire_lateness_seconds histogram\n",
+    );
+    for (i, n) in snap.lateness_cumulative.iter().enumerate() {
+        let le = LATENESS_BUCKETS_MS
+            .get(i)
+            .map_or_else(|| "+Inf".to_owned(), |ms| (*ms as f64 / 1000.0).to_string());
+        let _ = writeln!(
+            out,
+            "delayq_fire_lateness_seconds_bucket{{le=\"{le}\"}} {n}"
+        );
+    }
+    let count = snap.lateness_cumulative.last().copied().unwrap_or(0);
+    let _ = writeln!(
+        out,
+        "delayq_fire_lateness_seconds_sum {}\ndelayq_fire_lateness_seconds_count {count}",
+        snap.lateness_sum_ms as f64 / 1000.0
+    );
+    let counters = [
+        (
+            "delayq_fired_total",
+            "Tasks that became ready at their due time.",
+            snap.fired,
+        ),
+        (
+            "delayq_ttr_expired_total",
+            "Attempts that ran past their time to run.",
+            snap.ttr_expired,
+        ),
+        (
+            "delayq_dead_total",
+            "Tasks that ran out of retries.",
+            snap.dead,
+        ),
+    ];
+    for (name, help, value) in counters {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP delayq_long_polls_open Long-polling pops in progress.\n\
+         # TYPE delayq_long_polls_open gauge\ndelayq_long_polls_open {}",
+        state.open_long_polls()
+    );
+    let _ = writeln!(
+        out,
+        "# HELP delayq_waiters_parked Consumers parked waiting for ready tasks.\n\
+         # TYPE delayq_waiters_parked gauge\ndelayq_waiters_parked {}",
+        state.queue().context().waiters.parked()
+    );
+    state.metrics().write_requests(&mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_render_with_labels() {
+        let m = HttpMetrics::default();
+        m.count("orders", Op::Add, "ok", 3);
+        m.count("orders", Op::Pop, "empty", 1);
+        m.count("bad topic\"", Op::Get, "invalid", 1);
+        let mut out = String::new();
+        m.write_ops(&mut out);
+        assert!(
+            out.contains("delayq_operations_total{topic=\"orders\",op=\"add\",outcome=\"ok\"} 3"),
+            "{out}"
+        );
+        assert!(
+            out.contains("{topic=\"\",op=\"get\",outcome=\"invalid\"} 1"),
+            "{out}"
+        );
+        assert!(!out.contains("bad topic"), "{out}");
+    }
+
+    #[test]
+    fn topic_labels_are_capped() {
+        let m = HttpMetrics::default();
+        for i in 0..MAX_TOPIC_LABELS + 5 {
+            m.count(&format!("t{i}"), Op::Pop, "empty", 1);
+        }
+        m.count("t0", Op::Pop, "empty", 1);
+        let ops = m.ops.read();
+        assert_eq!(ops.len(), MAX_TOPIC_LABELS + 1);
+        let other = &ops[OTHER_TOPICS][1][outcome_index("empty")];
+        assert_eq!(other.load(Ordering::Relaxed), 5);
+        assert_eq!(
+            ops["t0"][1][outcome_index("empty")].load(Ordering::Relaxed),
+            2
+        );
+    }
+
+    #[test]
+    fn request_histogram_is_cumulative() {
+        let m = HttpMetrics::default();
+        m.observe_request("POST", "/add", 200, Duration::from_micros(300));
+        m.observe_request("POST", "/add", 200, Duration::from_secs(100));
+        let mut out = String::new();
+        m.write_requests(&mut out);
+        let labels = "method=\"POST\",route=\"/add\",status=\"200\"";
+        assert!(
+            out.contains(&format!("_bucket{{{labels},le=\"0.0005\"}} 1")),
+            "{out}"
+        );
+        assert!(
+            out.contains(&format!("_bucket{{{labels},le=\"+Inf\"}} 2")),
+            "{out}"
+        );
+        assert!(out.contains(&format!("_count{{{labels}}} 2")), "{out}");
+    }
+}

@@ -1,0 +1,233 @@
+//! Running the server: storage, socket, logging and a graceful shutdown.
+//!
+//! [`serve`] builds the queue ([`build_queue`], the one place that picks the backend), binds
+//! the listen address and hands over to [`run`]. When the shutdown future completes, `run`
+//! stops accepting connections, ends open long-polls (they answer "no task"), waits for the
+//! requests in flight up to `shutdown_timeout_ms`, and finally shuts the queue down, which
+//! flushes the storage. [`shutdown_signal`] is the usual shutdown future: SIGTERM or Ctrl-C.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use delayq::storage::embedded::{self, EmbeddedOptions};
+use delayq::{Queue, StorageContext, SystemClock};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::app::{AppState, app};
+use crate::config::{ConfigError, FsyncPolicy, LogFormat, ServerConfig, StorageConfig};
+
+/// Why the server could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServerError {
+    /// The configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// `--redis` was given, but this build has no Redis backend.
+    #[error(
+        "Redis mode is not available in this build yet (--redis / DELAYQ_REDIS was given); \
+         remove it to use the embedded backend"
+    )]
+    RedisNotAvailable,
+    /// The listen address cannot be bound.
+    #[error("binding the listen address {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why it failed.
+        source: std::io::Error,
+    },
+    /// Serving connections failed.
+    #[error("serving HTTP on {addr}: {source}")]
+    Serve {
+        /// The address.
+        addr: SocketAddr,
+        /// Why it failed.
+        source: std::io::Error,
+    },
+    /// The storage failed to start or to shut down (flush).
+    #[error("{op}: {source}")]
+    Storage {
+        /// What was being done.
+        op: &'static str,
+        /// The library's error.
+        source: delayq::Error,
+    },
+    /// Logging could not be set up.
+    #[error("setting up logging: {0}")]
+    Logging(String),
+}
+
+/// Builds the queue the configuration asks for. This is the one place that picks the storage
+/// backend. Must be called inside a tokio runtime. (Async because opening a durable backend
+/// recovers its data first.)
+pub async fn build_queue(config: &ServerConfig) -> Result<Queue, ServerError> {
+    let ctx = StorageContext::new(Arc::new(SystemClock::new()))
+        .with_limits(config.limits.clone())
+        .with_defaults(config.defaults);
+    match &config.storage {
+        StorageConfig::Memory => Ok(Queue::memory_with(ctx)),
+        StorageConfig::Embedded { data_dir, fsync } => {
+            let fsync = match *fsync {
+                FsyncPolicy::Always => delayq_log::FsyncPolicy::Always,
+                FsyncPolicy::Interval { ms } => {
+                    delayq_log::FsyncPolicy::Interval(Duration::from_millis(ms))
+                }
+                FsyncPolicy::Never => delayq_log::FsyncPolicy::Never,
+            };
+            let options = EmbeddedOptions::new(data_dir.clone()).fsync(fsync);
+            let (storage, _) = embedded::start(ctx.clone(), options)
+                .await
+                .map_err(|source| ServerError::Storage {
+                    op: "opening the embedded storage",
+                    source,
+                })?;
+            Ok(Queue::new(storage, ctx))
+        }
+        StorageConfig::Redis { .. } => Err(ServerError::RedisNotAvailable),
+    }
+}
+
+/// Builds the storage, binds `config.listen` and serves until `shutdown` completes; then shuts
+/// down gracefully (see the module doc).
+pub async fn serve(
+    config: ServerConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
+    let queue = build_queue(&config).await?;
+    let listener = match TcpListener::bind(config.listen).await {
+        Ok(listener) => listener,
+        Err(source) => {
+            // Nothing was served; still stop the storage cleanly.
+            let _ = queue.shutdown().await;
+            return Err(ServerError::Bind {
+                addr: config.listen,
+                source,
+            });
+        }
+    };
+    run(listener, queue, &config, shutdown).await
+}
+
+/// Serves the API of `queue` on a bound `listener` until `shutdown` completes, then shuts down
+/// gracefully and shuts the queue down. Useful when the caller binds the socket itself (tests,
+/// socket activation).
+pub async fn run(
+    listener: TcpListener,
+    queue: Queue,
+    config: &ServerConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
+    let addr = listener.local_addr().map_err(|source| ServerError::Serve {
+        addr: config.listen,
+        source,
+    })?;
+    let state = AppState::new(queue.clone(), config);
+    let router = app(state.clone());
+    let (stop_tx, mut stop_rx) = watch::channel(false);
+    let graceful = async move {
+        let _ = stop_rx.wait_for(|stop| *stop).await;
+    };
+    let mut server = tokio::spawn(
+        axum::serve(listener, router)
+            .with_graceful_shutdown(graceful)
+            .into_future(),
+    );
+    tracing::info!(%addr, storage = ?config.storage, "delayq is listening");
+
+    tokio::pin!(shutdown);
+    let served = tokio::select! {
+        joined = &mut server => Some(joined),
+        () = &mut shutdown => None,
+    };
+    let result = match served {
+        // The server stopped on its own: only an IO error does that.
+        Some(joined) => flatten(joined, addr),
+        None => {
+            tracing::info!("shutting down: no new connections, finishing requests in flight");
+            state.begin_drain();
+            let _ = stop_tx.send(true);
+            let grace = Duration::from_millis(config.shutdown_timeout_ms);
+            match tokio::time::timeout(grace, &mut server).await {
+                Ok(joined) => flatten(joined, addr),
+                Err(_) => {
+                    tracing::warn!(
+                        timeout_ms = config.shutdown_timeout_ms,
+                        "requests still in flight after the shutdown timeout; closing them"
+                    );
+                    server.abort();
+                    Ok(())
+                }
+            }
+        }
+    };
+    let flushed = queue
+        .shutdown()
+        .await
+        .map_err(|source| ServerError::Storage {
+            op: "shutting down the storage",
+            source,
+        });
+    tracing::info!("delayq stopped");
+    result.and(flushed)
+}
+
+fn flatten(
+    joined: Result<std::io::Result<()>, tokio::task::JoinError>,
+    addr: SocketAddr,
+) -> Result<(), ServerError> {
+    match joined {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(source)) => Err(ServerError::Serve { addr, source }),
+        Err(e) => Err(ServerError::Serve {
+            addr,
+            source: std::io::Error::other(e.to_string()),
+        }),
+    }
+}
+
+/// Completes on SIGTERM or Ctrl-C (SIGINT). If a handler cannot be installed, that signal is
+/// logged and ignored; the other still works.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::error!(error = %e, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut sig) => {
+                sig.recv().await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => tracing::info!("received Ctrl-C"),
+        () = terminate => tracing::info!("received SIGTERM"),
+    }
+}
+
+/// Installs the global `tracing` subscriber: level filter from `RUST_LOG` (default `info`),
+/// lines in `format`. Call once, early, from the binary; a second call is an error.
+pub fn init_tracing(format: LogFormat) -> Result<(), ServerError> {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    let result = match format {
+        LogFormat::Json => builder.json().try_init(),
+        _ => builder.try_init(),
+    };
+    result.map_err(|e| ServerError::Logging(e.to_string()))
+}

@@ -1,0 +1,234 @@
+//! Figures for the embedded backend (DESIGN §6), printed as a table:
+//!
+//! - durable add throughput through the library, batched and single, per fsync policy, with
+//!   several concurrent producers;
+//! - heap per delayed task beyond its 100-byte body (bytes requested from the allocator, so
+//!   allocator overhead is not included);
+//! - bytes on disk per task;
+//! - restart: time from opening the data directory to serving, with N pending tasks.
+//!
+//! `cargo bench -p delayq --bench embedded` (N = 1M). Set `DELAYQ_BENCH_TASKS=10000000` for
+//! the 10M restart figure (needs ~4 GiB of memory and ~2 GiB of disk).
+
+use std::alloc::System;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use delayq::storage::embedded::{self, EmbeddedOptions, EmbeddedStorage};
+use delayq::{NewTask, Queue, StorageContext, SystemClock};
+use delayq_log::FsyncPolicy;
+use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
+
+/// Counts heap bytes, so memory per task is measured, not estimated.
+#[global_allocator]
+static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+
+const BODY: usize = 100;
+
+fn dir_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .map_while(Result::ok)
+                .map(|e| match e.metadata() {
+                    Ok(m) if m.is_dir() => dir_bytes(&e.path()),
+                    Ok(m) => m.len(),
+                    Err(_) => 0,
+                })
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+fn scratch() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("delayq-bench-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap()
+}
+
+async fn open(dir: &Path, fsync: FsyncPolicy) -> (Queue, Arc<EmbeddedStorage>) {
+    let ctx = StorageContext::new(Arc::new(SystemClock::new()));
+    let (storage, _) = embedded::start(ctx.clone(), EmbeddedOptions::new(dir).fsync(fsync))
+        .await
+        .unwrap();
+    (Queue::new(storage.clone(), ctx), storage)
+}
+
+async fn total_tasks(q: &Queue) -> usize {
+    q.topics()
+        .await
+        .unwrap()
+        .iter()
+        .map(|(_, s)| s.total)
+        .sum::<u64>() as usize
+}
+
+fn batch(prefix: &str, start: usize, n: usize) -> Vec<NewTask> {
+    let body = "x".repeat(BODY);
+    (start..start + n)
+        .map(|i| {
+            NewTask::new(format!("bench{}", i % 8), format!("{prefix}-{i}"))
+                .body(body.clone())
+                .delay_ms(3_600_000)
+        })
+        .collect()
+}
+
+/// Adds `total` tasks in batches of `batch_size` from `producers` concurrent producers.
+async fn add_batched(q: &Queue, total: usize, batch_size: usize, producers: usize) -> Duration {
+    let per = total / producers;
+    let started = Instant::now();
+    let mut handles = Vec::new();
+    for p in 0..producers {
+        let q = q.clone();
+        handles.push(tokio::spawn(async move {
+            let mut i = 0;
+            while i < per {
+                let n = batch_size.min(per - i);
+                for r in q.add_batch(batch(&format!("p{p}"), i, n)).await.unwrap() {
+                    r.unwrap();
+                }
+                i += n;
+            }
+        }));
+    }
+    for h in handles {
+        h.await.unwrap();
+    }
+    started.elapsed()
+}
+
+async fn add_single(q: &Queue, total: usize, producers: usize) -> Duration {
+    let per = total / producers;
+    let started = Instant::now();
+    let mut handles = Vec::new();
+    for p in 0..producers {
+        let q = q.clone();
+        handles.push(tokio::spawn(async move {
+            let body = "x".repeat(BODY);
+            for i in 0..per {
+                q.add(
+                    NewTask::new("single", format!("s{p}-{i}"))
+                        .body(body.clone())
+                        .delay_ms(3_600_000),
+                )
+                .await
+                .unwrap();
+            }
+        }));
+    }
+    for h in handles {
+        h.await.unwrap();
+    }
+    started.elapsed()
+}
+
+fn rate(n: usize, d: Duration) -> String {
+    format!("{:>12.0} tasks/s", n as f64 / d.as_secs_f64())
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; `cargo test --benches` passes nothing: run a tiny version.
+    let quick = !std::env::args().any(|a| a == "--bench");
+    let pending: usize = std::env::var("DELAYQ_BENCH_TASKS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if quick { 10_000 } else { 1_000_000 });
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    println!(
+        "delayq embedded backend, {} cores, body {BODY} B",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    println!("{:<58} figure", "measure");
+
+    rt.block_on(async {
+        let policies = [
+            ("always", FsyncPolicy::Always),
+            ("interval 10ms", FsyncPolicy::default()),
+            ("never", FsyncPolicy::Never),
+        ];
+        for (name, policy) in policies {
+            let dir = scratch();
+            let (q, _) = open(dir.path(), policy).await;
+            let n = if quick { 20_000 } else { 1_000_000 };
+            let d = add_batched(&q, n, 1_000, 4).await;
+            println!(
+                "{:<58} {}",
+                format!("add, batches of 1000, 4 producers, fsync {name}"),
+                rate(n, d)
+            );
+            let n = if quick { 2_000 } else { 100_000 };
+            let d = add_single(&q, n, 64).await;
+            println!(
+                "{:<58} {}",
+                format!("add, single, 64 producers, fsync {name}"),
+                rate(n, d)
+            );
+            q.shutdown().await.unwrap();
+        }
+
+        // Memory and disk per task, then restart time.
+        let dir = scratch();
+        let region = Region::new(GLOBAL);
+        let (q, _) = open(dir.path(), FsyncPolicy::default()).await;
+        let d = add_batched(&q, pending, 10_000, 2).await;
+        let change = region.change();
+        let heap =
+            (change.bytes_allocated as f64 - change.bytes_deallocated as f64) / pending as f64;
+        println!(
+            "{:<58} {}",
+            format!("add {pending} tasks, batches of 10 000, fsync interval"),
+            rate(pending, d)
+        );
+        println!(
+            "{:<58} {:>12.0} B/task",
+            "heap per delayed task beyond its body (counted)",
+            heap - BODY as f64
+        );
+        q.shutdown().await.unwrap();
+        drop(q);
+        println!(
+            "{:<58} {:>12.0} B/task",
+            "bytes on disk per task (log, no snapshot)",
+            dir_bytes(dir.path()) as f64 / pending as f64
+        );
+
+        let started = Instant::now();
+        let (q, storage) = open(dir.path(), FsyncPolicy::default()).await;
+        let restart = started.elapsed();
+        assert_eq!(total_tasks(&q).await, pending);
+        println!(
+            "{:<58} {:>12.2} s",
+            format!("restart with {pending} pending, from the log"),
+            restart.as_secs_f64()
+        );
+        for shard in 0..storage.shard_count() {
+            embedded::snapshot_shard(&storage, shard, true)
+                .await
+                .unwrap();
+        }
+        q.shutdown().await.unwrap();
+        drop((q, storage));
+        println!(
+            "{:<58} {:>12.0} B/task",
+            "bytes on disk per task (snapshot)",
+            dir_bytes(dir.path()) as f64 / pending as f64
+        );
+        let started = Instant::now();
+        let (q, _) = open(dir.path(), FsyncPolicy::default()).await;
+        let restart = started.elapsed();
+        assert_eq!(total_tasks(&q).await, pending);
+        println!(
+            "{:<58} {:>12.2} s",
+            format!("restart with {pending} pending, from snapshots"),
+            restart.as_secs_f64()
+        );
+        q.shutdown().await.unwrap();
+    });
+}
