@@ -1,0 +1,104 @@
+//! The Redis backend of delayq: state in Redis, any number of stateless instances.
+//!
+//! ```no_run
+//! # async fn demo() -> delayq::Result<()> {
+//! use std::sync::Arc;
+//! use delayq::{Queue, StorageContext, SystemClock};
+//! use delayq_redis::RedisOptions;
+//!
+//! let ctx = StorageContext::new(Arc::new(SystemClock::new()));
+//! let storage = delayq_redis::start(ctx.clone(), RedisOptions::new("redis://127.0.0.1:6379")).await?;
+//! let queue = Queue::new(storage, ctx);
+//! # Ok(()) }
+//! ```
+//!
+//! # Key layout
+//!
+//! A topic is split into partitions (a stable hash of the task id modulo the topic's
+//! partition count, which is recorded in the registry hash `dq:topics` on the topic's first
+//! use and never changes: an instance configured otherwise gets an error naming both
+//! values). All keys of one (topic, partition) share the hash tag `{<topic>#<p>}`, so each
+//! script touches one Redis Cluster slot and a busy topic spreads over many slots. Per
+//! partition there is a hash of packed records (task id → a short header and the body), a
+//! hash of extras that only failing tasks or tasks with a backoff have (backoff, last error,
+//! bounded history), one sorted set per state scored by due (READY's gives pop its
+//! earliest-due-first order, and the sizes are the counters, so `stats` is O(partitions) and
+//! never scans), the ACTIVE tasks by ttr deadline, and the FINISHED / CANCELLED records by
+//! the end of their retention. See [`keys`] for the table.
+//!
+//! Records are packed into one hash per partition rather than one hash per task because a
+//! 100-byte body pushes a per-task hash out of Redis's compact listpack encoding (about
+//! 670 bytes per delayed task beyond the body, measured), while a hash field costs a dict
+//! entry and two strings.
+//!
+//! # Scripts
+//!
+//! Every transition is one Lua script over the keys of one partition, in one round trip,
+//! checking the state (and the receipt) inside the script: add (a batch of one partition),
+//! pop, finish, release, touch, cancel, requeue (one or all), delete, the promoter's tick,
+//! and stats. Time comes from the queue's clock as an argument, never from Redis's `TIME`,
+//! so tests with a manual clock are exact. A failed attempt (release, ttr expiry) is decided
+//! in Lua exactly as `delayq_core::lifecycle::after_failure` decides it. A FINISHED or
+//! CANCELLED record is gone at the end of its retention by the queue's clock: scripts, reads
+//! and counters treat it as absent from that instant, and the promoter's tick removes it.
+//! (A record field cannot carry a `PEXPIRE` of its own; expiry by the queue's clock is also
+//! what keeps manual-clock tests exact.) The scripts live in `src/scripts/*.lua`; `lib.lua`
+//! documents the arguments and the record format.
+//!
+//! # Promotion and leases
+//!
+//! Moving due tasks to READY, redelivering tasks whose ttr passed and removing expired
+//! records is done by whichever instance holds the partition's lease. Partitions are grouped
+//! into 64 lease buckets; each instance runs one `lease` script every third of the lease time
+//! (heartbeat, renew its buckets up to its fair share `ceil(64 / live instances)`, give up the
+//! rest, take free ones, each new lease with a fencing token from a counter). A dead
+//! instance's leases run out after the lease time (1 s by default) and the others take them
+//! over. The tick script refuses a token older than the newest one the partition has seen,
+//! so a holder that lost its lease without noticing cannot act on it. The holder sleeps
+//! until the earliest timer of its partitions and is woken early by an event when a script
+//! sets an earlier one; it never polls. See `src/lease.rs` and `src/promoter.rs`.
+//!
+//! # Wake-ups
+//!
+//! Long-polls are parked in the queue's waiters, not on Redis connections. Scripts that make
+//! tasks ready publish it on one events channel, which every instance subscribes to once;
+//! the instance wakes its parked consumers of that topic. See `src/events.rs`.
+//!
+//! # Faults
+//!
+//! A request that cannot reach Redis, or gets no answer within the timeouts, fails with
+//! [`delayq::Error::Unavailable`] (HTTP 503) naming the operation and Redis's address; the
+//! connection is re-established in the background with backoff. When Redis is back the
+//! promoter looks at every partition it holds, so tasks that came due meanwhile fire at once.
+//! Pop also promotes what is due in the partitions it takes from, so due tasks are never
+//! held back by a promoter that lags.
+//!
+//! # Durability
+//!
+//! An acknowledged change is as durable as Redis makes it: with `appendonly yes` and
+//! `appendfsync always` nothing acknowledged is lost when Redis restarts (tested); with
+//! `everysec`, up to a second. A batch add is one pipeline of scripts, one per (partition,
+//! chunk of 500 tasks): each script is atomic, but if the connection breaks in the middle
+//! of the pipeline the call fails as `Unavailable` while some chunks may have been applied
+//! (adding them again with `on_duplicate: keep` is safe).
+//!
+//! # Not yet
+//!
+//! Redis Cluster and Sentinel: the key layout, the scripts (every key declared, one slot
+//! each) and the lease keys (one `{lease}` slot) are ready for them, but the connection is
+//! a standalone `ConnectionManager`.
+
+pub mod error;
+mod events;
+pub mod keys;
+mod lease;
+pub mod options;
+mod promoter;
+mod record;
+mod scripts;
+mod storage;
+
+pub use error::BackendError;
+pub use keys::{bucket_of, partition_of};
+pub use options::RedisOptions;
+pub use storage::{RedisStorage, start};

@@ -1,0 +1,7 @@
+-- delete: removes a task's record in any state. ARGV[9] the task id.
+local rec = load(ARGV[9])
+if not rec then
+  return refuse(-1)
+end
+purge(rec)
+return reply(0)

@@ -1,0 +1,338 @@
+-- delayq: the prelude shared by every script that works on one (topic, partition).
+--
+-- KEYS (all under the partition's hash tag, so one slot):
+--   1..6  the tasks in each state, scored by due:
+--         1 delayed, 2 ready, 3 active, 4 finished, 5 cancelled, 6 dead
+--   7     active tasks scored by ttr deadline
+--   8     finished tasks scored by the end of their retention
+--   9     cancelled tasks scored by the end of their retention
+--   10    the records: a hash, task id -> packed record (below)
+--   11    the extras: a hash, task id -> what only some tasks have (below)
+--   12    (tick only) the partition's fencing token
+-- ARGV:
+--   1 unused (the partition's key base, for logs)
+--   2 now (epoch ms, from the caller's clock: scripts never read TIME)
+--   3 the events channel   4 the calling instance   5 the topic   6 the partition
+--   7 retention (ms)
+--   8 unused
+--   9.. the script's own arguments
+--
+-- A record is one string: a header of comma-separated fields, a newline, then the body.
+-- Header fields, in order: state code, due, created, updated (empty: created), ttr,
+-- max retries (-1: no limit), retries (empty: 0), deadline (ACTIVE: ttr deadline;
+-- FINISHED/CANCELLED: end of retention; empty: none), receipt (ACTIVE; empty: none).
+-- One string per task in one hash per partition keeps a delayed task small: a 100-byte body
+-- would push a hash per task out of Redis's compact encoding.
+--
+-- Extras are three parts separated by NUL bytes: the backoff as JSON (empty: none), the last
+-- error as a JSON string (empty: none), the history (one JSON object per line, at most
+-- HISTORY lines). Most tasks have none.
+
+local NOW = tonumber(ARGV[2])
+local CHANNEL = ARGV[3]
+local ORIGIN = ARGV[4]
+local TOPIC = ARGV[5]
+local PARTITION = ARGV[6]
+local RETENTION = tonumber(ARGV[7])
+
+local DELAYED, READY, ACTIVE, FINISHED, CANCELLED, DEAD = 0, 1, 2, 3, 4, 5
+local SETS = {[0] = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]}
+local DEADLINES = KEYS[7]
+local EXPIRY = {[FINISHED] = KEYS[8], [CANCELLED] = KEYS[9]}
+local RECORDS = KEYS[10]
+local EXTRAS = KEYS[11]
+local HISTORY = 16
+
+-- What the script did that others must hear of: tasks that became ready (wake consumers) and
+-- the earliest new timer that may be earlier than what the partition's promoter sleeps until.
+local READY_N = 0
+local WAKE = nil
+local DEAD_N = 0
+local HEADS = {}
+-- How many due entries the last promote() looked at (a full batch means: call again).
+local SCANNED = 0
+
+local function fmt(n)
+  return string.format('%d', n)
+end
+
+local function head_score(key)
+  local h = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  if h[2] then
+    return tonumber(h[2])
+  end
+  return nil
+end
+
+-- Adds `id` at time `t` to a timer set (delayed, deadlines, expiry), noting a wake-up when it
+-- lands before the set's earliest entry as it was when this script first looked.
+local function index_timer(key, t, id)
+  local h = HEADS[key]
+  if h == nil then
+    h = head_score(key) or false
+    HEADS[key] = h
+  end
+  if h == false or t < h then
+    HEADS[key] = t
+    if WAKE == nil or t < WAKE then
+      WAKE = t
+    end
+  end
+  redis.call('ZADD', key, t, id)
+end
+
+-- The header of a record.
+local function header(rec)
+  local updated = ''
+  if rec.updated then
+    updated = fmt(rec.updated)
+  end
+  local retries = ''
+  if rec.retries ~= 0 then
+    retries = fmt(rec.retries)
+  end
+  local deadline = ''
+  if rec.deadline ~= 0 then
+    deadline = fmt(rec.deadline)
+  end
+  return rec.state .. ',' .. fmt(rec.due) .. ',' .. rec.created .. ',' .. updated .. ',' ..
+    rec.ttr .. ',' .. rec.max .. ',' .. retries .. ',' .. deadline .. ',' .. rec.receipt
+end
+
+local function save(rec)
+  redis.call('HSET', RECORDS, rec.id, header(rec) .. '\n' .. rec.body)
+end
+
+-- Removes a record and every index entry of it.
+local function purge(rec)
+  redis.call('ZREM', SETS[rec.state], rec.id)
+  if rec.state == ACTIVE then
+    redis.call('ZREM', DEADLINES, rec.id)
+  elseif EXPIRY[rec.state] then
+    redis.call('ZREM', EXPIRY[rec.state], rec.id)
+  end
+  redis.call('HDEL', RECORDS, rec.id)
+  redis.call('HDEL', EXTRAS, rec.id)
+end
+
+-- Reads a record; nil when the task does not exist or its retention has passed (such a
+-- record is purged here, exactly at `now`, whatever the promoter's lag).
+local function load(id)
+  local raw = redis.call('HGET', RECORDS, id)
+  if not raw then
+    return nil
+  end
+  local nl = string.find(raw, '\n', 1, true)
+  local f = {}
+  local i = 1
+  for field in string.gmatch(string.sub(raw, 1, nl - 1) .. ',', '([^,]*),') do
+    f[i] = field
+    i = i + 1
+  end
+  local rec = {
+    id = id,
+    state = tonumber(f[1]),
+    due = tonumber(f[2]),
+    created = f[3],
+    updated = tonumber(f[4]),
+    ttr = tonumber(f[5]),
+    max = tonumber(f[6]),
+    retries = tonumber(f[7]) or 0,
+    deadline = tonumber(f[8]) or 0,
+    receipt = f[9] or '',
+    body = string.sub(raw, nl + 1),
+  }
+  if (rec.state == FINISHED or rec.state == CANCELLED) and rec.deadline <= NOW then
+    purge(rec)
+    return nil
+  end
+  return rec
+end
+
+local function load_extra(id)
+  local raw = redis.call('HGET', EXTRAS, id)
+  if not raw then
+    return {backoff = '', error = '', history = ''}
+  end
+  local a = string.find(raw, '\0', 1, true)
+  local b = string.find(raw, '\0', a + 1, true)
+  return {
+    backoff = string.sub(raw, 1, a - 1),
+    error = string.sub(raw, a + 1, b - 1),
+    history = string.sub(raw, b + 1),
+  }
+end
+
+local function save_extra(id, x)
+  redis.call('HSET', EXTRAS, id, x.backoff .. '\0' .. x.error .. '\0' .. x.history)
+end
+
+-- Takes a record out of the indexes of its current state.
+local function leave(rec)
+  redis.call('ZREM', SETS[rec.state], rec.id)
+  if rec.state == ACTIVE then
+    redis.call('ZREM', DEADLINES, rec.id)
+  elseif EXPIRY[rec.state] then
+    redis.call('ZREM', EXPIRY[rec.state], rec.id)
+  end
+end
+
+-- Puts a record (already out of its old indexes) into `state` with due `due`, and saves it.
+-- ACTIVE is entered by pop itself, which also sets the receipt and the ttr deadline.
+local function enter(rec, state, due)
+  rec.state = state
+  rec.due = due
+  rec.updated = NOW
+  if state == DELAYED then
+    index_timer(SETS[DELAYED], due, rec.id)
+  else
+    redis.call('ZADD', SETS[state], due, rec.id)
+  end
+  if state == FINISHED or state == CANCELLED then
+    rec.deadline = NOW + RETENTION
+    rec.receipt = ''
+    index_timer(EXPIRY[state], rec.deadline, rec.id)
+  else
+    rec.deadline = 0
+    rec.receipt = ''
+  end
+  save(rec)
+  if state == READY then
+    READY_N = READY_N + 1
+  end
+end
+
+-- The wait before the n-th redelivery, exactly as delayq_core::backoff::Backoff::delay_for.
+local function backoff_delay(json, n)
+  if json == '' then
+    return 0
+  end
+  local b = cjson.decode(json)
+  if n < 1 then
+    n = 1
+  end
+  if b.kind == 'fixed' then
+    return b.ms
+  elseif b.kind == 'exponential' then
+    return math.min(b.base_ms * 2 ^ math.min(n - 1, 63), b.max_ms)
+  elseif b.kind == 'schedule' then
+    local ms = b.ms
+    if #ms == 0 then
+      return 0
+    end
+    return ms[math.min(n, #ms)]
+  end
+  return 0
+end
+
+-- Appends a failed attempt to the bounded history.
+local function push_history(x, started, outcome, err)
+  local entry = string.format('{"started_at_ms":%d,"ended_at_ms":%d,"outcome":"%s"', started, NOW, outcome)
+  if err then
+    entry = entry .. ',"error":' .. cjson.encode(err)
+  end
+  entry = entry .. '}'
+  local h = x.history
+  if h ~= '' then
+    local lines = 1
+    for _ in string.gmatch(h, '\n') do
+      lines = lines + 1
+    end
+    if lines >= HISTORY then
+      h = string.sub(h, string.find(h, '\n', 1, true) + 1)
+    end
+    entry = h .. '\n' .. entry
+  end
+  x.history = entry
+end
+
+-- A failed attempt of an ACTIVE task (release or ttr expiry), exactly as
+-- delayq_core::lifecycle::after_failure decides it. `delay` is the consumer's override or nil.
+-- Returns the new state.
+local function fail(rec, delay, outcome, err)
+  local x = load_extra(rec.id)
+  push_history(x, rec.updated or tonumber(rec.created), outcome, err)
+  if err then
+    x.error = cjson.encode(err)
+  end
+  save_extra(rec.id, x)
+  leave(rec)
+  if rec.max >= 0 and rec.retries >= rec.max then
+    DEAD_N = DEAD_N + 1
+    enter(rec, DEAD, rec.due)
+    return DEAD
+  end
+  rec.retries = rec.retries + 1
+  local wait = delay
+  if wait == nil then
+    wait = backoff_delay(x.backoff, rec.retries)
+  end
+  local due = NOW + wait
+  if due <= NOW then
+    -- An immediate redelivery keeps its original due, so it goes to the front.
+    enter(rec, READY, rec.due)
+    return READY
+  end
+  enter(rec, DELAYED, due)
+  return DELAYED
+end
+
+-- Moves up to `limit` due DELAYED tasks to READY. Returns their due times.
+local function promote(limit)
+  local due = redis.call('ZRANGEBYSCORE', SETS[DELAYED], '-inf', NOW, 'WITHSCORES', 'LIMIT', 0, limit)
+  SCANNED = #due / 2
+  local dues = {}
+  if #due == 0 then
+    return dues
+  end
+  local ids = {}
+  local add = {}
+  for i = 1, #due, 2 do
+    local id, d = due[i], due[i + 1]
+    ids[#ids + 1] = id
+    local rec = load(id)
+    if rec then
+      rec.state = READY
+      rec.updated = NOW
+      save(rec)
+      add[#add + 1] = d
+      add[#add + 1] = id
+      dues[#dues + 1] = tonumber(d)
+    end
+  end
+  redis.call('ZREM', SETS[DELAYED], unpack(ids))
+  if #add > 0 then
+    redis.call('ZADD', SETS[READY], unpack(add))
+  end
+  READY_N = READY_N + #dues
+  return dues
+end
+
+-- Tells the other instances what happened; this instance handles its own events directly.
+local function publish()
+  if READY_N > 0 then
+    redis.call('PUBLISH', CHANNEL, 'r ' .. ORIGIN .. ' ' .. TOPIC .. ' ' .. READY_N)
+  end
+  if WAKE then
+    redis.call('PUBLISH', CHANNEL, 'w ' .. ORIGIN .. ' ' .. TOPIC .. ' ' .. PARTITION .. ' ' .. fmt(WAKE))
+  end
+end
+
+-- Every reply starts with: status, tasks made ready, earliest new timer (-1: none), tasks
+-- that went DEAD. Status: 0 ok, -1 not found, -2 wrong state (then the state), -3 stale
+-- receipt, -4 fenced off (then the newer token).
+local function reply(status, payload)
+  publish()
+  local out = {status, READY_N, WAKE or -1, DEAD_N}
+  if payload then
+    for _, v in ipairs(payload) do
+      out[#out + 1] = v
+    end
+  end
+  return out
+end
+
+local function refuse(status, state)
+  return {status, 0, -1, 0, state or 0}
+end
+

@@ -1,0 +1,215 @@
+//! The Lua scripts, one per transition, and the shape of their replies.
+//!
+//! Every partition script is the prelude `lib.lua` (argument layout, record layout, the
+//! shared transitions: `load`, `enter`, `fail`, `promote`) followed by the script's own body,
+//! joined once at first use. redis-rs sends them by `EVALSHA` and loads them on `NOSCRIPT`
+//! (after a Redis restart the script cache is empty).
+
+use std::sync::LazyLock;
+
+use delayq::Millis;
+use redis::{Script, Value};
+
+use crate::error::BackendError;
+
+const LIB: &str = include_str!("lib.lua");
+
+fn with_lib(body: &str) -> Script {
+    Script::new(&format!("{LIB}\n{body}"))
+}
+
+/// All scripts, loaded once per process.
+pub(crate) struct Scripts {
+    pub add: Script,
+    pub pop: Script,
+    pub finish: Script,
+    pub release: Script,
+    pub touch: Script,
+    pub cancel: Script,
+    pub requeue: Script,
+    pub delete: Script,
+    pub tick: Script,
+    pub stats: Script,
+    pub lease: Script,
+    pub register: Script,
+}
+
+pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
+    add: with_lib(include_str!("add.lua")),
+    pop: with_lib(include_str!("pop.lua")),
+    finish: with_lib(include_str!("finish.lua")),
+    release: with_lib(include_str!("release.lua")),
+    touch: with_lib(include_str!("touch.lua")),
+    cancel: with_lib(include_str!("cancel.lua")),
+    requeue: with_lib(include_str!("requeue.lua")),
+    delete: with_lib(include_str!("delete.lua")),
+    tick: with_lib(include_str!("tick.lua")),
+    stats: with_lib(include_str!("stats.lua")),
+    lease: Script::new(include_str!("lease.lua")),
+    register: Script::new(include_str!("register.lua")),
+});
+
+/// What a transition script reports besides its own result (see `reply` in `lib.lua`).
+#[derive(Debug)]
+pub(crate) struct Reply {
+    /// 0 ok, or one of the refusals of [`Status`].
+    pub status: Status,
+    /// Tasks the script made READY (consumers to wake).
+    pub ready: u64,
+    /// The earliest timer the script set that may be earlier than the promoter's sleep.
+    pub wake: Option<Millis>,
+    /// Tasks that went DEAD.
+    pub dead: u64,
+    /// The script's own values.
+    pub payload: Vec<Value>,
+}
+
+/// How a transition script ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Status {
+    Ok,
+    NotFound,
+    /// The task is in this state (code), which the operation does not apply to.
+    WrongState(u8),
+    StaleReceipt,
+    /// A newer lease holder has worked on the partition; the token is the newer one.
+    Fenced(u64),
+}
+
+impl Reply {
+    pub fn parse(value: Value, op: &str) -> Result<Reply, BackendError> {
+        let Value::Array(items) = value else {
+            return Err(BackendError::protocol(
+                op,
+                format!("not an array: {value:?}"),
+            ));
+        };
+        if items.len() < 4 {
+            return Err(BackendError::protocol(op, "fewer than 4 values"));
+        }
+        let mut items = items.into_iter();
+        let mut next_int = |what: &str| -> Result<i64, BackendError> {
+            let v = items.next().unwrap_or(Value::Nil);
+            int(&v).ok_or_else(|| BackendError::protocol(op, format!("{what} is {v:?}")))
+        };
+        let status = next_int("status")?;
+        let ready = next_int("ready count")?;
+        let wake = next_int("wake time")?;
+        let dead = next_int("dead count")?;
+        let payload: Vec<Value> = items.collect();
+        let first = payload.first().and_then(int).unwrap_or(0);
+        let status = match status {
+            0 => Status::Ok,
+            -1 => Status::NotFound,
+            -2 => Status::WrongState(u8::try_from(first).unwrap_or(u8::MAX)),
+            -3 => Status::StaleReceipt,
+            -4 => Status::Fenced(u64::try_from(first).unwrap_or(0)),
+            other => return Err(BackendError::protocol(op, format!("status {other}"))),
+        };
+        Ok(Reply {
+            status,
+            ready: u64::try_from(ready).unwrap_or(0),
+            wake: u64::try_from(wake).ok(),
+            dead: u64::try_from(dead).unwrap_or(0),
+            payload,
+        })
+    }
+}
+
+/// An integer reply, or a bulk string holding one.
+pub(crate) fn int(v: &Value) -> Option<i64> {
+    match v {
+        Value::Int(i) => Some(*i),
+        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        Value::SimpleString(s) => s.parse().ok(),
+        Value::Double(d) => Some(*d as i64),
+        _ => None,
+    }
+}
+
+/// A string reply.
+pub(crate) fn text(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::Int(i) => Some(i.to_string()),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn replies_parse() {
+        let table: [(Vec<Value>, Status, u64, Option<Millis>); 5] = [
+            (
+                vec![Value::Int(0), Value::Int(2), Value::Int(-1), Value::Int(0)],
+                Status::Ok,
+                2,
+                None,
+            ),
+            (
+                vec![Value::Int(0), Value::Int(0), Value::Int(99), Value::Int(0)],
+                Status::Ok,
+                0,
+                Some(99),
+            ),
+            (
+                vec![
+                    Value::Int(-2),
+                    Value::Int(0),
+                    Value::Int(-1),
+                    Value::Int(0),
+                    Value::Int(3),
+                ],
+                Status::WrongState(3),
+                0,
+                None,
+            ),
+            (
+                vec![
+                    Value::Int(-3),
+                    Value::Int(0),
+                    Value::Int(-1),
+                    Value::Int(0),
+                    Value::Int(0),
+                ],
+                Status::StaleReceipt,
+                0,
+                None,
+            ),
+            (
+                vec![
+                    Value::Int(-4),
+                    Value::Int(0),
+                    Value::Int(-1),
+                    Value::Int(0),
+                    bulk("7"),
+                ],
+                Status::Fenced(7),
+                0,
+                None,
+            ),
+        ];
+        for (items, status, ready, wake) in table {
+            let r = Reply::parse(Value::Array(items), "testing").unwrap();
+            assert_eq!((r.status, r.ready, r.wake), (status, ready, wake));
+        }
+        assert!(Reply::parse(Value::Int(1), "testing").is_err());
+        assert!(Reply::parse(Value::Array(vec![Value::Int(5); 4]), "testing").is_err());
+    }
+
+    #[test]
+    fn ints_from_any_encoding() {
+        assert_eq!(int(&bulk("1800000000000")), Some(1_800_000_000_000));
+        assert_eq!(int(&Value::Int(-1)), Some(-1));
+        assert_eq!(int(&bulk("x")), None);
+        assert_eq!(int(&Value::Nil), None);
+    }
+}

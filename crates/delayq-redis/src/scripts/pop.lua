@@ -1,0 +1,47 @@
+-- pop: takes up to ARGV[9] READY tasks, earliest due first, after promoting what is due
+-- (so a partition whose promoter lags, or has none, still never keeps due tasks back).
+-- ARGV[10] '1' to finish them at once, ARGV[11] a random receipt prefix (12 hex digits),
+-- ARGV[12] how many due tasks to promote at most.
+-- Reply payload: the number of tasks taken, 6 values per task (id, body, retries, receipt,
+-- due, ttr), then the due times of the tasks this pop promoted (for the lateness metric).
+local max = tonumber(ARGV[9])
+local auto = ARGV[10] == '1'
+local prefix = ARGV[11]
+local promoted = promote(tonumber(ARGV[12]))
+local ids = redis.call('ZRANGE', SETS[READY], 0, max - 1)
+local out = {0}
+if #ids > 0 then
+  redis.call('ZREM', SETS[READY], unpack(ids))
+end
+local taken = 0
+for i, id in ipairs(ids) do
+  local rec = load(id)
+  if rec then
+    taken = taken + 1
+    local receipt = prefix .. string.format('%04x', i)
+    if auto then
+      enter(rec, FINISHED, rec.due)
+    else
+      rec.state = ACTIVE
+      rec.updated = NOW
+      rec.deadline = NOW + rec.ttr
+      rec.receipt = receipt
+      redis.call('ZADD', SETS[ACTIVE], rec.due, id)
+      index_timer(DEADLINES, rec.deadline, id)
+      save(rec)
+    end
+    out[#out + 1] = id
+    out[#out + 1] = rec.body
+    out[#out + 1] = rec.retries
+    out[#out + 1] = receipt
+    out[#out + 1] = rec.due
+    out[#out + 1] = rec.ttr
+  end
+end
+out[1] = taken
+-- Wake other consumers only for what this pop promoted and left behind.
+READY_N = math.max(0, #promoted - taken)
+for _, d in ipairs(promoted) do
+  out[#out + 1] = d
+end
+return reply(0, out)

@@ -1,0 +1,31 @@
+-- requeue: DEAD -> READY with retries reset, its due kept.
+-- ARGV[9] a task id, or '' for every DEAD task of the partition, at most ARGV[10] of them.
+-- Reply payload: how many were requeued.
+local function requeue(rec)
+  leave(rec)
+  rec.retries = 0
+  enter(rec, READY, rec.due)
+end
+if ARGV[9] ~= '' then
+  local rec = load(ARGV[9])
+  if not rec then
+    return refuse(-1)
+  end
+  if rec.state ~= DEAD then
+    return refuse(-2, rec.state)
+  end
+  requeue(rec)
+  return reply(0, {1})
+end
+local dead = redis.call('ZRANGE', SETS[DEAD], 0, tonumber(ARGV[10]) - 1)
+local n = 0
+for _, id in ipairs(dead) do
+  local rec = load(id)
+  if rec and rec.state == DEAD then
+    requeue(rec)
+    n = n + 1
+  else
+    redis.call('ZREM', SETS[DEAD], id)
+  end
+end
+return reply(0, {n, #dead})

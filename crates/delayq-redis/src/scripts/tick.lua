@@ -1,0 +1,63 @@
+-- tick: the time-driven work of one partition, run by the holder of its lease.
+-- KEYS[12] the partition's fencing token; ARGV[9] the holder's token, ARGV[10] the most
+-- entries to handle of each kind.
+-- Moves due DELAYED tasks to READY, applies expired ttrs (a failure: READY, DELAYED or DEAD),
+-- removes FINISHED/CANCELLED records whose retention passed.
+-- Reply payload: the partition's next timer (-1: none), 1 when a batch was full (call again
+-- at once), the number of expired ttrs, then the due times of the promoted tasks.
+local token = tonumber(ARGV[9])
+local limit = tonumber(ARGV[10])
+local fence = tonumber(redis.call('GET', KEYS[12]) or '0')
+if token < fence then
+  return refuse(-4, fence)
+end
+if token > fence then
+  redis.call('SET', KEYS[12], ARGV[9])
+end
+local more = 0
+local dues = promote(limit)
+if SCANNED == limit then
+  more = 1
+end
+local expired = redis.call('ZRANGEBYSCORE', DEADLINES, '-inf', NOW, 'LIMIT', 0, limit)
+if #expired == limit then
+  more = 1
+end
+local ttr_n = 0
+for _, id in ipairs(expired) do
+  local rec = load(id)
+  if rec and rec.state == ACTIVE then
+    ttr_n = ttr_n + 1
+    fail(rec, nil, 'ttr_expired', nil)
+  else
+    redis.call('ZREM', DEADLINES, id)
+  end
+end
+for _, state in ipairs({FINISHED, CANCELLED}) do
+  local gone = redis.call('ZRANGEBYSCORE', EXPIRY[state], '-inf', NOW, 'LIMIT', 0, limit)
+  if #gone == limit then
+    more = 1
+  end
+  for _, id in ipairs(gone) do
+    -- load() purges a record whose retention passed; what is left is a stale index entry.
+    local rec = load(id)
+    if rec == nil or rec.state ~= state then
+      redis.call('ZREM', SETS[state], id)
+    end
+    redis.call('ZREM', EXPIRY[state], id)
+  end
+end
+local next = nil
+for _, key in ipairs({SETS[DELAYED], DEADLINES, EXPIRY[FINISHED], EXPIRY[CANCELLED]}) do
+  local h = head_score(key)
+  if h and (next == nil or h < next) then
+    next = h
+  end
+end
+-- The holder learns its own next timer from this reply: no wake-up to publish.
+WAKE = nil
+local out = {next or -1, more, ttr_n}
+for _, d in ipairs(dues) do
+  out[#out + 1] = d
+end
+return reply(0, out)

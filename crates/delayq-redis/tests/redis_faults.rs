@@ -1,0 +1,158 @@
+//! Redis going away and coming back: requests fail with `Unavailable` (HTTP 503) naming the
+//! operation, nothing panics, and once Redis is back (append-only file, fsync always) every
+//! acknowledged task is there and the ones that came due meanwhile fire at once.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use delayq::{Clock, ErrorKind, NewTask, PopOptions, State, SystemClock};
+use support::{Instance, RedisServer, eventually, options};
+
+/// Runs `op` and checks it fails as Unavailable within a bound, with a useful message.
+async fn assert_unavailable<T: std::fmt::Debug>(
+    what: &str,
+    server: &RedisServer,
+    op: impl std::future::Future<Output = delayq::Result<T>>,
+) {
+    let started = Instant::now();
+    let err = op.await.expect_err(what);
+    let took = started.elapsed();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{what}: {err}");
+    assert!(err.is_retryable());
+    let text = err.to_string();
+    eprintln!("{what} while Redis is down ({took:?}): {text}");
+    assert!(
+        text.contains(&format!("127.0.0.1:{}", server.port())),
+        "{what}: the message names Redis: {text}"
+    );
+    assert!(took < Duration::from_secs(10), "{what} took {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outage_gives_unavailable_and_recovery_loses_nothing() {
+    let mut server = RedisServer::start_with_aof();
+    let i = Instance::system(options(&server)).await;
+    let q = &i.queue;
+    let clock = SystemClock::new();
+    let due = clock.now_ms() + 1_000;
+    let tasks = (0..500)
+        .map(|n| {
+            NewTask::new("t", format!("k{n}"))
+                .run_at_ms(due)
+                .body("x".repeat(100))
+        })
+        .collect();
+    for r in q.add_batch(tasks).await.unwrap() {
+        r.unwrap();
+    }
+    q.add(NewTask::new("t", "now")).await.unwrap();
+    // A consumer holds one task across the outage.
+    let held = q.pop_one("t", 0).await.unwrap().unwrap();
+    assert_eq!(held.id, "now");
+
+    server.kill();
+    assert_unavailable("add", &server, q.add(NewTask::new("t", "lost"))).await;
+    assert_unavailable("pop", &server, q.pop("t", PopOptions::default())).await;
+    assert_unavailable("get", &server, q.get("t", "k1")).await;
+    assert_unavailable("stats", &server, q.stats("t")).await;
+    assert_unavailable("finish", &server, q.finish("t", "now", None)).await;
+    assert_unavailable("ready", &server, q.check_ready()).await;
+    // Stay down past the due time.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert!(clock.now_ms() > due);
+
+    server.restart();
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            q.check_ready().await.is_ok()
+        })
+        .await,
+        "the backend reconnects by itself"
+    );
+    // Everything acknowledged is there; what came due meanwhile fires at once.
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            q.stats("t")
+                .await
+                .is_ok_and(|s| s.ready == 500 && s.active == 1 && s.total == 501)
+        })
+        .await,
+        "{:?}",
+        q.stats("t").await
+    );
+    q.finish("t", "now", Some(&held.receipt)).await.unwrap();
+    let got = q
+        .pop("t", PopOptions::default().count(1_000))
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 500);
+    assert!(
+        q.get("t", "lost")
+            .await
+            .is_err_and(|e| e.kind() == ErrorKind::NotFound)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_long_poll_survives_an_outage() {
+    let mut server = RedisServer::start_with_aof();
+    let a = Instance::system(options(&server)).await;
+    let clock = SystemClock::new();
+    a.queue
+        .add(NewTask::new("t", "late").run_at_ms(clock.now_ms() + 1_500))
+        .await
+        .unwrap();
+    let waiter = {
+        let q = a.queue.clone();
+        tokio::spawn(async move { q.pop("t", PopOptions::default().timeout_ms(30_000)).await })
+    };
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            a.queue.context().waiters.parked() == 1
+        })
+        .await
+    );
+    server.kill();
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    server.restart();
+    // The event of the promotion is published after the subscription is back, or the
+    // resubscription wakes the parked consumer to look again: either way it gets the task.
+    let got = tokio::time::timeout(Duration::from_secs(15), waiter)
+        .await
+        .expect("the parked pop returns")
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].id, "late");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn starting_while_redis_is_down_then_it_comes_up() {
+    let mut server = RedisServer::start_with_aof();
+    server.kill();
+    let i = Instance::system(options(&server)).await;
+    assert_unavailable("ready", &server, i.queue.check_ready()).await;
+    assert_unavailable("add", &server, i.queue.add(NewTask::new("t", "a"))).await;
+    server.restart();
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            i.queue.check_ready().await.is_ok()
+        })
+        .await
+    );
+    i.queue
+        .add(NewTask::new("t", "a").delay_ms(200))
+        .await
+        .unwrap();
+    // Promoted by this instance's promoter once its leases are in place.
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            i.queue
+                .get("t", "a")
+                .await
+                .is_ok_and(|t| t.state == State::Ready)
+        })
+        .await
+    );
+}

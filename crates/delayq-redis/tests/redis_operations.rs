@@ -1,0 +1,472 @@
+//! The backend's operations against a real redis-server, on a manual clock: the rules of
+//! DESIGN §2 that need Redis-specific care (lazy promotion, retention by the queue's clock,
+//! partitions, the registry). The shared conformance suite covers the rest.
+
+mod support;
+
+use std::time::Duration;
+
+use delayq::{
+    AddOutcome, Backoff, Clock, ErrorKind, ManualClock, MaxRetries, NewTask, PopOptions,
+    ReleaseOptions, State,
+};
+use support::{Instance, RedisServer, eventually, options};
+
+const T0: u64 = 1_800_000_000_000;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn add_pop_finish_round_trip() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let i = Instance::manual(&server, &clock).await;
+    let q = &i.queue;
+    assert_eq!(
+        q.add(NewTask::new("orders", "o-1").body("hello"))
+            .await
+            .unwrap(),
+        AddOutcome::Added
+    );
+    let d = q.pop_one("orders", 0).await.unwrap().expect("a ready task");
+    assert_eq!(
+        (d.id.as_str(), d.body.as_str(), d.retries),
+        ("o-1", "hello", 0)
+    );
+    assert_eq!(d.receipt.len(), 16);
+    let info = q.get("orders", "o-1").await.unwrap();
+    assert_eq!(info.state, State::Active);
+    assert_eq!(info.deadline_ms, Some(T0 + 30_000));
+    q.finish("orders", "o-1", Some(&d.receipt)).await.unwrap();
+    let info = q.get("orders", "o-1").await.unwrap();
+    assert_eq!(info.state, State::Finished);
+    let stats = q.stats("orders").await.unwrap();
+    assert_eq!((stats.finished, stats.active, stats.total), (1, 0, 1));
+    let err = q.finish("orders", "o-1", None).await.unwrap_err();
+    assert_eq!(err.conflicting_state(), Some(State::Finished));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn never_early_and_due_at_once() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let i = Instance::manual(&server, &clock).await;
+    let q = &i.queue;
+    q.add(NewTask::new("t", "a").delay_ms(1_000)).await.unwrap();
+    assert!(q.pop_one("t", 0).await.unwrap().is_none());
+    clock.advance(999);
+    assert!(q.pop_one("t", 0).await.unwrap().is_none());
+    assert_eq!(q.get("t", "a").await.unwrap().state, State::Delayed);
+    clock.advance(1);
+    // The promoter makes it READY on its own, without a pop.
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            q.get("t", "a").await.unwrap().state == State::Ready
+        })
+        .await
+    );
+    assert_eq!(q.pop_one("t", 0).await.unwrap().unwrap().id, "a");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pop_returns_earliest_due_first_across_partitions() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let i = Instance::manual(&server, &clock).await;
+    let q = &i.queue;
+    let tasks: Vec<NewTask> = (0..40)
+        .map(|n| NewTask::new("t", format!("task-{n}")).run_at_ms(T0 + 1_000 - n * 10))
+        .collect();
+    for r in q.add_batch(tasks).await.unwrap() {
+        assert_eq!(r.unwrap(), AddOutcome::Added);
+    }
+    clock.advance(1_000);
+    let got = q.pop("t", PopOptions::default().count(40)).await.unwrap();
+    let dues: Vec<u64> = got.iter().map(|d| d.due_ms).collect();
+    let mut sorted = dues.clone();
+    sorted.sort();
+    assert_eq!(dues, sorted);
+    assert_eq!(got.len(), 40);
+    // Singles, too.
+    let q2 = (0..5).map(|n| NewTask::new("u", format!("x{n}")).run_at_ms(T0 + 2_000 - n));
+    q.add_batch(q2.collect()).await.unwrap();
+    clock.advance(1_000);
+    let mut order = Vec::new();
+    while let Some(d) = q.pop_one("u", 0).await.unwrap() {
+        order.push(d.id);
+    }
+    assert_eq!(order, ["x4", "x3", "x2", "x1", "x0"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_follows_backoff_then_dead_then_requeue() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let i = Instance::manual(&server, &clock).await;
+    let q = &i.queue;
+    q.add(
+        NewTask::new("pay", "p-1")
+            .max_retries(MaxRetries::Limited(2))
+            .backoff(Backoff::Schedule {
+                ms: vec![100, 1_000],
+            }),
+    )
+    .await
+    .unwrap();
+    let d = q.pop_one("pay", 0).await.unwrap().unwrap();
+    clock.advance(5);
+    let state = q
+        .release(
+            "pay",
+            "p-1",
+            ReleaseOptions::default().receipt(&d.receipt).error("boom"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(state, State::Delayed);
+    let info = q.get("pay", "p-1").await.unwrap();
+    assert_eq!((info.retries, info.due_ms), (1, T0 + 105));
+    assert_eq!(info.last_error.as_deref(), Some("boom"));
+    assert_eq!(info.history.len(), 1);
+    assert_eq!(info.history[0].started_at_ms, T0);
+    assert_eq!(info.history[0].ended_at_ms, T0 + 5);
+    assert_eq!(info.history[0].outcome, "released");
+    // The old receipt is stale once the task is redelivered.
+    clock.advance(100);
+    let d2 = q.pop_one("pay", 0).await.unwrap().unwrap();
+    assert_eq!(d2.retries, 1);
+    let err = q.finish("pay", "p-1", Some(&d.receipt)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Conflict);
+    assert_eq!(
+        err.conflicting_state(),
+        None,
+        "stale receipt, not wrong state"
+    );
+    // An explicit delay wins over the backoff.
+    let state = q
+        .release("pay", "p-1", ReleaseOptions::default().delay_ms(0))
+        .await
+        .unwrap();
+    assert_eq!(state, State::Ready);
+    let info = q.get("pay", "p-1").await.unwrap();
+    assert_eq!((info.retries, info.due_ms), (2, T0 + 105), "keeps its due");
+    q.pop_one("pay", 0).await.unwrap().unwrap();
+    let state = q
+        .release("pay", "p-1", ReleaseOptions::default().error("again"))
+        .await
+        .unwrap();
+    assert_eq!(state, State::Dead);
+    let info = q.get("pay", "p-1").await.unwrap();
+    assert_eq!(
+        (info.state, info.retries),
+        (State::Dead, 2),
+        "DEAD keeps retries"
+    );
+    assert_eq!(info.history.len(), 3);
+    assert_eq!(q.stats("pay").await.unwrap().dead, 1);
+    q.requeue("pay", "p-1").await.unwrap();
+    let info = q.get("pay", "p-1").await.unwrap();
+    assert_eq!((info.state, info.retries), (State::Ready, 0));
+    let err = q.requeue("pay", "p-1").await.unwrap_err();
+    assert_eq!(err.conflicting_state(), Some(State::Ready));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ttr_expiry_redelivers_with_history() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let i = Instance::manual(&server, &clock).await;
+    let q = &i.queue;
+    q.add(
+        NewTask::new("t", "a")
+            .ttr_ms(1_000)
+            .max_retries(MaxRetries::Limited(1)),
+    )
+    .await
+    .unwrap();
+    let d = q.pop_one("t", 0).await.unwrap().unwrap();
+    clock.advance(500);
+    let deadline = q.touch("t", "a", Some(&d.receipt)).await.unwrap();
+    assert_eq!(deadline, T0 + 1_500);
+    clock.advance(999);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(q.get("t", "a").await.unwrap().state, State::Active);
+    clock.advance(1);
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            q.get("t", "a").await.unwrap().state == State::Ready
+        })
+        .await
+    );
+    let info = q.get("t", "a").await.unwrap();
+    assert_eq!(info.retries, 1);
+    assert_eq!(info.history[0].outcome, "ttr_expired");
+    assert_eq!(info.history[0].ended_at_ms, T0 + 1_500);
+    assert_eq!(i.queue.context().metrics.snapshot().ttr_expired, 1);
+    // The second expiry exhausts max_retries = 1: DEAD.
+    q.pop_one("t", 0).await.unwrap().unwrap();
+    clock.advance(1_000);
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            q.get("t", "a").await.unwrap().state == State::Dead
+        })
+        .await
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicates_follow_the_policy() {
+    use delayq::OnDuplicate;
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let i = Instance::manual(&server, &clock).await;
+    let q = &i.queue;
+    q.add(NewTask::new("t", "a").body("one").delay_ms(10))
+        .await
+        .unwrap();
+    let err = q.add(NewTask::new("t", "a")).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Duplicate);
+    let kept = q
+        .add(
+            NewTask::new("t", "a")
+                .body("two")
+                .on_duplicate(OnDuplicate::Keep),
+        )
+        .await
+        .unwrap();
+    assert_eq!(kept, AddOutcome::Existed);
+    assert_eq!(q.get("t", "a").await.unwrap().body, "one");
+    let replaced = q
+        .add(
+            NewTask::new("t", "a")
+                .body("three")
+                .delay_ms(500)
+                .on_duplicate(OnDuplicate::Replace),
+        )
+        .await
+        .unwrap();
+    assert_eq!(replaced, AddOutcome::Replaced);
+    let info = q.get("t", "a").await.unwrap();
+    assert_eq!((info.body.as_str(), info.due_ms), ("three", T0 + 500));
+    assert_eq!(q.stats("t").await.unwrap().total, 1);
+    // In one batch, the second of two equal ids is the duplicate.
+    let results = q
+        .add_batch(vec![NewTask::new("t", "b"), NewTask::new("t", "b")])
+        .await
+        .unwrap();
+    assert!(results[0].is_ok());
+    assert_eq!(
+        results[1].as_ref().unwrap_err().kind(),
+        ErrorKind::Duplicate
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_ends_by_the_queue_clock() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let i = Instance::manual(&server, &clock).await;
+    let q = &i.queue;
+    q.add(NewTask::new("t", "a")).await.unwrap();
+    q.add(NewTask::new("t", "b").delay_ms(10)).await.unwrap();
+    q.pop_one("t", 0).await.unwrap().unwrap();
+    q.finish("t", "a", None).await.unwrap();
+    q.cancel("t", "b").await.unwrap();
+    let stats = q.stats("t").await.unwrap();
+    assert_eq!((stats.finished, stats.cancelled), (1, 1));
+    clock.advance(59_999);
+    assert_eq!(
+        q.get("t", "a").await.unwrap().deadline_ms,
+        Some(T0 + 60_000)
+    );
+    clock.advance(1);
+    // Gone exactly at the end of the retention, whatever the promoter did yet.
+    assert_eq!(
+        q.get("t", "a").await.unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
+    assert_eq!(q.stats("t").await.unwrap().total, 0);
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            let keys = server.command("DBSIZE").unwrap();
+            // Left: the registry, lease keys, fences and empty sets are deleted by Redis.
+            !keys.is_empty() && q.topics().await.unwrap().is_empty()
+        })
+        .await
+    );
+    // Re-adding the same id after retention is a new task.
+    assert_eq!(
+        q.add(NewTask::new("t", "a")).await.unwrap(),
+        AddOutcome::Added
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_pages_by_due_across_states() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let i = Instance::manual(&server, &clock).await;
+    let q = &i.queue;
+    let tasks = (0..25)
+        .map(|n| NewTask::new("t", format!("k{n:02}")).run_at_ms(T0 + 100 * n))
+        .collect();
+    q.add_batch(tasks).await.unwrap();
+    clock.advance(450); // k00..k04 due
+    let popped = q.pop("t", PopOptions::default().count(2)).await.unwrap();
+    assert_eq!(popped.len(), 2);
+    let all = q.list("t", None, 1, 10).await.unwrap();
+    assert_eq!(all.total, 25);
+    let ids: Vec<&str> = all.items.iter().map(|t| t.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        [
+            "k00", "k01", "k02", "k03", "k04", "k05", "k06", "k07", "k08", "k09"
+        ]
+    );
+    let page3 = q.list("t", None, 3, 10).await.unwrap();
+    assert_eq!(page3.items.len(), 5);
+    assert_eq!(page3.items[0].id, "k20");
+    let active = q.list("t", Some(State::Active), 1, 10).await.unwrap();
+    assert_eq!(active.total, 2);
+    assert!(active.items.iter().all(|t| t.state == State::Active));
+    let beyond = q.list("t", None, 9, 10).await.unwrap();
+    assert!(beyond.items.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partition_count_is_recorded_and_never_silently_changed() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let ctx = || delayq::StorageContext::new(std::sync::Arc::new(clock.clone()));
+    let a = Instance::start(ctx(), options(&server).partitions(4)).await;
+    a.queue.add(NewTask::new("orders", "o-1")).await.unwrap();
+    let b = Instance::start(ctx(), options(&server).partitions(8)).await;
+    let err = b
+        .queue
+        .add(NewTask::new("orders", "o-2"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Storage);
+    let text = err.to_string();
+    assert!(
+        text.contains("4 partitions") && text.contains("configured with 8"),
+        "{text}"
+    );
+    assert!(b.queue.get("orders", "o-1").await.is_err());
+    // Per-topic settings that agree are fine, and other topics use the default.
+    let c = Instance::start(
+        ctx(),
+        options(&server).partitions(8).topic_partitions("orders", 4),
+    )
+    .await;
+    assert_eq!(
+        c.queue.get("orders", "o-1").await.unwrap().state,
+        State::Ready
+    );
+    c.queue.add(NewTask::new("other", "x")).await.unwrap();
+    let recorded = server.command("HGET dq:topics other").unwrap();
+    assert!(recorded.contains("\r\n8\r\n"), "{recorded}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_poll_wakes_on_add_from_another_instance() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let a = Instance::manual(&server, &clock).await;
+    let b = Instance::manual(&server, &clock).await;
+    b.queue.add(NewTask::new("t", "warmup")).await.unwrap();
+    a.queue.pop_one("t", 0).await.unwrap().unwrap();
+    let waiter = {
+        let q = a.queue.clone();
+        tokio::spawn(async move { q.pop_one("t", 30_000).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!waiter.is_finished());
+    b.queue.add(NewTask::new("t", "x")).await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("woken by the event")
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.unwrap().id, "x");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requeue_all_and_delete() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let i = Instance::manual(&server, &clock).await;
+    let q = &i.queue;
+    let tasks = (0..30)
+        .map(|n| NewTask::new("t", format!("d{n}")).max_retries(MaxRetries::Limited(0)))
+        .collect();
+    q.add_batch(tasks).await.unwrap();
+    let got = q.pop("t", PopOptions::default().count(30)).await.unwrap();
+    for d in &got {
+        assert_eq!(
+            q.release("t", &d.id, ReleaseOptions::default())
+                .await
+                .unwrap(),
+            State::Dead
+        );
+    }
+    assert_eq!(q.stats("t").await.unwrap().dead, 30);
+    assert_eq!(q.requeue_all("t").await.unwrap(), 30);
+    let stats = q.stats("t").await.unwrap();
+    assert_eq!((stats.dead, stats.ready), (0, 30));
+    q.delete("t", "d3").await.unwrap();
+    assert_eq!(
+        q.get("t", "d3").await.unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
+    assert_eq!(
+        q.delete("t", "d3").await.unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
+    assert_eq!(q.stats("t").await.unwrap().total, 29);
+    let topics = q.topics().await.unwrap();
+    assert_eq!(topics.len(), 1);
+    assert_eq!(topics[0].1.ready, 29);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_consumers_leave_no_ready_task_behind() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let a = Instance::manual(&server, &clock).await;
+    let b = Instance::manual(&server, &clock).await;
+    // One task per partition (4 by default), all ready; as many consumers as tasks, all
+    // aiming first at the partition with the earliest task. Each must get one: a consumer
+    // that loses the race for a partition goes on to the others instead of returning empty.
+    for round in 0..20u64 {
+        let tasks: Vec<NewTask> = (0..4u32)
+            .map(|p| {
+                let id = (0..)
+                    .map(|n| format!("r{round}-p{p}-{n}"))
+                    .find(|id| delayq_redis::partition_of(id, 4) == p)
+                    .unwrap();
+                NewTask::new("t", id).run_at_ms(clock.now_ms() + u64::from(p))
+            })
+            .collect();
+        let n = tasks.len();
+        a.queue.add_batch(tasks).await.unwrap();
+        clock.advance(10);
+        let consumers: Vec<_> = (0..n)
+            .map(|c| {
+                let q = if c % 2 == 0 {
+                    a.queue.clone()
+                } else {
+                    b.queue.clone()
+                };
+                tokio::spawn(async move { q.pop("t", PopOptions::default()).await.unwrap().len() })
+            })
+            .collect();
+        let mut got = 0;
+        for c in consumers {
+            got += c.await.unwrap();
+        }
+        assert_eq!(
+            got, n,
+            "round {round}: a consumer came back empty with tasks ready"
+        );
+        assert_eq!(a.queue.stats("t").await.unwrap().ready, 0);
+    }
+}
