@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use delayq::storage::embedded::{self, EmbeddedOptions};
 use delayq::{Queue, StorageContext, SystemClock};
+use delayq_redis::RedisOptions;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -26,12 +27,17 @@ pub enum ServerError {
     /// The configuration is invalid.
     #[error(transparent)]
     Config(#[from] ConfigError),
-    /// `--redis` was given, but this build has no Redis backend.
+    /// `--redis` names a Redis deployment this build cannot connect to yet.
     #[error(
-        "Redis mode is not available in this build yet (--redis / DELAYQ_REDIS was given); \
-         remove it to use the embedded backend"
+        "{scheme} URLs (Redis {kind}) are not supported yet (--redis / DELAYQ_REDIS); use a \
+         redis:// or rediss:// URL of a standalone Redis"
     )]
-    RedisNotAvailable,
+    RedisModeNotSupported {
+        /// The URL scheme given.
+        scheme: &'static str,
+        /// The deployment kind it names.
+        kind: &'static str,
+    },
     /// The listen address cannot be bound.
     #[error("binding the listen address {addr}: {source}")]
     Bind {
@@ -87,7 +93,23 @@ pub async fn build_queue(config: &ServerConfig) -> Result<Queue, ServerError> {
                 })?;
             Ok(Queue::new(storage, ctx))
         }
-        StorageConfig::Redis { .. } => Err(ServerError::RedisNotAvailable),
+        StorageConfig::Redis { url } => {
+            for (scheme, kind) in [
+                ("redis+sentinel://", "Sentinel"),
+                ("redis+cluster://", "Cluster"),
+            ] {
+                if url.starts_with(scheme) {
+                    return Err(ServerError::RedisModeNotSupported { scheme, kind });
+                }
+            }
+            let storage = delayq_redis::start(ctx.clone(), RedisOptions::new(url.clone()))
+                .await
+                .map_err(|source| ServerError::Storage {
+                    op: "connecting to Redis",
+                    source,
+                })?;
+            Ok(Queue::new(storage, ctx))
+        }
     }
 }
 

@@ -288,17 +288,20 @@ fn flags_parse_in_process() {
 }
 
 #[tokio::test]
-async fn serve_refuses_redis_and_names_a_busy_address() {
-    let mut redis = ServerConfig::default();
-    redis.storage = StorageConfig::Redis {
-        url: "redis://127.0.0.1:6379".into(),
-    };
-    let err = delayq_server::serve(redis, async {}).await.unwrap_err();
-    assert!(matches!(err, ServerError::RedisNotAvailable), "{err:?}");
-    assert!(
-        err.to_string()
-            .contains("Redis mode is not available in this build yet")
-    );
+async fn serve_refuses_redis_modes_it_lacks_and_names_a_busy_address() {
+    for (url, kind) in [
+        ("redis+sentinel://127.0.0.1:1/mymaster", "Sentinel"),
+        ("redis+cluster://127.0.0.1:1", "Cluster"),
+    ] {
+        let mut redis = ServerConfig::default();
+        redis.storage = StorageConfig::Redis { url: url.into() };
+        let err = delayq_server::serve(redis, async {}).await.unwrap_err();
+        assert!(
+            matches!(err, ServerError::RedisModeNotSupported { .. }),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains(kind), "{err}");
+    }
 
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let mut busy = ServerConfig::default();
