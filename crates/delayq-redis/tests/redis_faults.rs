@@ -113,6 +113,9 @@ async fn a_parked_long_poll_survives_an_outage() {
         })
         .await
     );
+    // A pop parks before its first look at Redis; let that look finish (an outage during the
+    // first look is reported to the caller at once, by design).
+    tokio::time::sleep(Duration::from_millis(300)).await;
     server.kill();
     tokio::time::sleep(Duration::from_millis(2_000)).await;
     server.restart();

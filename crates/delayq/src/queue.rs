@@ -15,9 +15,12 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 
 use crate::clock::{Clock, SystemClock};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::storage::{AddResult, ReleaseOptions, Storage, StorageContext, memory};
 use crate::workers::{WorkerOptions, Workers};
+
+/// How often a parked long-poll looks again while storage is unavailable.
+const OUTAGE_RETRY_MS: u64 = 100;
 
 /// How a consumer pops.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -215,19 +218,32 @@ impl Queue {
         let mut closed = self.inner.closed_tx.subscribe();
         let timeout = self.inner.ctx.clock.sleep_until(deadline);
         tokio::pin!(timeout);
+        let mut first = true;
         loop {
             // Register for the wake-up before looking, so a task made ready in between wakes us.
             let notified = parked.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let got = storage
-                .pop(topic, options.count, options.auto_finish)
-                .await?;
-            if !got.is_empty() {
-                return Ok(got);
-            }
+            let retry_at = match storage.pop(topic, options.count, options.auto_finish).await {
+                Ok(got) if !got.is_empty() => return Ok(got),
+                Ok(_) => None,
+                // A long-poll that began rides out a storage outage until its timeout; the first
+                // look reports it, so a caller learns at once that storage is down.
+                Err(e) if !first && e.kind() == ErrorKind::Unavailable => {
+                    Some(self.now().saturating_add(OUTAGE_RETRY_MS))
+                }
+                Err(e) => return Err(e),
+            };
+            first = false;
+            let retry = async {
+                match retry_at {
+                    Some(at) => self.inner.ctx.clock.sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 _ = &mut notified => {}
+                _ = retry => {}
                 _ = &mut timeout => return Ok(Vec::new()),
                 _ = closed.wait_for(|c| *c) => return Ok(Vec::new()),
             }

@@ -1,0 +1,198 @@
+//! Test support shared by delayq's integration tests.
+//!
+//! [`RedisServer`] runs a real `redis-server` of the test's own on a free loopback port, in its
+//! own temporary directory, and kills it when dropped, so tests are isolated from each other
+//! and from the machine's Redis on 6379 (which they never touch), and can kill and restart
+//! their server at will.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+/// A `redis-server` of our own. Never the system one on 6379.
+pub struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+    dir: TempDir,
+    aof: bool,
+}
+
+/// A free loopback port (there is a race until redis-server binds it; `start` retries).
+fn free_port() -> u16 {
+    loop {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+        let port = listener.local_addr().unwrap().port();
+        if port != 6379 {
+            return port;
+        }
+    }
+}
+
+impl RedisServer {
+    /// A server without persistence.
+    pub fn start() -> Self {
+        Self::start_with(false)
+    }
+
+    /// A server with an append-only file fsynced on every write, for restart tests.
+    pub fn start_with_aof() -> Self {
+        Self::start_with(true)
+    }
+
+    fn start_with(aof: bool) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("delayq-redis-test")
+            .tempdir()
+            .expect("create a temp dir");
+        let mut server = RedisServer {
+            child: None,
+            port: 0,
+            dir,
+            aof,
+        };
+        for _ in 0..10 {
+            server.port = free_port();
+            if server.spawn() {
+                return server;
+            }
+        }
+        panic!("could not start redis-server on a free port");
+    }
+
+    /// Starts the process on `self.port`; false when it did not come up.
+    fn spawn(&mut self) -> bool {
+        let mut cmd = Command::new("redis-server");
+        cmd.arg("--port")
+            .arg(self.port.to_string())
+            .arg("--bind")
+            .arg("127.0.0.1")
+            .arg("--dir")
+            .arg(self.dir.path())
+            .arg("--save")
+            .arg("")
+            .arg("--daemonize")
+            .arg("no")
+            .arg("--logfile")
+            .arg(self.dir.path().join("redis.log"));
+        if self.aof {
+            cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
+        } else {
+            cmd.args(["--appendonly", "no"]);
+        }
+        let child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("run redis-server (is it installed?)");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                self.child = None;
+                eprintln!("redis-server on {} exited: {status}", self.port);
+                return false;
+            }
+            if self.ping() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.kill();
+        false
+    }
+
+    fn ping(&self) -> bool {
+        self.command("PING")
+            .map(|r| r.starts_with("+PONG"))
+            .unwrap_or(false)
+    }
+
+    /// Sends one inline command and returns the raw reply.
+    pub fn command(&self, line: &str) -> std::io::Result<String> {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port))?;
+        s.set_read_timeout(Some(Duration::from_secs(5)))?;
+        s.write_all(format!("{line}\r\n").as_bytes())?;
+        let mut out = Vec::new();
+        let mut buf = [0u8; 65536];
+        loop {
+            let n = s.read(&mut buf)?;
+            out.extend_from_slice(&buf[..n]);
+            if n == 0 || reply_complete(&out) {
+                break;
+            }
+        }
+        Ok(String::from_utf8_lossy(&out).into_owned())
+    }
+
+    /// One `INFO` field, e.g. `used_memory`.
+    pub fn info_field(&self, section: &str, field: &str) -> Option<String> {
+        let info = self.command(&format!("INFO {section}")).ok()?;
+        info.lines()
+            .find_map(|l| l.strip_prefix(&format!("{field}:")))
+            .map(|v| v.trim().to_owned())
+    }
+
+    /// The port it listens on (loopback).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Its own temporary directory (data, AOF, log).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Its `redis://` URL.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// SIGKILLs the server (no shutdown save).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port and directory (AOF replayed if enabled).
+    pub fn restart(&mut self) {
+        self.kill();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if self.spawn() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("redis-server did not restart on port {}", self.port);
+    }
+}
+
+/// Whether a buffer holds one complete RESP reply (enough for INFO and simple replies).
+fn reply_complete(buf: &[u8]) -> bool {
+    match buf.first() {
+        Some(b'$') => {
+            let Some(end) = buf.windows(2).position(|w| w == b"\r\n") else {
+                return false;
+            };
+            let len: i64 = std::str::from_utf8(&buf[1..end])
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0);
+            len < 0 || buf.len() >= end + 2 + len as usize + 2
+        }
+        Some(_) => buf.ends_with(b"\r\n"),
+        None => false,
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
