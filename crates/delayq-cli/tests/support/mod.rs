@@ -29,10 +29,16 @@ impl Server {
     /// Starts `delayq serve --storage memory` on a free port and waits until `/healthz`
     /// answers 200.
     pub fn start() -> Server {
+        Server::start_with(&["--storage", "memory"])
+    }
+
+    /// Starts `delayq serve <args>` on a free port and waits until `/healthz` answers 200.
+    pub fn start_with(args: &[&str]) -> Server {
         let port = free_port();
         let listen = format!("127.0.0.1:{port}");
         let child = Command::new(DELAYQ)
-            .args(["serve", "--listen", &listen, "--storage", "memory"])
+            .args(["serve", "--listen", &listen])
+            .args(args)
             .env_remove("DELAYQ_SERVER")
             .env_remove("DELAYQ_TOKEN")
             .env("RUST_LOG", "warn")
@@ -46,6 +52,12 @@ impl Server {
         };
         server.wait_healthy(&listen);
         server
+    }
+
+    /// Kills the server with SIGKILL: no graceful shutdown, no lease release.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     fn wait_healthy(&mut self, addr: &str) {
