@@ -60,6 +60,47 @@ pub enum Command {
     Delete(TaskArgs),
     /// Measure a running server end to end (loopback only).
     Bench(BenchArgs),
+    /// Check or repair an embedded data directory (the server must not be running).
+    #[command(subcommand)]
+    Data(DataCommand),
+}
+
+/// `delayq data ...`: offline tools for an embedded data directory.
+#[derive(Debug, Clone, Subcommand)]
+pub enum DataCommand {
+    /// Read every log and snapshot and report damage (file and byte offset), changing nothing.
+    Check(DataArgs),
+    /// Cut every damaged log back to its valid prefix. The cut bytes are saved next to the
+    /// log and later files are renamed to `*.discarded`, never deleted. Refuses to run
+    /// without `--yes` unless `--dry-run` is given.
+    Repair(RepairArgs),
+}
+
+/// The data directory to look at.
+#[derive(Debug, Clone, Args)]
+pub struct DataArgs {
+    /// The data directory (as given to `delayq serve --data-dir`).
+    #[arg(
+        long,
+        env = "DELAYQ_DATA_DIR",
+        default_value = "./delayq-data",
+        value_name = "DIR"
+    )]
+    pub data_dir: std::path::PathBuf,
+}
+
+/// Arguments of `delayq data repair`.
+#[derive(Debug, Clone, Args)]
+pub struct RepairArgs {
+    #[command(flatten)]
+    /// The data directory.
+    pub data: DataArgs,
+    /// Only report what would be done.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Confirm that records after the damage are discarded.
+    #[arg(long)]
+    pub yes: bool,
 }
 
 /// How to reach the server and how to print, shared by every client command.

@@ -140,6 +140,7 @@ pub async fn run(command: Command, out: &mut dyn Write) -> Result<(), CliError> 
             Ok(())
         }
         Command::Bench(args) => crate::bench::run(args, out).await,
+        Command::Data(command) => crate::data::run(command, out),
     }
 }
 

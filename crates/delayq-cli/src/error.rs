@@ -52,6 +52,9 @@ pub enum CliError {
         /// Why it stopped.
         reason: String,
     },
+    /// A data directory is damaged or cannot be read.
+    #[error("{0}")]
+    Data(String),
     /// Writing the output failed (a closed pipe).
     #[error("cannot write the output: {0}")]
     Output(#[source] std::io::Error),

@@ -15,6 +15,7 @@ pub mod args;
 pub mod bench;
 pub mod commands;
 pub mod config;
+pub mod data;
 pub mod duration;
 pub mod error;
 pub mod import;

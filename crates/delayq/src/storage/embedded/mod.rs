@@ -467,3 +467,15 @@ pub async fn snapshot_shard(engine: &EmbeddedStorage, index: usize, force: bool)
     .map_err(|e| storage_error("writing a snapshot in", &dir, e))?;
     Ok(true)
 }
+
+/// The shard log directories of a data directory, per its `delayq.meta`, without opening
+/// (or locking) anything: for `delayq data check|repair`.
+pub fn shard_dirs(dir: &Path) -> Result<Vec<PathBuf>> {
+    let path = dir.join(META_FILE);
+    let bytes = std::fs::read(&path).map_err(|e| storage_error("reading", &path, e))?;
+    let meta: Meta =
+        serde_json::from_slice(&bytes).map_err(|e| storage_error("reading", &path, e))?;
+    Ok((0..meta.shards)
+        .map(|i| dir.join(format!("shard-{i}")))
+        .collect())
+}
