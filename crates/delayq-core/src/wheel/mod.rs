@@ -472,8 +472,11 @@ impl<T> Wheel<T> {
         self.levels.iter().enumerate().find_map(|(level, lvl)| {
             let slot = lvl.first_occupied()?;
             let start = slot_start(self.elapsed, level, slot);
+            // A slot may start exactly at `elapsed` on any level: time can stop on a slot
+            // boundary before that slot is processed (found by the model test; the saved case
+            // is in tests/wheel_model.proptest-regressions).
             debug_assert!(
-                start > self.elapsed || (level == 0 && start == self.elapsed),
+                start >= self.elapsed,
                 "slot {slot} of level {level} starts at {start}, behind elapsed {}",
                 self.elapsed
             );
