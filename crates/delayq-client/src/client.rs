@@ -9,7 +9,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use delayq_core::{AddOutcome, Delivery, Millis, NewTask, Page, State, TaskInfo, TopicStats};
+use delayq_core::{
+    AddOutcome, Delivery, Millis, NewTask, Page, ReleaseOptions, State, TaskInfo, TopicStats,
+};
 use reqwest::Url;
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
 use serde::Serialize;
@@ -109,38 +111,6 @@ impl PopOptions {
     /// Sets whether the tasks are finished as they are handed out.
     pub fn auto_finish(mut self, auto_finish: bool) -> Self {
         self.auto_finish = auto_finish;
-        self
-    }
-}
-
-/// Options of [`Client::release`].
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ReleaseOptions {
-    /// The receipt of the attempt being released.
-    pub receipt: Option<String>,
-    /// Wait this long before the task is ready again, instead of its backoff.
-    pub delay_ms: Option<u64>,
-    /// Why the attempt failed; kept in the task's history.
-    pub error: Option<String>,
-}
-
-impl ReleaseOptions {
-    /// Sets the receipt.
-    pub fn receipt(mut self, receipt: impl Into<String>) -> Self {
-        self.receipt = Some(receipt.into());
-        self
-    }
-
-    /// Sets the delay before the task is ready again.
-    pub fn delay_ms(mut self, delay_ms: u64) -> Self {
-        self.delay_ms = Some(delay_ms);
-        self
-    }
-
-    /// Sets the error text.
-    pub fn error(mut self, error: impl Into<String>) -> Self {
-        self.error = Some(error.into());
         self
     }
 }

@@ -25,7 +25,8 @@ pub mod client;
 pub mod error;
 mod wire;
 
-pub use client::{Call, Client, ClientOptions, ListOptions, PopOptions, ReleaseOptions};
+pub use client::{Call, Client, ClientOptions, ListOptions, PopOptions};
+pub use delayq_core::ReleaseOptions;
 pub use delayq_core::{
     AddOutcome, Backoff, Delivery, MaxRetries, Millis, NewTask, OnDuplicate, Page, State, TaskInfo,
     TopicStats, When,

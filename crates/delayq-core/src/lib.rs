@@ -21,7 +21,7 @@ pub mod wheel;
 pub use backoff::Backoff;
 pub use lifecycle::{AfterFailure, Op, Refusal};
 pub use task::{
-    AddOutcome, Attempt, Delivery, MaxRetries, Millis, NewTask, OnDuplicate, Page, State, TaskInfo,
-    TopicStats, When,
+    AddOutcome, Attempt, Delivery, MaxRetries, Millis, NewTask, OnDuplicate, Page, ReleaseOptions,
+    State, TaskInfo, TopicStats, When,
 };
 pub use validate::{InvalidField, Limits, TaskDefaults, TaskSpec};

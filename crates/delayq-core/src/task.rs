@@ -240,6 +240,38 @@ impl NewTask {
     }
 }
 
+/// How a consumer gives a task back after a failed attempt.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReleaseOptions {
+    /// The receipt of the attempt being released; a stale one is a conflict.
+    pub receipt: Option<String>,
+    /// Wait this long before redelivery instead of the task's backoff.
+    pub delay_ms: Option<u64>,
+    /// What went wrong, kept as the task's last error.
+    pub error: Option<String>,
+}
+
+impl ReleaseOptions {
+    /// Release with this receipt.
+    pub fn receipt(mut self, receipt: impl Into<String>) -> Self {
+        self.receipt = Some(receipt.into());
+        self
+    }
+
+    /// Redeliver after `delay_ms` regardless of the backoff.
+    pub fn delay_ms(mut self, delay_ms: u64) -> Self {
+        self.delay_ms = Some(delay_ms);
+        self
+    }
+
+    /// Record this error text.
+    pub fn error(mut self, error: impl Into<String>) -> Self {
+        self.error = Some(error.into());
+        self
+    }
+}
+
 /// What `add` did with one task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -252,6 +252,18 @@ pub fn validate_task(
     })
 }
 
+/// Cuts `text` to at most `max` bytes on a character boundary: error texts over
+/// [`Limits::max_error_bytes`] are cut, not refused.
+pub fn truncate_utf8(text: &mut String, max: usize) {
+    if text.len() > max {
+        let mut cut = max;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+    }
+}
+
 /// Checks a retry schedule: every wait within the delay limit, a bounded schedule length.
 pub fn check_backoff(backoff: &Backoff, limits: &Limits) -> Result<(), InvalidField> {
     match backoff {
@@ -409,6 +421,21 @@ mod tests {
             let e = validate(task).unwrap_err();
             assert_eq!(e.field, field);
             assert_eq!(e.too_large, field == "body", "{e}");
+        }
+    }
+
+    #[test]
+    fn truncate_keeps_char_boundaries() {
+        let table = [
+            ("hello", 10, "hello"),
+            ("hello", 3, "hel"),
+            ("héllo", 2, "h"),
+            ("", 0, ""),
+        ];
+        for (input, max, want) in table {
+            let mut s = input.to_owned();
+            truncate_utf8(&mut s, max);
+            assert_eq!(s, want);
         }
     }
 

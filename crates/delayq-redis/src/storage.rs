@@ -837,7 +837,7 @@ impl Storage for RedisStorage {
         let s = &*self.shared;
         let delay = options.delay_ms.map(|d| d.to_string()).unwrap_or_default();
         let error = options.error.map(|mut e| {
-            truncate_utf8(&mut e, s.ctx.limits.max_error_bytes);
+            delayq_core::validate::truncate_utf8(&mut e, s.ctx.limits.max_error_bytes);
             e
         });
         let reply = s
@@ -1116,17 +1116,6 @@ impl Storage for RedisStorage {
     }
 }
 
-/// Cuts `s` to at most `max` bytes on a character boundary (as the engine does).
-fn truncate_utf8(s: &mut String, max: usize) {
-    if s.len() > max {
-        let mut cut = max;
-        while !s.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        s.truncate(cut);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1200,20 +1189,6 @@ mod tests {
         let mut seen = std::collections::HashSet::new();
         for i in 0..1_000u64 {
             assert!(seen.insert(format!("{:012x}", mix(42 ^ i) >> 16)));
-        }
-    }
-
-    #[test]
-    fn truncate_keeps_char_boundaries() {
-        let table = [
-            ("hello", 10, "hello"),
-            ("hello", 3, "hel"),
-            ("héllo", 2, "h"),
-        ];
-        for (input, max, want) in table {
-            let mut s = input.to_owned();
-            truncate_utf8(&mut s, max);
-            assert_eq!(s, want);
         }
     }
 }

@@ -414,7 +414,7 @@ impl<J: Journal> Shard<J> {
         error: Option<String>,
     ) -> State {
         let error = error.map(|mut e| {
-            truncate_utf8(&mut e, self.max_error_bytes);
+            delayq_core::validate::truncate_utf8(&mut e, self.max_error_bytes);
             e
         });
         let r = &mut self.records[idx as usize];
@@ -670,17 +670,6 @@ fn timer_at(r: &Record) -> Option<Millis> {
     }
 }
 
-/// Cuts `s` to at most `max` bytes on a character boundary.
-fn truncate_utf8(s: &mut String, max: usize) {
-    if s.len() > max {
-        let mut cut = max;
-        while !s.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        s.truncate(cut);
-    }
-}
-
 /// Merges sorted iterators into one sorted iterator (k is at most six here).
 fn merge_sorted<T: Ord + Copy>(
     iters: impl Iterator<Item = impl Iterator<Item = T>>,
@@ -699,21 +688,6 @@ fn merge_sorted<T: Ord + Copy>(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn truncate_keeps_char_boundaries() {
-        let table = [
-            ("hello", 10, "hello"),
-            ("hello", 3, "hel"),
-            ("héllo", 2, "h"),
-            ("", 0, ""),
-        ];
-        for (input, max, want) in table {
-            let mut s = input.to_owned();
-            truncate_utf8(&mut s, max);
-            assert_eq!(s, want);
-        }
-    }
 
     #[test]
     fn merge_is_sorted_and_complete() {
