@@ -125,6 +125,20 @@ async fn add_single(q: &Queue, total: usize, producers: usize) -> Duration {
     started.elapsed()
 }
 
+/// Opens the data directory, prints how long it took to serve `pending` tasks again.
+async fn timed_restart(dir: &Path, pending: usize, from: &str) -> (Queue, Arc<EmbeddedStorage>) {
+    let started = Instant::now();
+    let opened = open(dir, FsyncPolicy::default()).await;
+    let restart = started.elapsed();
+    assert_eq!(total_tasks(&opened.0).await, pending);
+    println!(
+        "{:<58} {:>12.2} s",
+        format!("restart with {pending} pending, from {from}"),
+        restart.as_secs_f64()
+    );
+    opened
+}
+
 fn rate(n: usize, d: Duration) -> String {
     format!("{:>12.0} tasks/s", n as f64 / d.as_secs_f64())
 }
@@ -199,15 +213,7 @@ fn main() {
             dir_bytes(dir.path()) as f64 / pending as f64
         );
 
-        let started = Instant::now();
-        let (q, storage) = open(dir.path(), FsyncPolicy::default()).await;
-        let restart = started.elapsed();
-        assert_eq!(total_tasks(&q).await, pending);
-        println!(
-            "{:<58} {:>12.2} s",
-            format!("restart with {pending} pending, from the log"),
-            restart.as_secs_f64()
-        );
+        let (q, storage) = timed_restart(dir.path(), pending, "the log").await;
         for shard in 0..storage.shard_count() {
             embedded::snapshot_shard(&storage, shard, true)
                 .await
@@ -220,15 +226,7 @@ fn main() {
             "bytes on disk per task (snapshot)",
             dir_bytes(dir.path()) as f64 / pending as f64
         );
-        let started = Instant::now();
-        let (q, _) = open(dir.path(), FsyncPolicy::default()).await;
-        let restart = started.elapsed();
-        assert_eq!(total_tasks(&q).await, pending);
-        println!(
-            "{:<58} {:>12.2} s",
-            format!("restart with {pending} pending, from snapshots"),
-            restart.as_secs_f64()
-        );
+        let (q, _) = timed_restart(dir.path(), pending, "snapshots").await;
         q.shutdown().await.unwrap();
     });
 }

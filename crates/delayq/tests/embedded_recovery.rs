@@ -283,23 +283,29 @@ async fn a_second_process_cannot_open_the_same_directory() {
     q.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn damage_in_the_middle_is_an_error_naming_file_and_offset() {
-    let dir = scratch();
-    let clock = ManualClock::new(START);
-    let q = open(&dir, &clock, |o| o.shards(1)).await;
-    for i in 0..20 {
+/// Writes `tasks` delayed tasks into a one-shard data directory, shuts it down, and returns
+/// its (only) log segment.
+async fn one_segment_with(dir: &Path, clock: &ManualClock, tasks: usize) -> PathBuf {
+    let q = open(dir, clock, |o| o.shards(1)).await;
+    for i in 0..tasks {
         q.add(NewTask::new(T, format!("t{i}")).delay_ms(1_000))
             .await
             .unwrap();
     }
     q.shutdown().await.unwrap();
     drop(q);
-    let seg = std::fs::read_dir(dir.join("shard-0"))
+    std::fs::read_dir(dir.join("shard-0"))
         .unwrap()
         .map(|e| e.unwrap().path())
         .find(|p| p.extension().is_some_and(|e| e == "seg"))
-        .unwrap();
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn damage_in_the_middle_is_an_error_naming_file_and_offset() {
+    let dir = scratch();
+    let clock = ManualClock::new(START);
+    let seg = one_segment_with(&dir, &clock, 20).await;
     let mut bytes = std::fs::read(&seg).unwrap();
     let middle = bytes.len() / 2;
     bytes[middle] ^= 0xff;
@@ -321,19 +327,7 @@ async fn damage_in_the_middle_is_an_error_naming_file_and_offset() {
 async fn a_torn_tail_is_cut_and_the_rest_recovered() {
     let dir = scratch();
     let clock = ManualClock::new(START);
-    let q = open(&dir, &clock, |o| o.shards(1)).await;
-    for i in 0..10 {
-        q.add(NewTask::new(T, format!("t{i}")).delay_ms(1_000))
-            .await
-            .unwrap();
-    }
-    q.shutdown().await.unwrap();
-    drop(q);
-    let seg = std::fs::read_dir(dir.join("shard-0"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.extension().is_some_and(|e| e == "seg"))
-        .unwrap();
+    let seg = one_segment_with(&dir, &clock, 10).await;
     let len = std::fs::metadata(&seg).unwrap().len();
     std::fs::OpenOptions::new()
         .write(true)
