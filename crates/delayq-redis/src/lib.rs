@@ -88,6 +88,7 @@
 //! each) and the lease keys (one `{lease}` slot) are ready for them, but the connection is
 //! a standalone `ConnectionManager`.
 
+mod conn;
 pub mod error;
 mod events;
 pub mod keys;

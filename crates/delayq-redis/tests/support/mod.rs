@@ -87,7 +87,7 @@ pub fn lease_owners(server: &RedisServer) -> std::collections::HashMap<String, u
 /// dropped (for the conformance suite, whose harness owns only the storage).
 pub struct Served {
     storage: Arc<RedisStorage>,
-    _server: RedisServer,
+    _server: Option<RedisServer>,
 }
 
 /// Starts a redis-server and a backend over it, on `ctx`.
@@ -98,8 +98,27 @@ pub async fn served(ctx: StorageContext) -> Arc<Served> {
         .expect("start the Redis backend");
     Arc::new(Served {
         storage,
-        _server: server,
+        _server: Some(server),
     })
+}
+
+/// A backend with `options` on `ctx`, over a Redis that someone else owns (a shared
+/// cluster).
+pub async fn served_with(ctx: StorageContext, options: RedisOptions) -> Arc<Served> {
+    let storage = delayq_redis::start(ctx, options)
+        .await
+        .expect("start the Redis backend");
+    Arc::new(Served {
+        storage,
+        _server: None,
+    })
+}
+
+/// A key prefix no other test of this process uses (for tests sharing one cluster).
+pub fn unique_prefix(base: &str) -> String {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{base}{n}-{}", std::process::id())
 }
 
 #[async_trait::async_trait]
