@@ -7,8 +7,8 @@
 //! | `redis+sentinel://h:p[,h:p…]/<master-name>[/db]`     | Sentinel   | a `ConnectionManager` to the master the sentinels name, swapped on failover |
 //! | `redis+cluster://h:p[,h:p…]`                         | Cluster    | redis-rs's `ClusterConnection` (MOVED/ASK, slot refresh) |
 //!
-//! **Sentinel.** The master is asked of the sentinels (`SENTINEL GET-MASTER-ADDR-BY-NAME`,
-//! each in turn) at start, again after every failed request (an IO error or `READONLY` from
+//! **Sentinel.** The master is asked of all sentinels (`SENTINEL GET-MASTER-ADDR-BY-NAME`;
+//! the one most name wins) at start, again after every failed request (an IO error or `READONLY` from
 //! a demoted master) and once a second in the background. When the sentinels name another
 //! master (one that answers `ROLE` as a master), a new connection replaces the old one: the
 //! instance follows a failover without a restart, and requests in between fail as
@@ -310,10 +310,12 @@ pub(crate) struct Sentinel {
 }
 
 impl Sentinel {
-    /// Asks the sentinels for the master and switches to it if it changed.
+    /// Asks every sentinel for the master and switches to the one most of them name (a
+    /// sentinel that missed a failover may still name the old master, which may be back,
+    /// empty, and answering as a master until the sentinels demote it), if it answers as a
+    /// master.
     async fn discover(&self) -> Result<(), String> {
-        let mut errors = Vec::new();
-        for (host, client) in &self.sentinels {
+        let asks = self.sentinels.iter().map(|(host, client)| async move {
             let ask = async {
                 let mut c = client.get_multiplexed_async_connection().await?;
                 redis::cmd("SENTINEL")
@@ -322,65 +324,59 @@ impl Sentinel {
                     .query_async::<Option<(String, u16)>>(&mut c)
                     .await
             };
-            let answer = tokio::time::timeout(self.connect_timeout * 2, ask).await;
-            let (ip, port) = match answer {
-                Ok(Ok(Some(addr))) => addr,
-                Ok(Ok(None)) => {
-                    errors.push(format!("sentinel {host} does not know {:?}", self.name));
-                    continue;
-                }
-                Ok(Err(e)) => {
-                    errors.push(format!("sentinel {host}: {e}"));
-                    continue;
-                }
-                Err(_) => {
-                    errors.push(format!("sentinel {host}: no answer"));
-                    continue;
-                }
-            };
-            let addr = format!("{ip}:{port}");
-            if self.current.read().as_ref().is_some_and(|m| m.addr == addr) {
-                return Ok(());
+            match tokio::time::timeout(self.connect_timeout * 2, ask).await {
+                Ok(Ok(Some((ip, port)))) => Ok(format!("{ip}:{port}")),
+                Ok(Ok(None)) => Err(format!("sentinel {host} does not know {:?}", self.name)),
+                Ok(Err(e)) => Err(format!("sentinel {host}: {e}")),
+                Err(_) => Err(format!("sentinel {host}: no answer")),
             }
-            let url = node_url(self.auth.as_deref(), &addr, &self.db);
-            let client = redis::Client::open(url.as_str()).map_err(|e| format!("{addr}: {e}"))?;
-            // A sentinel may still name the old master for a moment: take it only when it
-            // answers as a master.
-            let role = async {
-                let mut c = client.get_multiplexed_async_connection().await?;
-                redis::cmd("ROLE").query_async::<Vec<Value>>(&mut c).await
-            };
-            match tokio::time::timeout(self.connect_timeout * 2, role).await {
-                Ok(Ok(r)) if r.first() == Some(&Value::BulkString(b"master".to_vec())) => {}
-                Ok(Ok(_)) => {
-                    errors.push(format!("{addr} named by sentinel {host} is not a master"));
-                    continue;
-                }
-                Ok(Err(e)) => {
-                    errors.push(format!("{addr} named by sentinel {host}: {e}"));
-                    continue;
-                }
-                Err(_) => {
-                    errors.push(format!("{addr} named by sentinel {host}: no answer"));
-                    continue;
-                }
+        });
+        let mut votes: Vec<(String, usize)> = Vec::new();
+        let mut errors = Vec::new();
+        for answer in join_all(asks).await {
+            match answer {
+                Ok(addr) => match votes.iter_mut().find(|(a, _)| *a == addr) {
+                    Some((_, n)) => *n += 1,
+                    None => votes.push((addr, 1)),
+                },
+                Err(e) => errors.push(e),
             }
-            let conn = ConnectionManager::new_lazy_with_config(client.clone(), self.config.clone())
-                .map_err(|e| format!("{addr}: {e}"))?;
-            let old = self.current.write().replace(Master {
-                addr: addr.clone(),
-                client,
-                conn,
-            });
-            match old {
-                Some(old) => {
-                    tracing::warn!(from = %old.addr, to = %addr, master = %self.name, "following a Sentinel failover")
-                }
-                None => tracing::info!(%addr, master = %self.name, "master found by Sentinel"),
-            }
+        }
+        let current = self.current.read().as_ref().map(|m| m.addr.clone());
+        // Most votes first; on a tie, the one in use.
+        votes.sort_by_key(|(addr, n)| (std::cmp::Reverse(*n), Some(addr) != current.as_ref()));
+        let Some((addr, _)) = votes.into_iter().next() else {
+            return Err(errors.join("; "));
+        };
+        if current.as_ref() == Some(&addr) {
             return Ok(());
         }
-        Err(errors.join("; "))
+        let url = node_url(self.auth.as_deref(), &addr, &self.db);
+        let client = redis::Client::open(url.as_str()).map_err(|e| format!("{addr}: {e}"))?;
+        let role = async {
+            let mut c = client.get_multiplexed_async_connection().await?;
+            redis::cmd("ROLE").query_async::<Vec<Value>>(&mut c).await
+        };
+        match tokio::time::timeout(self.connect_timeout * 2, role).await {
+            Ok(Ok(r)) if r.first() == Some(&Value::BulkString(b"master".to_vec())) => {}
+            Ok(Ok(_)) => return Err(format!("{addr}, named by the sentinels, is not a master")),
+            Ok(Err(e)) => return Err(format!("{addr}, named by the sentinels: {e}")),
+            Err(_) => return Err(format!("{addr}, named by the sentinels: no answer")),
+        }
+        let conn = ConnectionManager::new_lazy_with_config(client.clone(), self.config.clone())
+            .map_err(|e| format!("{addr}: {e}"))?;
+        let old = self.current.write().replace(Master {
+            addr: addr.clone(),
+            client,
+            conn,
+        });
+        match old {
+            Some(old) => {
+                tracing::warn!(from = %old.addr, to = %addr, master = %self.name, "following a Sentinel failover")
+            }
+            None => tracing::info!(%addr, master = %self.name, "master found by Sentinel"),
+        }
+        Ok(())
     }
 
     /// Follows the master until `stop`: asks again when nudged and once a second.

@@ -28,6 +28,13 @@ impl RedisSentinel {
                 master.port().to_string(),
             ],
         );
+        let synced = wait_until(Duration::from_secs(30), || {
+            replica
+                .info_field("replication", "master_link_status")
+                .as_deref()
+                == Some("up")
+        });
+        assert!(synced, "the replica did not sync with the master");
         let mut sentinels = Vec::new();
         for _ in 0..3 {
             let dir = tempfile::Builder::new()
@@ -96,6 +103,16 @@ impl RedisSentinel {
             );
             out.lines().nth(1)?.trim().parse().ok()
         })
+    }
+
+    /// Starts the killed data server on `port` again (the sentinels then make it a replica of
+    /// the current master).
+    pub fn restart(&mut self, port: u16) {
+        for s in &mut self.servers {
+            if s.port() == port {
+                s.restart();
+            }
+        }
     }
 
     /// SIGKILLs the data server on `port` (master or replica).

@@ -185,3 +185,50 @@ impl delayq::Storage for Served {
         self.storage.shutdown().await
     }
 }
+
+/// Adds tasks `<name>-0`, `<name>-1`, … one after the other until `stop` is set, and returns
+/// the ids whose add was acknowledged, and how many adds failed.
+pub fn spawn_writer(
+    queue: Queue,
+    topic: &'static str,
+    name: &'static str,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> tokio::task::JoinHandle<(Vec<String>, usize)> {
+    tokio::spawn(async move {
+        let mut acked = Vec::new();
+        let mut failed = 0;
+        let mut i = 0u64;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let id = format!("{name}-{i}");
+            i += 1;
+            match queue.add(delayq::NewTask::new(topic, &id).body("x")).await {
+                Ok(_) => acked.push(id),
+                Err(e) => {
+                    assert_eq!(e.kind(), delayq::ErrorKind::Unavailable, "{e}");
+                    failed += 1;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        (acked, failed)
+    })
+}
+
+/// The ids of `ids` that `queue` does not have (any state).
+pub async fn missing(queue: &Queue, topic: &str, ids: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    for id in ids {
+        loop {
+            match queue.get(topic, id).await {
+                Ok(_) => break,
+                Err(e) if e.kind() == delayq::ErrorKind::NotFound => {
+                    out.push(id.clone());
+                    break;
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    }
+    out
+}
