@@ -63,6 +63,7 @@ impl RedisCluster {
                 cluster_info(n.port(), "cluster_state").as_deref() == Some("ok")
                     && cluster_info(n.port(), "cluster_known_nodes").as_deref() == Some("6")
             }) && cluster.masters().len() == 3
+                && cluster.replicas_in_sync()
         });
         assert!(
             ok,
@@ -72,6 +73,21 @@ impl RedisCluster {
             cluster.nodes_table()
         );
         cluster
+    }
+
+    /// Whether every live master has a replica and every live replica is in sync.
+    fn replicas_in_sync(&self) -> bool {
+        self.nodes.iter().filter(|n| n.is_running()).all(|n| {
+            match n.info_field("replication", "role").as_deref() {
+                Some("master") => {
+                    n.info_field("replication", "connected_slaves").as_deref() == Some("1")
+                }
+                Some("slave") => {
+                    n.info_field("replication", "master_link_status").as_deref() == Some("up")
+                }
+                _ => false,
+            }
+        })
     }
 
     /// `redis+cluster://` URL with every node as a seed.
