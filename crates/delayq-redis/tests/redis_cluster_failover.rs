@@ -38,7 +38,9 @@ async fn a_master_dies_and_nothing_acknowledged_is_lost() {
 
     // Kill the master of partition 0 of "jobs".
     let slot = cluster.keyslot("dq:{jobs#0}:records");
-    let victim = cluster.master_of_slot(slot).expect("a master serves the slot");
+    let victim = cluster
+        .master_of_slot(slot)
+        .expect("a master serves the slot");
     cluster.kill(victim);
     let killed = Instant::now();
     assert!(
@@ -82,8 +84,14 @@ async fn a_master_dies_and_nothing_acknowledged_is_lost() {
         "served again {followed:?} after the kill; {} adds acknowledged, {failed} refused meanwhile",
         during.len()
     );
-    assert_eq!(support::missing(&q, "jobs", &before).await, Vec::<String>::new());
-    assert_eq!(support::missing(&q, "jobs", &during).await, Vec::<String>::new());
+    assert_eq!(
+        support::missing(&q, "jobs", &before).await,
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        support::missing(&q, "jobs", &during).await,
+        Vec::<String>::new()
+    );
     let fired = q
         .pop("later", PopOptions::default().timeout_ms(20_000))
         .await

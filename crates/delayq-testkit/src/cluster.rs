@@ -16,7 +16,13 @@ impl RedisCluster {
     /// Starts the six nodes, joins them with `redis-cli --cluster create` and waits until
     /// every node reports `cluster_state:ok`. Panics when that does not happen in time.
     pub fn start() -> Self {
-        Self::start_inner()
+        Self::start_inner(1)
+    }
+
+    /// Three masters and no replicas (for benchmarks: every process does the work of its
+    /// slots only).
+    pub fn start_masters_only() -> Self {
+        Self::start_inner(0)
     }
 
     /// One cluster for the whole test process, started on first use and shared by every
@@ -26,18 +32,18 @@ impl RedisCluster {
     pub fn shared() -> &'static RedisCluster {
         static SHARED: OnceLock<RedisCluster> = OnceLock::new();
         SHARED.get_or_init(|| {
-            let cluster = Self::start_inner();
+            let cluster = Self::start_inner(1);
             let pids: Vec<u32> = cluster.nodes.iter().filter_map(RedisServer::pid).collect();
             crate::kill_when_process_ends(&pids);
             cluster
         })
     }
 
-    fn start_inner() -> Self {
+    fn start_inner(replicas: usize) -> Self {
         let args = |s: &str| -> Vec<String> { s.split(' ').map(str::to_owned).collect() };
         // The bus port is given explicitly: the default (port + 10000) may be out of range
         // or taken for a port the OS picked.
-        let nodes: Vec<RedisServer> = (0..6)
+        let nodes: Vec<RedisServer> = (0..3 * (1 + replicas))
             .map(|_| {
                 let mut extra = args(
                     "--cluster-enabled yes --cluster-config-file {dir}/nodes.conf \
@@ -50,7 +56,9 @@ impl RedisCluster {
             .collect();
         let mut create: Vec<String> = vec!["--cluster".into(), "create".into()];
         create.extend(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port())));
-        create.extend(args("--cluster-replicas 1 --cluster-yes"));
+        create.extend(args(&format!(
+            "--cluster-replicas {replicas} --cluster-yes"
+        )));
         let create: Vec<&str> = create.iter().map(String::as_str).collect();
         let out = cli(nodes[0].port(), &create);
         assert!(
@@ -61,7 +69,8 @@ impl RedisCluster {
         let ok = wait_until(Duration::from_secs(30), || {
             cluster.nodes.iter().all(|n| {
                 cluster_info(n.port(), "cluster_state").as_deref() == Some("ok")
-                    && cluster_info(n.port(), "cluster_known_nodes").as_deref() == Some("6")
+                    && cluster_info(n.port(), "cluster_known_nodes")
+                        == Some(cluster.nodes.len().to_string())
             }) && cluster.masters().len() == 3
                 && cluster.replicas_in_sync()
         });
@@ -80,7 +89,8 @@ impl RedisCluster {
         self.nodes.iter().filter(|n| n.is_running()).all(|n| {
             match n.info_field("replication", "role").as_deref() {
                 Some("master") => {
-                    n.info_field("replication", "connected_slaves").as_deref() == Some("1")
+                    let want = if self.nodes.len() > 3 { "1" } else { "0" };
+                    n.info_field("replication", "connected_slaves").as_deref() == Some(want)
                 }
                 Some("slave") => {
                     n.info_field("replication", "master_link_status").as_deref() == Some("up")
