@@ -249,6 +249,10 @@ pub fn cli(port: u16, args: &[&str]) -> String {
 
 /// Starts a watchdog (`sh`) that SIGKILLs `pids` once this process has ended, for servers
 /// kept in statics, which are never dropped.
+#[allow(
+    clippy::zombie_processes,
+    reason = "the watchdog outlives this process on purpose; init reaps it"
+)]
 pub fn kill_when_process_ends(pids: &[u32]) {
     let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
     let script = format!(
