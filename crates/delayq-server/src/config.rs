@@ -1068,6 +1068,39 @@ mod tests {
     }
 
     #[test]
+    fn redis_wait_settings() {
+        let resolve = |args: ServeArgs| ServerConfig::resolve(&args, FileConfig::default(), None);
+        let plain = resolve(ServeArgs::default()).unwrap();
+        assert_eq!(
+            (plain.redis_wait_replicas, plain.redis_wait_timeout_ms),
+            (0, 500)
+        );
+        let set = ServeArgs {
+            redis: Some("redis+cluster://127.0.0.1:7000,127.0.0.1:7001".into()),
+            redis_wait_replicas: Some("1".into()),
+            redis_wait_timeout_ms: Some("250".into()),
+            ..ServeArgs::default()
+        };
+        let c = resolve(set).unwrap();
+        assert_eq!((c.redis_wait_replicas, c.redis_wait_timeout_ms), (1, 250));
+        let file = FileConfig {
+            redis_wait_replicas: Some(2),
+            ..FileConfig::default()
+        };
+        let c = ServerConfig::resolve(&ServeArgs::default(), file, None).unwrap();
+        assert_eq!(c.redis_wait_replicas, 2);
+        let too_long = ServeArgs {
+            redis_wait_timeout_ms: Some("5000".into()),
+            ..ServeArgs::default()
+        };
+        let msg = resolve(too_long).unwrap_err().to_string();
+        assert!(
+            msg.contains("--redis-wait-timeout-ms") && msg.contains("DELAYQ_REDIS_WAIT_TIMEOUT_MS"),
+            "{msg}"
+        );
+    }
+
+    #[test]
     fn storage_selection() {
         let resolve = |args: ServeArgs| ServerConfig::resolve(&args, FileConfig::default(), None);
         let memory = ServeArgs {
