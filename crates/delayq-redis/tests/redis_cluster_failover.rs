@@ -50,7 +50,7 @@ async fn a_master_dies_and_nothing_acknowledged_is_lost() {
     // delayq serves every partition again, on the promoted replica.
     assert!(
         support::eventually(Duration::from_secs(30), || async {
-            q.stats("jobs").await.is_ok()
+            q.stats("jobs").await.is_ok() && q.check_ready().await.is_ok()
         })
         .await,
         "delayq serves again after the failover"
