@@ -1,6 +1,7 @@
 //! Redis Cluster failover: a master of a cluster of our own (3 masters, 3 replicas) is
 //! killed while delayq adds tasks; its replica takes over by itself (node timeout 1 s),
-//! delayq keeps serving, and nothing it acknowledged with `WAIT` is lost.
+//! delayq keeps serving (events too: the node killed is the one events were subscribed on),
+//! and nothing it acknowledged with `WAIT` is lost.
 
 mod support;
 
@@ -20,8 +21,11 @@ async fn a_master_dies_and_nothing_acknowledged_is_lost() {
         .connect_timeout(Duration::from_millis(500))
         .response_timeout(Duration::from_secs(2))
         .wait_replicas(1, Duration::from_millis(500));
-    let instance = support::Instance::system(options).await;
+    let instance = support::Instance::system(options.clone()).await;
     let q = instance.queue.clone();
+    // A second instance, to check that events (pub/sub) still cross instances after the
+    // node it subscribed on died.
+    let other = support::Instance::system(options).await;
     let before: Vec<String> = (0..100).map(|i| format!("before-{i}")).collect();
     for id in &before {
         q.add(NewTask::new("jobs", id).body("x"))
@@ -78,6 +82,33 @@ async fn a_master_dies_and_nothing_acknowledged_is_lost() {
         .await,
         "writes are acknowledged again once the old master is back as a replica"
     );
+    let parked = {
+        let q = other.queue.clone();
+        tokio::spawn(async move {
+            q.pop("wake", PopOptions::default().timeout_ms(20_000))
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let woke = Instant::now();
+    let mut added = false;
+    while !added && woke.elapsed() < Duration::from_secs(20) {
+        added = q.add(NewTask::new("wake", "w-1").body("x")).await.is_ok();
+        if !added {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    let got = parked.await.expect("join").expect("parked pop");
+    assert_eq!(
+        got.len(),
+        1,
+        "the other instance's parked consumer was woken"
+    );
+    assert!(
+        woke.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        woke.elapsed()
+    );
     stop.store(true, Ordering::Relaxed);
     let (during, failed) = writer.await.expect("writer");
     eprintln!(
@@ -98,4 +129,5 @@ async fn a_master_dies_and_nothing_acknowledged_is_lost() {
         .expect("pop the delayed task");
     assert_eq!(fired.len(), 1, "the delayed task fires after the failover");
     let _ = q.shutdown().await;
+    let _ = other.queue.shutdown().await;
 }
