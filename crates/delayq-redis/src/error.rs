@@ -43,6 +43,22 @@ pub enum BackendError {
         /// The count this instance is configured with.
         configured: u32,
     },
+    /// Fewer replicas than asked confirmed a write in time (`WAIT`). The write is applied on
+    /// the master but may be lost if it fails now.
+    #[error(
+        "{op}: only {got} of {wanted} replicas confirmed the write within {ms} ms; it is \
+         applied on the master but not acknowledged as replicated"
+    )]
+    NotReplicated {
+        /// What was being done.
+        op: String,
+        /// How many replicas confirmed.
+        got: i64,
+        /// How many were asked for.
+        wanted: u32,
+        /// The time allowed.
+        ms: u128,
+    },
     /// A reply that does not have the expected shape (a bug, or foreign data in our keys).
     #[error("{op}: unexpected reply from Redis: {detail}")]
     Protocol {
@@ -74,7 +90,7 @@ impl BackendError {
     pub fn is_retryable(&self) -> bool {
         match self {
             BackendError::Redis { source, .. } => is_transient(source),
-            BackendError::Timeout { .. } => true,
+            BackendError::Timeout { .. } | BackendError::NotReplicated { .. } => true,
             BackendError::PartitionMismatch { .. } | BackendError::Protocol { .. } => false,
         }
     }
@@ -123,6 +139,18 @@ impl From<BackendError> for delayq::Error {
                 op,
                 message: format!(
                     "no answer from Redis within {ms} ms (a write may or may not have been applied)"
+                ),
+            },
+            BackendError::NotReplicated {
+                op,
+                got,
+                wanted,
+                ms,
+            } => delayq::Error::Unavailable {
+                op,
+                message: format!(
+                    "only {got} of {wanted} replicas confirmed the write within {ms} ms; it is \
+                     applied on the master but not acknowledged as replicated"
                 ),
             },
             mismatch @ BackendError::PartitionMismatch { .. } => delayq::Error::Storage {

@@ -88,8 +88,20 @@ impl<'a> Message<'a> {
 pub(crate) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     let mut failures: u32 = 0;
     loop {
+        // Any node will do (a cluster broadcasts PUBLISH to all of them): take the next one
+        // after each failure.
+        let clients = shared.link.pubsub_clients();
+        let client = clients
+            .get(failures as usize % clients.len().max(1))
+            .cloned();
         let connect = async {
-            let mut pubsub = shared.client.get_async_pubsub().await?;
+            let Some(client) = client else {
+                return Err(redis::RedisError::from((
+                    redis::ErrorKind::Io,
+                    "no Redis master known to subscribe on",
+                )));
+            };
+            let mut pubsub = client.get_async_pubsub().await?;
             pubsub.subscribe(&shared.channel).await?;
             Ok::<_, redis::RedisError>(pubsub)
         };

@@ -75,19 +75,36 @@
 //!
 //! # Durability
 //!
-//! An acknowledged change is as durable as Redis makes it: with `appendonly yes` and
+//! An acknowledged change is as durable as Redis makes it (see above for replication):
+//! with `appendonly yes` and
 //! `appendfsync always` nothing acknowledged is lost when Redis restarts (tested); with
 //! `everysec`, up to a second. A batch add is one pipeline of scripts, one per (partition,
 //! chunk of 500 tasks): each script is atomic, but if the connection breaks in the middle
 //! of the pipeline the call fails as `Unavailable` while some chunks may have been applied
 //! (adding them again with `on_duplicate: keep` is safe).
 //!
-//! # Not yet
+//! # Deployments
 //!
-//! Redis Cluster and Sentinel: the key layout, the scripts (every key declared, one slot
-//! each) and the lease keys (one `{lease}` slot) are ready for them, but the connection is
-//! a standalone `ConnectionManager`.
+//! The URL chooses the deployment: `redis://` / `rediss://` (one server),
+//! `redis+sentinel://h:p[,h:p...]/<master-name>[/db]` (the master the sentinels name,
+//! followed across failovers without a restart) or `redis+cluster://h:p[,h:p...]` (a Redis
+//! Cluster: every script runs on one slot, whole-topic reads are one request per partition,
+//! never a cross-slot command; the registry hash and the lease keys each live in a slot of
+//! their own and are touched by commands of their own). See `src/conn.rs`.
+//!
+//! # Acknowledged means replicated, when asked
+//!
+//! [`RedisOptions::wait_replicas`] makes every acknowledged write (add, finish, release,
+//! touch, cancel, requeue, delete) wait for `WAIT n timeout` (in a cluster, on the master
+//! of each slot written) and fail with [`delayq::Error::Unavailable`] naming the count when
+//! fewer replicas confirm. Without it, Redis's asynchronous replication may lose writes
+//! acknowledged just before a failover. With it, each write costs the replication delay,
+//! `WAIT` holds up the other requests on the same connection, and a master with fewer live
+//! replicas than asked (just after a failover) refuses writes to its slots until a replica
+//! is back; a refused write stays applied on the master (`WAIT` does not roll back) and may
+//! or may not survive.
 
+mod conn;
 pub mod error;
 mod events;
 pub mod keys;

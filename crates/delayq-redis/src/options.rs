@@ -47,6 +47,11 @@ pub struct RedisOptions {
     /// How many due tasks, expired ttrs or expired records one promotion step handles per
     /// partition before letting other work in.
     pub promote_batch: usize,
+    /// How many replicas must have an acknowledged write before it is acknowledged (`WAIT`);
+    /// 0 (the default) does not wait. See [`RedisOptions::wait_replicas`].
+    pub wait_replicas: u32,
+    /// How long to wait for those replicas.
+    pub wait_timeout: Duration,
 }
 
 impl RedisOptions {
@@ -61,6 +66,8 @@ impl RedisOptions {
             connect_timeout: Duration::from_secs(1),
             response_timeout: Duration::from_secs(2),
             promote_batch: 1_000,
+            wait_replicas: 0,
+            wait_timeout: Duration::from_millis(500),
         }
     }
 
@@ -103,6 +110,24 @@ impl RedisOptions {
     /// Sets how much one promotion step handles per partition.
     pub fn promote_batch(mut self, batch: usize) -> Self {
         self.promote_batch = batch;
+        self
+    }
+
+    /// Acknowledges a write only once `replicas` replicas have it: after an add, finish,
+    /// release, touch, cancel, requeue or delete, the backend runs `WAIT replicas timeout`
+    /// on the connection (in a cluster, on the master of every slot written), and when
+    /// fewer replicas confirm within `timeout` the call fails with
+    /// [`delayq::Error::Unavailable`] naming the count. The write itself stays applied on
+    /// the master (`WAIT` does not roll back): it may be lost if that master fails before
+    /// the replicas catch up, which is exactly what the caller is told.
+    ///
+    /// The cost is a round trip and the replication delay on every acknowledged write, and
+    /// a failed write while a master has fewer live replicas than asked (e.g. just after a
+    /// failover, until a replica is back). `WAIT` blocks the connection it runs on, so keep
+    /// `timeout` well below the response timeout.
+    pub fn wait_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.wait_replicas = replicas;
+        self.wait_timeout = timeout;
         self
     }
 
@@ -162,6 +187,19 @@ impl RedisOptions {
                 format!("is {}, it must be 1 to 10000", self.promote_batch),
             ));
         }
+        if self.wait_replicas > 0
+            && (self.wait_timeout.is_zero() || self.wait_timeout >= self.response_timeout)
+        {
+            return Err(Error::invalid(
+                "redis.wait_timeout",
+                format!(
+                    "is {} ms; with wait_replicas it must be above zero and below the \
+                     response timeout ({} ms)",
+                    self.wait_timeout.as_millis(),
+                    self.response_timeout.as_millis()
+                ),
+            ));
+        }
         Ok(())
     }
 }
@@ -173,7 +211,15 @@ mod tests {
     #[test]
     fn bad_settings_are_named() {
         let base = RedisOptions::new("redis://127.0.0.1:1");
-        let table: [(RedisOptions, Option<&str>); 7] = [
+        let table: [(RedisOptions, Option<&str>); 9] = [
+            (
+                base.clone().wait_replicas(1, Duration::from_millis(200)),
+                None,
+            ),
+            (
+                base.clone().wait_replicas(1, Duration::from_secs(5)),
+                Some("redis.wait_timeout"),
+            ),
             (base.clone(), None),
             (base.clone().partitions(0), Some("redis.partitions")),
             (

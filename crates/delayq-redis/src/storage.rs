@@ -26,11 +26,11 @@ use delayq::{
     State, Storage, StorageContext, TaskInfo, TaskSpec, TopicStats,
 };
 use parking_lot::{Mutex, RwLock};
-use redis::aio::ConnectionManager;
 use redis::{RedisResult, Script, ScriptInvocation, ServerErrorKind, Value};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
+use crate::conn::{Conn, Link, Settings};
 use crate::error::BackendError;
 use crate::keys::{Keys, PartitionKeys, partition_of};
 use crate::options::RedisOptions;
@@ -50,14 +50,12 @@ const REQUEUE_CHUNK: usize = 1_000;
 pub(crate) struct Shared {
     pub ctx: StorageContext,
     pub options: RedisOptions,
-    pub client: redis::Client,
-    conn: ConnectionManager,
+    /// The connection to Redis, whatever the mode.
+    pub link: Link,
     pub keys: Keys,
     pub channel: String,
     /// This instance's id: lease owner, and origin of the events it publishes.
     pub instance: String,
-    /// Where Redis is, for error messages.
-    addr: String,
     /// Partition counts of the topics seen, as recorded in Redis.
     topics: RwLock<HashMap<String, u32>>,
     closed: AtomicBool,
@@ -90,8 +88,8 @@ fn mix(x: u64) -> u64 {
 }
 
 impl Shared {
-    pub fn conn(&self) -> ConnectionManager {
-        self.conn.clone()
+    pub fn conn(&self) -> Conn {
+        self.link.conn()
     }
 
     /// Runs one request to Redis with the overall timeout, naming `op` in any error.
@@ -100,17 +98,18 @@ impl Shared {
         op: &str,
         fut: impl Future<Output = RedisResult<T>>,
     ) -> Result<T, BackendError> {
-        match tokio::time::timeout(self.op_timeout, fut).await {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(BackendError::redis(
-                format!("{op} (Redis at {})", self.addr),
-                e,
-            )),
-            Err(_) => Err(BackendError::Timeout {
-                op: format!("{op} (Redis at {})", self.addr),
+        let result = match tokio::time::timeout(self.op_timeout, fut).await {
+            Ok(Ok(v)) => return Ok(v),
+            Ok(Err(e)) => BackendError::redis(format!("{op} (Redis at {})", self.link.addr()), e),
+            Err(_) => BackendError::Timeout {
+                op: format!("{op} (Redis at {})", self.link.addr()),
                 ms: self.op_timeout.as_millis(),
-            }),
+            },
+        };
+        if result.is_retryable() {
+            self.link.failed();
         }
+        Err(result)
     }
 
     fn check_open(&self) -> Result<()> {
@@ -154,6 +153,21 @@ impl Shared {
         invocations: &[ScriptInvocation<'_>],
     ) -> Result<Vec<Result<Value, BackendError>>, BackendError> {
         let mut conn = self.conn();
+        if self.link.is_cluster() && invocations.len() > 1 {
+            // The scripts are in different slots: run them one by one, all at once.
+            let runs = invocations.iter().map(|inv| {
+                let mut conn = self.conn();
+                async move { self.io(op, inv.invoke_async(&mut conn)).await }
+            });
+            let mut out = Vec::with_capacity(invocations.len());
+            for r in futures_util::future::join_all(runs).await {
+                match r {
+                    Err(e) if e.is_retryable() => return Err(e),
+                    r => out.push(r),
+                }
+            }
+            return Ok(out);
+        }
         if let [single] = invocations {
             return match self.io(op, single.invoke_async(&mut conn)).await {
                 Ok(v) => Ok(vec![Ok(v)]),
@@ -190,6 +204,65 @@ impl Shared {
             }
         }
         Ok(out)
+    }
+
+    /// With [`RedisOptions::wait_replicas`], waits until that many replicas have the writes
+    /// just made to the partitions at `bases` (their key prefixes): `WAIT` on the
+    /// connection, or in a cluster on the master of each slot written.
+    pub async fn replicated<'k>(
+        &self,
+        op: &str,
+        bases: impl IntoIterator<Item = &'k str>,
+    ) -> Result<(), BackendError> {
+        let wanted = self.options.wait_replicas;
+        if wanted == 0 {
+            return Ok(());
+        }
+        let ms = self.options.wait_timeout.as_millis();
+        let wait = || {
+            let mut cmd = redis::cmd("WAIT");
+            cmd.arg(wanted).arg(u64::try_from(ms).unwrap_or(u64::MAX));
+            cmd
+        };
+        let what = format!("{op}, waiting for {wanted} replicas");
+        let counts: Vec<i64> = match self.conn() {
+            Conn::Cluster(conn) => {
+                use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+                let mut routes: Vec<Route> = Vec::new();
+                for base in bases {
+                    let route = Route::with_key(base, SlotAddr::Master);
+                    if !routes.contains(&route) {
+                        routes.push(route);
+                    }
+                }
+                let waits = routes.into_iter().map(|route| {
+                    let mut conn = conn.clone();
+                    let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+                    let what = &what;
+                    async move {
+                        let v = self.io(what, conn.route_command(wait(), route)).await?;
+                        redis::from_redis_value::<i64>(v)
+                            .map_err(|e| BackendError::protocol(what.as_str(), e.to_string()))
+                    }
+                });
+                futures_util::future::join_all(waits)
+                    .await
+                    .into_iter()
+                    .collect::<Result<_, _>>()?
+            }
+            mut conn => vec![self.io(&what, wait().query_async(&mut conn)).await?],
+        };
+        let got = counts.into_iter().min().unwrap_or(i64::from(wanted));
+        if got < i64::from(wanted) {
+            self.link.failed();
+            return Err(BackendError::NotReplicated {
+                op: format!("{op} (Redis at {})", self.link.addr()),
+                got,
+                wanted,
+                ms,
+            });
+        }
+        Ok(())
     }
 
     /// The partition count of `topic`: cached, else read from the registry, else (when
@@ -329,7 +402,10 @@ impl Shared {
         let reply = Reply::parse(value, &what)?;
         self.effects(topic, p, &reply);
         match reply.status {
-            Status::Ok => Ok(reply),
+            Status::Ok => {
+                self.replicated(&what, [pk.base.as_str()]).await?;
+                Ok(reply)
+            }
             Status::NotFound => Err(Error::not_found(topic, id)),
             Status::WrongState(code) => {
                 let state = State::from_code(code)
@@ -530,7 +606,7 @@ impl std::fmt::Debug for RedisStorage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisStorage")
             .field("instance", &self.shared.instance)
-            .field("redis", &self.shared.addr)
+            .field("redis", &self.shared.link.addr())
             .finish_non_exhaustive()
     }
 }
@@ -565,17 +641,15 @@ impl Drop for RedisStorage {
 /// option or URL is an [`Error::Invalid`] naming it.
 pub async fn start(ctx: StorageContext, options: RedisOptions) -> Result<Arc<RedisStorage>, Error> {
     options.validate()?;
-    let client = redis::Client::open(options.url.as_str())
-        .map_err(|e| Error::invalid("redis.url", e.to_string()))?;
-    let addr = client.get_connection_info().addr().to_string();
-    let config = redis::aio::ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(options.connect_timeout))
-        .set_response_timeout(Some(options.response_timeout))
-        .set_number_of_retries(1)
-        .set_min_delay(Duration::from_millis(50))
-        .set_max_delay(Duration::from_millis(500));
-    let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)
-        .map_err(|e| Error::invalid("redis.url", e.to_string()))?;
+    let link = Link::open(
+        &options.url,
+        Settings {
+            connect_timeout: options.connect_timeout,
+            response_timeout: options.response_timeout,
+        },
+    )
+    .await
+    .map_err(|e| Error::invalid("redis.url", e))?;
     let (promoter_tx, promoter_rx) = mpsc::unbounded_channel();
     let keys = Keys::new(&options.key_prefix);
     let seed = random_u64();
@@ -584,10 +658,8 @@ pub async fn start(ctx: StorageContext, options: RedisOptions) -> Result<Arc<Red
         ctx,
         channel: keys.channel(),
         keys,
-        client,
-        conn,
+        link,
         instance: format!("{:016x}", mix(seed)),
-        addr,
         topics: RwLock::new(HashMap::new()),
         closed: AtomicBool::new(false),
         promoter: promoter_tx,
@@ -608,7 +680,7 @@ pub async fn start(ctx: StorageContext, options: RedisOptions) -> Result<Arc<Red
         tracing::warn!(error = %e, "Redis is not reachable yet; delayq keeps trying");
     }
     let (stop, _) = watch::channel(false);
-    let tasks = vec![
+    let mut tasks = vec![
         tokio::spawn(crate::lease::run(Arc::clone(&shared), stop.subscribe())),
         tokio::spawn(crate::promoter::run(
             Arc::clone(&shared),
@@ -617,6 +689,9 @@ pub async fn start(ctx: StorageContext, options: RedisOptions) -> Result<Arc<Red
         )),
         tokio::spawn(crate::events::run(Arc::clone(&shared), stop.subscribe())),
     ];
+    if let Some(follow) = shared.link.background(stop.subscribe()) {
+        tasks.push(tokio::spawn(follow));
+    }
     Ok(Arc::new(RedisStorage {
         shared,
         stop,
@@ -730,6 +805,10 @@ impl Storage for RedisStorage {
                     }
                 });
             }
+        }
+        if results.iter().any(|r| matches!(r, Some(Ok(_)))) {
+            s.replicated(what, keys.iter().map(|pk| pk.base.as_str()))
+                .await?;
         }
         Ok(results
             .into_iter()
@@ -919,6 +998,7 @@ impl Storage for RedisStorage {
                     break;
                 }
             }
+            s.replicated(&what, [pk.base.as_str()]).await?;
         }
         Ok(total)
     }

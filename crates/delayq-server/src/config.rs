@@ -60,6 +60,15 @@ pub struct ServeArgs {
     #[arg(long, env = "DELAYQ_REDIS", value_name = "URL")]
     pub redis: Option<String>,
 
+    /// With Redis: acknowledge a write only once this many replicas have it (`WAIT`), else
+    /// answer 503 [default: 0, do not wait].
+    #[arg(long, env = "DELAYQ_REDIS_WAIT_REPLICAS", value_name = "N")]
+    pub redis_wait_replicas: Option<String>,
+
+    /// How long `--redis-wait-replicas` waits for the replicas, in ms [default: 500].
+    #[arg(long, env = "DELAYQ_REDIS_WAIT_TIMEOUT_MS", value_name = "MS")]
+    pub redis_wait_timeout_ms: Option<String>,
+
     /// A TOML file with any of these settings (flags and environment win over it).
     #[arg(long, env = "DELAYQ_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -275,6 +284,11 @@ pub struct ServerConfig {
     pub log_format: LogFormat,
     /// How long a graceful shutdown waits for requests in flight.
     pub shutdown_timeout_ms: u64,
+    /// With Redis: how many replicas must confirm a write before it is acknowledged (0: do
+    /// not wait).
+    pub redis_wait_replicas: u32,
+    /// With Redis: how long to wait for them, in ms.
+    pub redis_wait_timeout_ms: u64,
 }
 
 impl Default for ServerConfig {
@@ -291,6 +305,8 @@ impl Default for ServerConfig {
             tokens: Vec::new(),
             log_format: LogFormat::Text,
             shutdown_timeout_ms: 10_000,
+            redis_wait_replicas: 0,
+            redis_wait_timeout_ms: 500,
         }
     }
 }
@@ -341,6 +357,8 @@ struct FileConfig {
     fsync: Option<String>,
     fsync_interval_ms: Option<u64>,
     redis: Option<String>,
+    redis_wait_replicas: Option<u64>,
+    redis_wait_timeout_ms: Option<u64>,
     log_format: Option<String>,
     shutdown_timeout_ms: Option<u64>,
     limits: FileLimits,
@@ -391,6 +409,8 @@ struct Num {
 const MIB: u64 = 1 << 20;
 
 const FSYNC_INTERVAL: Num = num("fsync-interval-ms", "fsync_interval_ms", 1, 60_000);
+const REDIS_WAIT_REPLICAS: Num = num("redis-wait-replicas", "redis_wait_replicas", 0, 16);
+const REDIS_WAIT_TIMEOUT: Num = num("redis-wait-timeout-ms", "redis_wait_timeout_ms", 1, 1_500);
 const SHUTDOWN_TIMEOUT: Num = num("shutdown-timeout-ms", "shutdown_timeout_ms", 0, 600_000);
 const MAX_BODY: Num = num("max-body-bytes", "limits.max_body_bytes", 1, 64 * MIB);
 const MAX_REQUEST: Num = num(
@@ -667,6 +687,18 @@ impl ServerConfig {
             file.shutdown_timeout_ms,
             d.shutdown_timeout_ms,
         )?;
+        let redis_wait_replicas = src.num(
+            &REDIS_WAIT_REPLICAS,
+            args.redis_wait_replicas.as_deref(),
+            file.redis_wait_replicas,
+            u64::from(d.redis_wait_replicas),
+        )? as u32;
+        let redis_wait_timeout_ms = src.num(
+            &REDIS_WAIT_TIMEOUT,
+            args.redis_wait_timeout_ms.as_deref(),
+            file.redis_wait_timeout_ms,
+            d.redis_wait_timeout_ms,
+        )?;
 
         let dl = Limits::default();
         let mut limits = Limits::default();
@@ -798,6 +830,8 @@ impl ServerConfig {
             tokens,
             log_format,
             shutdown_timeout_ms,
+            redis_wait_replicas,
+            redis_wait_timeout_ms,
         })
     }
 }
@@ -1031,6 +1065,39 @@ mod tests {
             assert!(msg.contains(want), "{text:?}: {msg}");
             assert!(msg.contains("delayq.toml"), "{msg}");
         }
+    }
+
+    #[test]
+    fn redis_wait_settings() {
+        let resolve = |args: ServeArgs| ServerConfig::resolve(&args, FileConfig::default(), None);
+        let plain = resolve(ServeArgs::default()).unwrap();
+        assert_eq!(
+            (plain.redis_wait_replicas, plain.redis_wait_timeout_ms),
+            (0, 500)
+        );
+        let set = ServeArgs {
+            redis: Some("redis+cluster://127.0.0.1:7000,127.0.0.1:7001".into()),
+            redis_wait_replicas: Some("1".into()),
+            redis_wait_timeout_ms: Some("250".into()),
+            ..ServeArgs::default()
+        };
+        let c = resolve(set).unwrap();
+        assert_eq!((c.redis_wait_replicas, c.redis_wait_timeout_ms), (1, 250));
+        let file = FileConfig {
+            redis_wait_replicas: Some(2),
+            ..FileConfig::default()
+        };
+        let c = ServerConfig::resolve(&ServeArgs::default(), file, None).unwrap();
+        assert_eq!(c.redis_wait_replicas, 2);
+        let too_long = ServeArgs {
+            redis_wait_timeout_ms: Some("5000".into()),
+            ..ServeArgs::default()
+        };
+        let msg = resolve(too_long).unwrap_err().to_string();
+        assert!(
+            msg.contains("--redis-wait-timeout-ms") && msg.contains("DELAYQ_REDIS_WAIT_TIMEOUT_MS"),
+            "{msg}"
+        );
     }
 
     #[test]

@@ -27,17 +27,6 @@ pub enum ServerError {
     /// The configuration is invalid.
     #[error(transparent)]
     Config(#[from] ConfigError),
-    /// `--redis` names a Redis deployment this build cannot connect to yet.
-    #[error(
-        "{scheme} URLs (Redis {kind}) are not supported yet (--redis / DELAYQ_REDIS); use a \
-         redis:// or rediss:// URL of a standalone Redis"
-    )]
-    RedisModeNotSupported {
-        /// The URL scheme given.
-        scheme: &'static str,
-        /// The deployment kind it names.
-        kind: &'static str,
-    },
     /// The listen address cannot be bound.
     #[error("binding the listen address {addr}: {source}")]
     Bind {
@@ -94,15 +83,14 @@ pub async fn build_queue(config: &ServerConfig) -> Result<Queue, ServerError> {
             Ok(Queue::new(storage, ctx))
         }
         StorageConfig::Redis { url } => {
-            for (scheme, kind) in [
-                ("redis+sentinel://", "Sentinel"),
-                ("redis+cluster://", "Cluster"),
-            ] {
-                if url.starts_with(scheme) {
-                    return Err(ServerError::RedisModeNotSupported { scheme, kind });
-                }
+            let mut options = RedisOptions::new(url.clone());
+            if config.redis_wait_replicas > 0 {
+                options = options.wait_replicas(
+                    config.redis_wait_replicas,
+                    Duration::from_millis(config.redis_wait_timeout_ms),
+                );
             }
-            let storage = delayq_redis::start(ctx.clone(), RedisOptions::new(url.clone()))
+            let storage = delayq_redis::start(ctx.clone(), options)
                 .await
                 .map_err(|source| ServerError::Storage {
                     op: "connecting to Redis",

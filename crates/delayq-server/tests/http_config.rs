@@ -288,20 +288,28 @@ fn flags_parse_in_process() {
 }
 
 #[tokio::test]
-async fn serve_refuses_redis_modes_it_lacks_and_names_a_busy_address() {
-    for (url, kind) in [
-        ("redis+sentinel://127.0.0.1:1/mymaster", "Sentinel"),
-        ("redis+cluster://127.0.0.1:1", "Cluster"),
+async fn serve_builds_sentinel_and_cluster_modes_and_names_a_busy_address() {
+    // Nothing listens there: the queue is built (Redis need not be up at start) and a
+    // request fails as unavailable, naming the deployment.
+    for (url, named) in [
+        ("redis+sentinel://127.0.0.1:1/mymaster", "mymaster"),
+        ("redis+cluster://127.0.0.1:1", "cluster 127.0.0.1:1"),
     ] {
         let mut redis = ServerConfig::default();
         redis.storage = StorageConfig::Redis { url: url.into() };
-        let err = delayq_server::serve(redis, async {}).await.unwrap_err();
-        assert!(
-            matches!(err, ServerError::RedisModeNotSupported { .. }),
-            "{err:?}"
-        );
-        assert!(err.to_string().contains(kind), "{err}");
+        redis.redis_wait_replicas = 1;
+        let queue = delayq_server::build_queue(&redis).await.expect(url);
+        let err = queue.stats("t").await.unwrap_err();
+        assert_eq!(err.kind(), delayq::ErrorKind::Unavailable, "{err}");
+        assert!(err.to_string().contains(named), "{err}");
+        let _ = queue.shutdown().await;
     }
+    let mut bad = ServerConfig::default();
+    bad.storage = StorageConfig::Redis {
+        url: "redis+sentinel://127.0.0.1:1".into(),
+    };
+    let err = delayq_server::build_queue(&bad).await.unwrap_err();
+    assert!(err.to_string().contains("master-name"), "{err}");
 
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let mut busy = ServerConfig::default();

@@ -3,7 +3,14 @@
 //! [`RedisServer`] runs a real `redis-server` of the test's own on a free loopback port, in its
 //! own temporary directory, and kills it when dropped, so tests are isolated from each other
 //! and from the machine's Redis on 6379 (which they never touch), and can kill and restart
-//! their server at will.
+//! their server at will. [`RedisCluster`] runs a Redis Cluster of 3 masters and 3 replicas,
+//! [`RedisSentinel`] a master, a replica and 3 sentinels, for failover tests.
+
+mod cluster;
+mod sentinel;
+
+pub use cluster::RedisCluster;
+pub use sentinel::RedisSentinel;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -19,10 +26,12 @@ pub struct RedisServer {
     port: u16,
     dir: TempDir,
     aof: bool,
+    extra: Vec<String>,
+    sentinel: bool,
 }
 
 /// A free loopback port (there is a race until redis-server binds it; `start` retries).
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     loop {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
         let port = listener.local_addr().unwrap().port();
@@ -44,6 +53,11 @@ impl RedisServer {
     }
 
     fn start_with(aof: bool) -> Self {
+        Self::start_with_args(aof, Vec::new())
+    }
+
+    /// A server with extra command-line arguments (e.g. `--cluster-enabled yes`).
+    pub fn start_with_args(aof: bool, extra: Vec<String>) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("delayq-redis-test")
             .tempdir()
@@ -53,6 +67,8 @@ impl RedisServer {
             port: 0,
             dir,
             aof,
+            extra,
+            sentinel: false,
         };
         for _ in 0..10 {
             server.port = free_port();
@@ -66,22 +82,36 @@ impl RedisServer {
     /// Starts the process on `self.port`; false when it did not come up.
     fn spawn(&mut self) -> bool {
         let mut cmd = Command::new("redis-server");
+        if self.sentinel {
+            cmd.arg(self.dir.path().join("sentinel.conf"))
+                .arg("--sentinel");
+        }
         cmd.arg("--port")
             .arg(self.port.to_string())
             .arg("--bind")
             .arg("127.0.0.1")
             .arg("--dir")
             .arg(self.dir.path())
-            .arg("--save")
-            .arg("")
             .arg("--daemonize")
             .arg("no")
             .arg("--logfile")
             .arg(self.dir.path().join("redis.log"));
-        if self.aof {
-            cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
+        if self.sentinel {
+            // Sentinels keep no data.
+        } else if self.aof {
+            cmd.args([
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+            ]);
         } else {
-            cmd.args(["--appendonly", "no"]);
+            cmd.args(["--save", "", "--appendonly", "no"]);
+        }
+        for arg in &self.extra {
+            cmd.arg(arg.replace("{dir}", &self.dir.path().display().to_string()));
         }
         let child = cmd
             .stdout(Stdio::null())
@@ -103,6 +133,36 @@ impl RedisServer {
         }
         self.kill();
         false
+    }
+
+    /// A sentinel (`redis-server <dir>/sentinel.conf --sentinel`) whose directory holds its
+    /// config file, on a free loopback port.
+    pub(crate) fn start_sentinel(dir: TempDir) -> Self {
+        let mut server = RedisServer {
+            child: None,
+            port: 0,
+            dir,
+            aof: false,
+            extra: Vec::new(),
+            sentinel: true,
+        };
+        for _ in 0..10 {
+            server.port = free_port();
+            if server.spawn() {
+                return server;
+            }
+        }
+        panic!("could not start redis-sentinel on a free port");
+    }
+
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Whether the process is running (not killed).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
     }
 
     fn ping(&self) -> bool {
@@ -171,6 +231,55 @@ impl RedisServer {
         }
         panic!("redis-server did not restart on port {}", self.port);
     }
+}
+
+/// Runs `redis-cli -p <port> <args...>` against a loopback server and returns its output.
+pub fn cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .arg("-h")
+        .arg("127.0.0.1")
+        .arg("-p")
+        .arg(port.to_string())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run redis-cli (is it installed?)");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Starts a watchdog (`sh`) that SIGKILLs `pids` once this process has ended, for servers
+/// kept in statics, which are never dropped.
+#[allow(
+    clippy::zombie_processes,
+    reason = "the watchdog outlives this process on purpose; init reaps it"
+)]
+pub fn kill_when_process_ends(pids: &[u32]) {
+    let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
+    let script = format!(
+        "while kill -0 {me} 2>/dev/null; do sleep 0.5; done; kill -9 {pids} 2>/dev/null",
+        me = std::process::id(),
+        pids = pids.join(" ")
+    );
+    Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the watchdog shell");
+}
+
+/// Polls `check` every 50 ms until it holds or `within` passes; false on timeout.
+pub fn wait_until(within: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if check() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    check()
 }
 
 /// Whether a buffer holds one complete RESP reply (enough for INFO and simple replies).

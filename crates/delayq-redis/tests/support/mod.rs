@@ -87,7 +87,7 @@ pub fn lease_owners(server: &RedisServer) -> std::collections::HashMap<String, u
 /// dropped (for the conformance suite, whose harness owns only the storage).
 pub struct Served {
     storage: Arc<RedisStorage>,
-    _server: RedisServer,
+    _server: Option<RedisServer>,
 }
 
 /// Starts a redis-server and a backend over it, on `ctx`.
@@ -98,8 +98,27 @@ pub async fn served(ctx: StorageContext) -> Arc<Served> {
         .expect("start the Redis backend");
     Arc::new(Served {
         storage,
-        _server: server,
+        _server: Some(server),
     })
+}
+
+/// A backend with `options` on `ctx`, over a Redis that someone else owns (a shared
+/// cluster).
+pub async fn served_with(ctx: StorageContext, options: RedisOptions) -> Arc<Served> {
+    let storage = delayq_redis::start(ctx, options)
+        .await
+        .expect("start the Redis backend");
+    Arc::new(Served {
+        storage,
+        _server: None,
+    })
+}
+
+/// A key prefix no other test of this process uses (for tests sharing one cluster).
+pub fn unique_prefix(base: &str) -> String {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{base}{n}-{}", std::process::id())
 }
 
 #[async_trait::async_trait]
@@ -165,4 +184,51 @@ impl delayq::Storage for Served {
     async fn shutdown(&self) -> delayq::Result<()> {
         self.storage.shutdown().await
     }
+}
+
+/// Adds tasks `<name>-0`, `<name>-1`, … one after the other until `stop` is set, and returns
+/// the ids whose add was acknowledged, and how many adds failed.
+pub fn spawn_writer(
+    queue: Queue,
+    topic: &'static str,
+    name: &'static str,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> tokio::task::JoinHandle<(Vec<String>, usize)> {
+    tokio::spawn(async move {
+        let mut acked = Vec::new();
+        let mut failed = 0;
+        let mut i = 0u64;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let id = format!("{name}-{i}");
+            i += 1;
+            match queue.add(delayq::NewTask::new(topic, &id).body("x")).await {
+                Ok(_) => acked.push(id),
+                Err(e) => {
+                    assert_eq!(e.kind(), delayq::ErrorKind::Unavailable, "{e}");
+                    failed += 1;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        (acked, failed)
+    })
+}
+
+/// The ids of `ids` that `queue` does not have (any state).
+pub async fn missing(queue: &Queue, topic: &str, ids: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    for id in ids {
+        loop {
+            match queue.get(topic, id).await {
+                Ok(_) => break,
+                Err(e) if e.kind() == delayq::ErrorKind::NotFound => {
+                    out.push(id.clone());
+                    break;
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    }
+    out
 }

@@ -1,0 +1,102 @@
+//! Sentinel: a real master, replica and three sentinels; the master is killed and delayq
+//! follows the failover without a restart, losing nothing it acknowledged with `WAIT`.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use delayq::{NewTask, PopOptions};
+use delayq_redis::RedisOptions;
+use delayq_testkit::RedisSentinel;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follows_a_failover_and_keeps_what_it_acknowledged() {
+    let mut setup = RedisSentinel::start();
+    let options = RedisOptions::new(setup.url())
+        .partitions(4)
+        .connect_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_secs(2))
+        .wait_replicas(1, Duration::from_millis(500));
+    let instance = support::Instance::system(options).await;
+    let q = instance.queue.clone();
+    assert!(
+        support::eventually(Duration::from_secs(20), || async {
+            q.check_ready().await.is_ok()
+        })
+        .await,
+        "delayq reaches the master through the sentinels"
+    );
+    for i in 0..100 {
+        q.add(NewTask::new("jobs", format!("before-{i}")).body("x"))
+            .await
+            .expect("add before the failover");
+    }
+    // Due while the master is down: fires after.
+    q.add(NewTask::new("later", "l-1").body("x").delay_ms(2_000))
+        .await
+        .expect("add a delayed task");
+    let before: Vec<String> = (0..100).map(|i| format!("before-{i}")).collect();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = support::spawn_writer(q.clone(), "jobs", "during", Arc::clone(&stop));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let old = setup.master_port().expect("the sentinels name a master");
+    setup.kill(old);
+    let killed = Instant::now();
+    let new = setup
+        .wait_failover(old, Duration::from_secs(60))
+        .expect("the sentinels promote the replica");
+    // delayq follows: reads work again without a restart.
+    assert!(
+        support::eventually(Duration::from_secs(30), || async {
+            q.stats("jobs").await.is_ok()
+        })
+        .await,
+        "delayq serves again after the failover to {new}"
+    );
+    let followed = killed.elapsed();
+    // The old master comes back and the sentinels make it a replica of the new one: writes
+    // are acknowledged as replicated again.
+    setup.restart(old);
+    let attempt = std::sync::atomic::AtomicU32::new(0);
+    assert!(
+        support::eventually(Duration::from_secs(60), || async {
+            let n = attempt.fetch_add(1, Ordering::Relaxed);
+            let add = NewTask::new("jobs", format!("after-{n}")).body("x");
+            match q.add(add).await {
+                Ok(_) => true,
+                Err(e) => {
+                    assert_eq!(e.kind(), delayq::ErrorKind::Unavailable, "{e}");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    false
+                }
+            }
+        })
+        .await,
+        "writes are acknowledged again once a replica is back"
+    );
+    stop.store(true, Ordering::Relaxed);
+    let (during, failed) = writer.await.expect("writer");
+    eprintln!(
+        "followed the failover in {followed:?}; {} adds acknowledged, {failed} refused meanwhile",
+        during.len()
+    );
+
+    assert_eq!(
+        support::missing(&q, "jobs", &before).await,
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        support::missing(&q, "jobs", &during).await,
+        Vec::<String>::new()
+    );
+    let fired = q
+        .pop("later", PopOptions::default().timeout_ms(20_000))
+        .await
+        .expect("pop the delayed task");
+    assert_eq!(fired.len(), 1, "the delayed task fires after the failover");
+    let _ = q.shutdown().await;
+}

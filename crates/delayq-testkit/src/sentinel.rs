@@ -1,0 +1,137 @@
+//! [`RedisSentinel`]: a master, its replica and three sentinels, all real processes.
+
+use std::time::Duration;
+
+use crate::{RedisServer, cli, wait_until};
+
+/// The name the sentinels know the master by.
+pub const MASTER_NAME: &str = "delayq";
+
+/// A master, one replica and three sentinels (quorum 2, `down-after-milliseconds` 1000,
+/// `failover-timeout` 3000), each on its own free loopback port and in its own temporary
+/// directory, all killed when dropped.
+pub struct RedisSentinel {
+    servers: Vec<RedisServer>,
+    sentinels: Vec<RedisServer>,
+}
+
+impl RedisSentinel {
+    /// Starts everything and waits until every sentinel knows the replica and the other
+    /// sentinels (so that a failover can be agreed on). Panics when that does not happen.
+    pub fn start() -> Self {
+        let master = RedisServer::start();
+        let replica = RedisServer::start_with_args(
+            false,
+            vec![
+                "--replicaof".into(),
+                "127.0.0.1".into(),
+                master.port().to_string(),
+            ],
+        );
+        let synced = wait_until(Duration::from_secs(30), || {
+            replica
+                .info_field("replication", "master_link_status")
+                .as_deref()
+                == Some("up")
+        });
+        assert!(synced, "the replica did not sync with the master");
+        let mut sentinels = Vec::new();
+        for _ in 0..3 {
+            let dir = tempfile::Builder::new()
+                .prefix("delayq-sentinel-conf")
+                .tempdir()
+                .expect("create a temp dir");
+            // The config must be writable: sentinels rewrite it. It lives in the sentinel's
+            // own directory.
+            let conf = dir.path().join("sentinel.conf");
+            std::fs::write(
+                &conf,
+                format!(
+                    "sentinel monitor {MASTER_NAME} 127.0.0.1 {} 2\n\
+                     sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
+                     sentinel failover-timeout {MASTER_NAME} 3000\n\
+                     sentinel parallel-syncs {MASTER_NAME} 1\n",
+                    master.port()
+                ),
+            )
+            .expect("write sentinel.conf");
+            let server = RedisServer::start_sentinel(dir);
+            sentinels.push(server);
+        }
+        let setup = RedisSentinel {
+            servers: vec![master, replica],
+            sentinels,
+        };
+        let ready = wait_until(Duration::from_secs(30), || {
+            setup.sentinels.iter().all(|s| {
+                let info = cli(s.port(), &["SENTINEL", "MASTER", MASTER_NAME]);
+                let field = |name: &str| {
+                    let lines: Vec<&str> = info.lines().collect();
+                    lines
+                        .iter()
+                        .position(|l| *l == name)
+                        .and_then(|i| lines.get(i + 1))
+                        .map(|v| v.to_string())
+                };
+                field("num-slaves").as_deref() == Some("1")
+                    && field("num-other-sentinels").as_deref() == Some("2")
+            })
+        });
+        assert!(
+            ready,
+            "the sentinels did not discover each other and the replica"
+        );
+        setup
+    }
+
+    /// `redis+sentinel://` URL naming the three sentinels and the master.
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .sentinels
+            .iter()
+            .map(|s| format!("127.0.0.1:{}", s.port()))
+            .collect();
+        format!("redis+sentinel://{}/{MASTER_NAME}", hosts.join(","))
+    }
+
+    /// The port of the master as the first live sentinel names it.
+    pub fn master_port(&self) -> Option<u16> {
+        self.sentinels.iter().find_map(|s| {
+            let out = cli(
+                s.port(),
+                &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER_NAME],
+            );
+            out.lines().nth(1)?.trim().parse().ok()
+        })
+    }
+
+    /// Starts the killed data server on `port` again (the sentinels then make it a replica of
+    /// the current master).
+    pub fn restart(&mut self, port: u16) {
+        for s in &mut self.servers {
+            if s.port() == port {
+                s.restart();
+            }
+        }
+    }
+
+    /// SIGKILLs the data server on `port` (master or replica).
+    pub fn kill(&mut self, port: u16) {
+        for s in &mut self.servers {
+            if s.port() == port {
+                s.kill();
+            }
+        }
+    }
+
+    /// Waits until the sentinels name a master other than `old` and it answers as a master.
+    pub fn wait_failover(&self, old: u16, within: Duration) -> Option<u16> {
+        let mut new = None;
+        wait_until(within, || {
+            new = self.master_port().filter(|&p| p != old);
+            new.is_some_and(|p| cli(p, &["ROLE"]).starts_with("master"))
+        })
+        .then_some(new)
+        .flatten()
+    }
+}
