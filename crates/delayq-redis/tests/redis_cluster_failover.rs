@@ -5,8 +5,7 @@
 
 mod support;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use delayq::{NewTask, PopOptions};
@@ -26,19 +25,7 @@ async fn a_master_dies_and_nothing_acknowledged_is_lost() {
     // A second instance, to check that events (pub/sub) still cross instances after the
     // node it subscribed on died.
     let other = support::Instance::system(options).await;
-    let before: Vec<String> = (0..100).map(|i| format!("before-{i}")).collect();
-    for id in &before {
-        q.add(NewTask::new("jobs", id).body("x"))
-            .await
-            .expect("add before the failover");
-    }
-    q.add(NewTask::new("later", "l-1").body("x").delay_ms(2_000))
-        .await
-        .expect("add a delayed task");
-
-    let stop = Arc::new(AtomicBool::new(false));
-    let writer = support::spawn_writer(q.clone(), "jobs", "during", Arc::clone(&stop));
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let load = support::FailoverLoad::start(&q).await;
 
     // Kill the master of partition 0 of "jobs".
     let slot = cluster.keyslot("dq:{jobs#0}:records");
@@ -109,25 +96,7 @@ async fn a_master_dies_and_nothing_acknowledged_is_lost() {
         "{:?}",
         woke.elapsed()
     );
-    stop.store(true, Ordering::Relaxed);
-    let (during, failed) = writer.await.expect("writer");
-    eprintln!(
-        "served again {followed:?} after the kill; {} adds acknowledged, {failed} refused meanwhile",
-        during.len()
-    );
-    assert_eq!(
-        support::missing(&q, "jobs", &before).await,
-        Vec::<String>::new()
-    );
-    assert_eq!(
-        support::missing(&q, "jobs", &during).await,
-        Vec::<String>::new()
-    );
-    let fired = q
-        .pop("later", PopOptions::default().timeout_ms(20_000))
-        .await
-        .expect("pop the delayed task");
-    assert_eq!(fired.len(), 1, "the delayed task fires after the failover");
+    load.check(&q, followed).await;
     let _ = q.shutdown().await;
     let _ = other.queue.shutdown().await;
 }

@@ -3,11 +3,10 @@
 
 mod support;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use delayq::{NewTask, PopOptions};
+use delayq::NewTask;
 use delayq_redis::RedisOptions;
 use delayq_testkit::RedisSentinel;
 
@@ -28,20 +27,7 @@ async fn follows_a_failover_and_keeps_what_it_acknowledged() {
         .await,
         "delayq reaches the master through the sentinels"
     );
-    for i in 0..100 {
-        q.add(NewTask::new("jobs", format!("before-{i}")).body("x"))
-            .await
-            .expect("add before the failover");
-    }
-    // Due while the master is down: fires after.
-    q.add(NewTask::new("later", "l-1").body("x").delay_ms(2_000))
-        .await
-        .expect("add a delayed task");
-    let before: Vec<String> = (0..100).map(|i| format!("before-{i}")).collect();
-
-    let stop = Arc::new(AtomicBool::new(false));
-    let writer = support::spawn_writer(q.clone(), "jobs", "during", Arc::clone(&stop));
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let load = support::FailoverLoad::start(&q).await;
 
     let old = setup.master_port().expect("the sentinels name a master");
     setup.kill(old);
@@ -78,25 +64,6 @@ async fn follows_a_failover_and_keeps_what_it_acknowledged() {
         .await,
         "writes are acknowledged again once a replica is back"
     );
-    stop.store(true, Ordering::Relaxed);
-    let (during, failed) = writer.await.expect("writer");
-    eprintln!(
-        "followed the failover in {followed:?}; {} adds acknowledged, {failed} refused meanwhile",
-        during.len()
-    );
-
-    assert_eq!(
-        support::missing(&q, "jobs", &before).await,
-        Vec::<String>::new()
-    );
-    assert_eq!(
-        support::missing(&q, "jobs", &during).await,
-        Vec::<String>::new()
-    );
-    let fired = q
-        .pop("later", PopOptions::default().timeout_ms(20_000))
-        .await
-        .expect("pop the delayed task");
-    assert_eq!(fired.len(), 1, "the delayed task fires after the failover");
+    load.check(&q, followed).await;
     let _ = q.shutdown().await;
 }

@@ -232,3 +232,63 @@ pub async fn missing(queue: &Queue, topic: &str, ids: &[String]) -> Vec<String> 
     }
     out
 }
+
+/// The load a failover test puts on a queue: 100 tasks acknowledged before, a task that comes
+/// due during the failover, and a writer adding throughout. [`FailoverLoad::check`] then
+/// proves nothing acknowledged was lost and the delayed task still fires.
+pub struct FailoverLoad {
+    before: Vec<String>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    writer: tokio::task::JoinHandle<(Vec<String>, usize)>,
+}
+
+impl FailoverLoad {
+    /// Adds the tasks of before the failover and starts the writer on topic `jobs`.
+    pub async fn start(queue: &Queue) -> FailoverLoad {
+        let before: Vec<String> = (0..100).map(|i| format!("before-{i}")).collect();
+        for id in &before {
+            queue
+                .add(delayq::NewTask::new("jobs", id).body("x"))
+                .await
+                .expect("add before the failover");
+        }
+        // Due while the master is down: fires after.
+        queue
+            .add(
+                delayq::NewTask::new("later", "l-1")
+                    .body("x")
+                    .delay_ms(2_000),
+            )
+            .await
+            .expect("add a delayed task");
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writer = spawn_writer(queue.clone(), "jobs", "during", Arc::clone(&stop));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        FailoverLoad {
+            before,
+            stop,
+            writer,
+        }
+    }
+
+    /// Stops the writer and checks that every acknowledged add is there and that the task
+    /// due during the failover fires. `followed` is how long delayq took to serve again.
+    pub async fn check(self, queue: &Queue, followed: Duration) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let (during, failed) = self.writer.await.expect("writer");
+        eprintln!(
+            "served again {followed:?} after the kill; {} adds acknowledged, {failed} refused meanwhile",
+            during.len()
+        );
+        assert_eq!(
+            missing(queue, "jobs", &self.before).await,
+            Vec::<String>::new()
+        );
+        assert_eq!(missing(queue, "jobs", &during).await, Vec::<String>::new());
+        let fired = queue
+            .pop("later", delayq::PopOptions::default().timeout_ms(20_000))
+            .await
+            .expect("pop the delayed task");
+        assert_eq!(fired.len(), 1, "the delayed task fires after the failover");
+    }
+}
