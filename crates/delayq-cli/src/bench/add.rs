@@ -62,13 +62,7 @@ impl Default for AddBench {
 impl AddBench {
     /// Checks the bounds of every setting.
     pub fn validate(&self) -> Result<AddBench, CliError> {
-        let check = |ok: bool, what: &str| {
-            if ok {
-                Ok(())
-            } else {
-                Err(CliError::usage(format!("bench add: {what}")))
-            }
-        };
+        let check = |ok: bool, what: &str| super::require("add", ok, what);
         check(
             (1..=MAX_CONCURRENCY).contains(&self.clients),
             "--clients must be 1 to 1000",

@@ -68,13 +68,7 @@ impl Default for LatenessBench {
 impl LatenessBench {
     /// Checks the bounds of every setting.
     pub fn validate(&self) -> Result<LatenessBench, CliError> {
-        let check = |ok: bool, what: &str| {
-            if ok {
-                Ok(())
-            } else {
-                Err(CliError::usage(format!("bench lateness: {what}")))
-            }
-        };
+        let check = |ok: bool, what: &str| super::require("lateness", ok, what);
         check(
             (1..=1_000_000).contains(&self.rate),
             "--rate must be 1 to 1000000",

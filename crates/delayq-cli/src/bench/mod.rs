@@ -38,6 +38,16 @@ use crate::error::CliError;
 pub const MAX_DURATION_MS: u64 = 600_000;
 /// The most concurrent clients or workers.
 pub const MAX_CONCURRENCY: usize = 1_000;
+
+/// A setting of benchmark `bench` is out of bounds unless `ok`; `what` names the flag and its
+/// range.
+fn require(bench: &str, ok: bool, what: &str) -> Result<(), CliError> {
+    if ok {
+        Ok(())
+    } else {
+        Err(CliError::usage(format!("bench {bench}: {what}")))
+    }
+}
 /// The most tasks one benchmark may create.
 pub const MAX_TASKS: u64 = 20_000_000;
 

@@ -65,13 +65,7 @@ impl Default for PopBench {
 impl PopBench {
     /// Checks the bounds of every setting.
     pub fn validate(&self) -> Result<PopBench, CliError> {
-        let check = |ok: bool, what: &str| {
-            if ok {
-                Ok(())
-            } else {
-                Err(CliError::usage(format!("bench pop: {what}")))
-            }
-        };
+        let check = |ok: bool, what: &str| super::require("pop", ok, what);
         check(
             (1..=MAX_CONCURRENCY).contains(&self.workers),
             "--workers must be 1 to 1000",
