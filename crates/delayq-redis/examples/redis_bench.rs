@@ -107,35 +107,17 @@ async fn main() {
     let redis_cpu_before = redis_cpu(&server);
     let own_cpu_before = own_cpu();
 
-    let body = "x".repeat(100);
     let started = Instant::now();
     let per_producer = tasks / PRODUCERS;
-    let producers: Vec<_> = (0..PRODUCERS)
-        .map(|p| {
-            let queue = queue.clone();
-            let body = body.clone();
-            tokio::spawn(async move {
-                let mut n = 0;
-                while n < per_producer {
-                    let size = BATCH.min(per_producer - n);
-                    let batch = (n..n + size)
-                        .map(|i| {
-                            NewTask::new("bench", format!("task-{p}-{i:07}"))
-                                .body(body.clone())
-                                .delay_ms(3_600_000)
-                        })
-                        .collect();
-                    for r in queue.add_batch(batch).await.expect("add_batch") {
-                        r.expect("added");
-                    }
-                    n += size;
-                }
-            })
-        })
-        .collect();
-    for p in producers {
-        p.await.unwrap();
-    }
+    support::add_concurrently(
+        &queue,
+        "bench",
+        PRODUCERS,
+        per_producer,
+        BATCH,
+        Arc::new(|| 3_600_000),
+    )
+    .await;
     let took = started.elapsed();
     let added = per_producer * PRODUCERS;
     println!(

@@ -77,39 +77,15 @@ async fn measure(url: String, ports: &[u16], tasks: usize) -> Figures {
     queue.delete("scale", "warmup").await.unwrap();
     tokio::time::sleep(Duration::from_millis(1_000)).await;
 
-    let body = "x".repeat(100);
     let due_at = clock.now_ms() + DUE_IN_MS;
     let (own_before, redis_before) = (own_cpu(), redis_cpu(ports));
     let started = Instant::now();
     let per_producer = tasks / PRODUCERS;
-    let producers: Vec<_> = (0..PRODUCERS)
-        .map(|p| {
-            let queue = queue.clone();
-            let body = body.clone();
-            let clock = clock.clone();
-            tokio::spawn(async move {
-                let mut n = 0;
-                while n < per_producer {
-                    let size = BATCH.min(per_producer - n);
-                    let delay = due_at.saturating_sub(clock.now_ms()).max(1);
-                    let batch = (n..n + size)
-                        .map(|i| {
-                            NewTask::new("scale", format!("t-{p}-{i:07}"))
-                                .body(body.clone())
-                                .delay_ms(delay)
-                        })
-                        .collect();
-                    for r in queue.add_batch(batch).await.expect("add_batch") {
-                        r.expect("added");
-                    }
-                    n += size;
-                }
-            })
-        })
-        .collect();
-    for p in producers {
-        p.await.unwrap();
-    }
+    let delay = {
+        let clock = clock.clone();
+        Arc::new(move || due_at.saturating_sub(clock.now_ms()).max(1))
+    };
+    support::add_concurrently(&queue, "scale", PRODUCERS, per_producer, BATCH, delay).await;
     let added = per_producer * PRODUCERS;
     let add_took = started.elapsed();
     let add_cores = (

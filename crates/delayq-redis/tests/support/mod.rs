@@ -292,3 +292,44 @@ impl FailoverLoad {
         assert_eq!(fired.len(), 1, "the delayed task fires after the failover");
     }
 }
+
+/// Adds `producers × per_producer` tasks (ids `task-<p>-<i:07>`: 14 bytes, as the memory
+/// figure was measured with) with 100-byte bodies to `topic` from `producers`
+/// concurrent producers, in batches of `batch`; each batch is due `delay_ms()` after it is
+/// added (for the benchmarks).
+pub async fn add_concurrently(
+    queue: &Queue,
+    topic: &'static str,
+    producers: usize,
+    per_producer: usize,
+    batch: usize,
+    delay_ms: Arc<dyn Fn() -> u64 + Send + Sync>,
+) {
+    let body = "x".repeat(100);
+    let handles: Vec<_> = (0..producers)
+        .map(|p| {
+            let (queue, body, delay_ms) = (queue.clone(), body.clone(), Arc::clone(&delay_ms));
+            tokio::spawn(async move {
+                let mut n = 0;
+                while n < per_producer {
+                    let size = batch.min(per_producer - n);
+                    let delay = delay_ms();
+                    let tasks = (n..n + size)
+                        .map(|i| {
+                            delayq::NewTask::new(topic, format!("task-{p}-{i:07}"))
+                                .body(body.clone())
+                                .delay_ms(delay)
+                        })
+                        .collect();
+                    for r in queue.add_batch(tasks).await.expect("add_batch") {
+                        r.expect("added");
+                    }
+                    n += size;
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.await.expect("producer");
+    }
+}
