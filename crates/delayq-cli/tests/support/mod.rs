@@ -54,6 +54,28 @@ impl Server {
         server
     }
 
+    /// Sends SIGTERM (through `kill`, no unsafe code) and waits up to `limit` for the server to
+    /// exit; returns its exit status.
+    pub fn terminate(&mut self, limit: Duration) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("run kill");
+        assert!(sent.success(), "kill -TERM {pid}");
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().expect("poll the server") {
+                return status;
+            }
+            assert!(
+                start.elapsed() < limit,
+                "delayq serve did not exit within {limit:?} of SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Kills the server with SIGKILL: no graceful shutdown, no lease release.
     pub fn kill9(&mut self) {
         let _ = self.child.kill();
