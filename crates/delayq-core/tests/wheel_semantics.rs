@@ -313,3 +313,37 @@ fn debug_output_does_not_need_a_debug_value() {
     let text = format!("{wheel:?}");
     assert!(text.contains("len: 1"), "{text}");
 }
+
+#[test]
+fn a_limit_stop_where_a_far_timer_meets_a_slot_start_leaves_nothing_behind() {
+    // A far (overflow) timer due exactly when a higher-level slot starts, handed out alone by
+    // `poll`; then a timer lands on a lower level inside that slot. The slot's timer must
+    // still come first and on time, and `next_expiration` must never say "now" when nothing
+    // is due (the shrunk model-test case of tests/wheel_model.proptest-regressions).
+    for level in 1..6u32 {
+        let width = 1u64 << (6 * level);
+        let start = ((NOW / width) | 1) * width; // starts a slot of `level`, not of `level + 1`
+        let mut wheel = Wheel::new(start - 2 * RANGE);
+        wheel.insert(start, "far");
+        assert!(wheel.poll(start - 1).is_none());
+        wheel.insert(start + 1, "slot"); // on `level`, in the slot starting at `start`
+        assert_eq!(
+            wheel.poll(start).map(|e| e.value),
+            Some("far"),
+            "level {level}"
+        );
+        assert_eq!(wheel.elapsed(), start);
+        assert_eq!(wheel.next_expiration(), Some(start + 1), "level {level}");
+        // On level 0 and level 1 of the new time, both after the slot's timer.
+        wheel.insert(start + 40, "level 0");
+        wheel.insert(start + 100, "level 1");
+        let out = drain_all(&mut wheel, start + 99);
+        let got: Vec<(u64, &str)> = out.iter().map(|e| (e.deadline, e.value)).collect();
+        assert_eq!(
+            got,
+            [(start + 1, "slot"), (start + 40, "level 0")],
+            "level {level}"
+        );
+        assert_eq!(wheel.next_expiration(), Some(start + 100), "level {level}");
+    }
+}

@@ -87,7 +87,12 @@
 //! into the levels, the rest stays and the bound becomes exact again. A pass at an exact bound
 //! moves at least the earliest overflow timer out (a pass at a bound that a removal left too
 //! low only makes it exact), so even a jump to `u64::MAX` takes at most a few passes per
-//! distinct 795-day range, and a 10-year timer fires on its exact millisecond.
+//! distinct 795-day range, and a 10-year timer fires on its exact millisecond. When the bound
+//! and the earliest slot's start are the same millisecond, both are redistributed in the same
+//! step, before any timer of that millisecond is handed out: otherwise a `limit` stopping
+//! after the overflow timer would leave a higher-level slot starting at the wheel's time,
+//! which timers later inserted onto lower levels would overtake (they came out first, and the
+//! slot's own timers late).
 //!
 //! **Late timers.** A deadline already behind the wheel's time is due at once but must still
 //! come out in deadline order before the current slot. Such timers are appended to a `late`
@@ -441,25 +446,38 @@ impl<T> Wheel<T> {
     /// Moves the wheel's time to the earliest slot (or overflow bound) at or before `now` and
     /// redistributes what is there; returns false, after moving the time to `now`, if there is
     /// no such slot.
+    ///
+    /// Afterwards no slot above level 0 starts at `elapsed` and the overflow bound is after
+    /// it, so every timer due at `elapsed` is in the current level-0 slot.
     fn advance(&mut self, now: u64) -> bool {
-        let slot = self.next_slot();
-        let overflow = (!self.overflow.is_empty()).then_some(self.overflow_min);
-        match (slot, overflow) {
-            // Ties go to the overflow list: its timers may belong into that very slot.
-            (_, Some(bound)) if bound <= now && slot.is_none_or(|(_, _, start)| bound <= start) => {
-                self.set_elapsed(bound);
-                self.rescan_overflow();
-            }
-            (Some((level, slot, start)), _) if start <= now => {
-                self.set_elapsed(start);
-                if level > 0 {
-                    self.cascade(level, slot);
-                }
-            }
-            _ => {
-                self.set_elapsed(now);
-                return false;
-            }
+        let slot = self.next_slot().filter(|&(_, _, start)| start <= now);
+        let bound =
+            (!self.overflow.is_empty() && self.overflow_min <= now).then_some(self.overflow_min);
+        // The earlier of the two; the overflow list may have timers due inside that slot.
+        let Some(to) = slot
+            .map(|(_, _, start)| start)
+            .into_iter()
+            .chain(bound)
+            .min()
+        else {
+            self.set_elapsed(now);
+            return false;
+        };
+        self.set_elapsed(to);
+        // Both the slot and the overflow list are redistributed when both are at `to`. Left
+        // behind, a higher-level slot starting at `elapsed` would survive a `limit` stop after
+        // the first timer handed out at `to`: `next_expiration` would then report `elapsed`
+        // with nothing due, and a timer inserted later onto a lower level would come out
+        // before the slot's earlier ones (found by the model test; the saved case is in
+        // tests/wheel_model.proptest-regressions).
+        if let Some((level, slot, start)) = slot
+            && start == to
+            && level > 0
+        {
+            self.cascade(level, slot);
+        }
+        if bound == Some(to) {
+            self.rescan_overflow();
         }
         true
     }
@@ -472,12 +490,11 @@ impl<T> Wheel<T> {
         self.levels.iter().enumerate().find_map(|(level, lvl)| {
             let slot = lvl.first_occupied()?;
             let start = slot_start(self.elapsed, level, slot);
-            // A slot may start exactly at `elapsed` on any level: time can stop on a slot
-            // boundary before that slot is processed (found by the model test; the saved case
-            // is in tests/wheel_model.proptest-regressions).
+            // Only the current level-0 slot starts at `elapsed`: `advance` redistributes a
+            // higher slot in the same step that brings the time to its start.
             debug_assert!(
-                start >= self.elapsed,
-                "slot {slot} of level {level} starts at {start}, behind elapsed {}",
+                start > self.elapsed || (level == 0 && start == self.elapsed),
+                "slot {slot} of level {level} starts at {start}, not after elapsed {}",
                 self.elapsed
             );
             Some((level, slot, start))

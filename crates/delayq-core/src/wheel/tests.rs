@@ -192,6 +192,97 @@ fn overflow_is_rescanned_only_when_its_bound_is_reached() {
     assert_eq!(wheel.poll(NOW + 10 * YEAR).map(|e| e.key), Some(far));
 }
 
+/// One row of `advance_table`: times are offsets from `start`, the first millisecond of a
+/// slot of `level` that is not the first of a slot of the level above.
+struct AdvanceRow {
+    level: u32,
+    /// Timers inserted while the wheel is two top-level ranges behind: they go to overflow.
+    far: &'static [i64],
+    /// The time the wheel is polled to (with nothing due) before `near` is inserted.
+    before: i64,
+    /// Timers inserted at `before`: they go to the levels.
+    near: &'static [i64],
+    /// The `now` given to `advance`.
+    now: i64,
+    /// What `advance` returns, and the wheel's time afterwards.
+    advanced: bool,
+    elapsed: i64,
+    /// Where the `far` timers, then the `near` ones, are afterwards: a level, or `None` for
+    /// the overflow list.
+    places: &'static [Option<u8>],
+}
+
+#[test]
+fn advance_table() {
+    const RANGE: i64 = level::WHEEL_RANGE as i64;
+    #[rustfmt::skip]
+    let table = [
+        // Nothing at all: the time moves to `now`.
+        AdvanceRow { level: 1, far: &[], before: -1, near: &[], now: 5,
+                     advanced: false, elapsed: 5, places: &[] },
+        // Only a slot, due: cascaded.
+        AdvanceRow { level: 1, far: &[], before: -1, near: &[1], now: 0,
+                     advanced: true, elapsed: 0, places: &[Some(0)] },
+        // Only a slot, not due yet.
+        AdvanceRow { level: 1, far: &[], before: -1, near: &[1], now: -1,
+                     advanced: false, elapsed: -1, places: &[Some(1)] },
+        // Only overflow, due: rescanned at its bound.
+        AdvanceRow { level: 1, far: &[0], before: -1, near: &[], now: 3,
+                     advanced: true, elapsed: 0, places: &[Some(0)] },
+        // The overflow bound comes first: the slot waits.
+        AdvanceRow { level: 1, far: &[-5], before: -10, near: &[1], now: 0,
+                     advanced: true, elapsed: -5, places: &[Some(0), Some(1)] },
+        // The slot comes first: the overflow list waits.
+        AdvanceRow { level: 1, far: &[5], before: -10, near: &[1], now: 10,
+                     advanced: true, elapsed: 0, places: &[None, Some(0)] },
+        // A tie: both are redistributed in one step (the regression: the slot used to stay
+        // on its level with its start at `elapsed`).
+        AdvanceRow { level: 1, far: &[0], before: -1, near: &[1], now: 0,
+                     advanced: true, elapsed: 0, places: &[Some(0), Some(0)] },
+        AdvanceRow { level: 2, far: &[0, 70], before: -1, near: &[1, 63, 64], now: 0,
+                     advanced: true, elapsed: 0,
+                     places: &[Some(0), Some(1), Some(0), Some(0), Some(1)] },
+        AdvanceRow { level: 5, far: &[0, RANGE], before: -1, near: &[1, 70, 5000, 1 << 25],
+                     now: 0, advanced: true, elapsed: 0,
+                     places: &[Some(0), None, Some(0), Some(1), Some(2), Some(4)] },
+        // A tie that is not due yet changes nothing.
+        AdvanceRow { level: 3, far: &[0], before: -1, near: &[1], now: -1,
+                     advanced: false, elapsed: -1, places: &[None, Some(3)] },
+    ];
+    for (row, r) in table.iter().enumerate() {
+        let width = 1u64 << (6 * r.level);
+        let start = ((NOW / width) | 1) * width;
+        let at = |offset: i64| start.checked_add_signed(offset).expect("in range");
+        let mut wheel = Wheel::new(start - 2 * level::WHEEL_RANGE);
+        let mut keys: Vec<TimerKey> = r.far.iter().map(|&d| wheel.insert(at(d), ())).collect();
+        assert!(wheel.poll(at(r.before)).is_none(), "row {row}");
+        keys.extend(r.near.iter().map(|&d| wheel.insert(at(d), ())));
+        wheel.check_invariants();
+
+        assert_eq!(wheel.advance(at(r.now)), r.advanced, "row {row}");
+        assert_eq!(wheel.elapsed(), at(r.elapsed), "row {row}");
+        wheel.check_invariants();
+        let places: Vec<Option<u8>> = keys
+            .iter()
+            .map(|&key| match place_of(&wheel, key) {
+                Place::Level { level, .. } => Some(level),
+                Place::Overflow => None,
+                other => panic!("row {row}: {other:?}"),
+            })
+            .collect();
+        assert_eq!(places, r.places, "row {row}");
+        // Something due now is exactly something in the current level-0 slot.
+        let due_now = wheel.levels[0].occupied & (1 << (wheel.elapsed() & SLOT_MASK)) != 0;
+        assert_eq!(
+            wheel
+                .next_expiration()
+                .is_some_and(|t| t <= wheel.elapsed()),
+            due_now,
+            "row {row}"
+        );
+    }
+}
+
 #[derive(Debug, Clone)]
 enum Op {
     Insert(u64),
