@@ -4,7 +4,9 @@
 //! list per slot would do, but walking a list is a chain of dependent loads: with a million
 //! timers the entries are not in cache and every hop waits for memory. Cascading a slot walks
 //! its lanes in lockstep, so the CPU has several independent misses in flight at once. A slot's
-//! lanes fill exactly two cache lines, so checking whether a slot is empty stays cheap.
+//! lanes fill exactly two cache lines, and a 16-bit mask per slot says which lanes hold timers,
+//! so a removal learns whether its slot became empty from the mask and a cascade of a slot with
+//! few timers only visits their lanes.
 //! Level 0 is never cascaded, only popped from (its entries were just cascaded down, so they
 //! are in cache), and uses lane 0 alone, which keeps popping to one list.
 //!
@@ -109,21 +111,22 @@ impl Slot {
     pub(super) const EMPTY: Slot = Slot {
         lanes: [List::EMPTY; LANES],
     };
-
-    /// Returns true if no lane holds a timer.
-    #[inline]
-    pub(super) fn is_empty(&self) -> bool {
-        self.lanes.iter().all(List::is_empty)
-    }
 }
 
-/// One level: 64 slots and a bitfield of the non-empty ones.
+/// One level: 64 slots and bitfields of the non-empty slots and lanes.
 #[derive(Debug, Clone)]
 pub(super) struct Level {
     /// Bit `s` is set exactly when `slots[s]` is non-empty.
     ///
     /// Finding the next slot to process is then one `trailing_zeros` instead of a scan.
     pub(super) occupied: u64,
+    /// Bit `l` of `lanes[s]` is set exactly when lane `l` of `slots[s]` is non-empty.
+    ///
+    /// So a removal learns whether its slot became empty from one load, and a cascade visits
+    /// only the lanes that hold timers: a slot holding a few timers (the common case when
+    /// timers are sparse) costs a few steps, not a pass over all [`LANES`] lists. Kept apart
+    /// from the slots so that a slot stays two cache lines.
+    pub(super) lanes: [u16; SLOTS],
     /// The timers of each slot.
     pub(super) slots: [Slot; SLOTS],
 }
@@ -132,6 +135,7 @@ impl Level {
     /// A level with no timers.
     pub(super) const EMPTY: Level = Level {
         occupied: 0,
+        lanes: [0; SLOTS],
         slots: [Slot::EMPTY; SLOTS],
     };
 

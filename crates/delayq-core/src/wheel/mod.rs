@@ -106,7 +106,7 @@ mod slab;
 use std::fmt;
 
 use self::level::{
-    LANES, Level, NUM_LEVELS, OVERFLOW, SLOT_MASK, Slot, lane_for, level_for, slot_for, slot_start,
+    LANES, Level, NUM_LEVELS, OVERFLOW, SLOT_MASK, lane_for, level_for, slot_for, slot_start,
 };
 use self::slab::{List, NIL, Place, Slab};
 
@@ -374,8 +374,10 @@ impl<T> Wheel<T> {
             level: level as u8,
             slot: slot as u8,
         };
-        let lane = &mut lvl.slots[slot].lanes[lane_for(level, index)];
-        self.slab.push_back(lane, index, place);
+        let lane = lane_for(level, index);
+        self.slab
+            .push_back(&mut lvl.slots[slot].lanes[lane], index, place);
+        lvl.lanes[slot] |= 1 << lane;
         lvl.occupied |= 1 << slot;
     }
 
@@ -385,13 +387,14 @@ impl<T> Wheel<T> {
         match self.slab.entries[index as usize].place {
             Place::Level { level, slot } => {
                 let lvl = &mut self.levels[level as usize];
-                let slot_lists = &mut lvl.slots[slot as usize];
-                self.slab.unlink(
-                    &mut slot_lists.lanes[lane_for(level as usize, index)],
-                    index,
-                );
-                if slot_lists.is_empty() {
-                    lvl.occupied &= !(1 << slot);
+                let lane = lane_for(level as usize, index);
+                let list = &mut lvl.slots[slot as usize].lanes[lane];
+                self.slab.unlink(list, index);
+                if list.is_empty() {
+                    lvl.lanes[slot as usize] &= !(1 << lane);
+                    if lvl.lanes[slot as usize] == 0 {
+                        lvl.occupied &= !(1 << slot);
+                    }
                 }
             }
             // The overflow and late bounds stay valid lower bounds when an entry leaves.
@@ -433,6 +436,8 @@ impl<T> Wheel<T> {
                     .pop_front(lane)
                     .expect("an occupied slot has timers");
                 if lane.is_empty() {
+                    // Level 0 uses lane 0 alone, so the slot is empty too.
+                    level0.lanes[slot] = 0;
                     level0.occupied &= !(1 << slot);
                 }
                 return Some(index);
@@ -510,9 +515,18 @@ impl<T> Wheel<T> {
     /// just reached the slot's start; they all land on lower levels.
     fn cascade(&mut self, level: usize, slot: usize) {
         let lvl = &mut self.levels[level];
-        let taken = std::mem::replace(&mut lvl.slots[slot], Slot::EMPTY);
+        // Detach the non-empty lanes only (usually a few when timers are sparse).
+        let mut heads = [NIL; LANES];
+        let mut live = 0;
+        let mut used = std::mem::take(&mut lvl.lanes[slot]);
+        while used != 0 {
+            let lane = used.trailing_zeros() as usize;
+            used &= used - 1;
+            heads[live] = std::mem::replace(&mut lvl.slots[slot].lanes[lane], List::EMPTY).head;
+            live += 1;
+        }
         lvl.occupied &= !(1 << slot);
-        self.relink_all(taken.lanes);
+        self.relink_all(heads, live);
     }
 
     /// Re-inserts every overflow timer relative to the current time, which has just reached
@@ -520,26 +534,20 @@ impl<T> Wheel<T> {
     /// form a new overflow list with an exact bound.
     fn rescan_overflow(&mut self) {
         let list = std::mem::replace(&mut self.overflow, List::EMPTY);
-        let mut lanes = [List::EMPTY; LANES];
-        lanes[0] = list;
-        self.relink_all(lanes);
+        let mut heads = [NIL; LANES];
+        heads[0] = list.head;
+        self.relink_all(heads, usize::from(!list.is_empty()));
     }
 
-    /// Re-inserts every entry of lists that have already been detached from the wheel.
+    /// Re-inserts every entry of lists that have already been detached from the wheel, given
+    /// by their first entries: `cursors[..live]`, none of them `NIL`.
     ///
     /// The lists are walked in lockstep: first the next entry of every list is read, then
     /// those entries are re-inserted. The reads do not depend on each other, so the CPU waits
     /// for up to `LANES` cache misses at once instead of one after another; with a million
     /// timers, memory latency is what cascading costs.
-    fn relink_all(&mut self, lists: [List; LANES]) {
-        // Cursors of the lanes not yet walked to their end, kept packed at the front so that
-        // a slot with only a few timers costs a few steps, not a pass over every lane.
-        let mut cursors = [NIL; LANES];
-        let mut live = 0;
-        for list in lists.iter().filter(|list| !list.is_empty()) {
-            cursors[live] = list.head;
-            live += 1;
-        }
+    fn relink_all(&mut self, mut cursors: [u32; LANES], mut live: usize) {
+        // Cursors of the lists not yet walked to their end are kept packed at the front.
         let mut batch = [(NIL, 0); LANES];
         while live > 0 {
             let mut lane = 0;

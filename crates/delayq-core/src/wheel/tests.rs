@@ -35,12 +35,13 @@ impl<T> Wheel<T> {
         let deadline = |i: u32| self.slab.entries[i as usize].deadline;
         for (l, lvl) in self.levels.iter().enumerate() {
             for (s, slot) in lvl.slots.iter().enumerate() {
-                assert_eq!(
-                    lvl.occupied & (1 << s) != 0,
-                    !slot.is_empty(),
-                    "bit {l}/{s}"
-                );
-                if slot.is_empty() {
+                let used: u16 = (0..LANES)
+                    .filter(|&lane| !slot.lanes[lane].is_empty())
+                    .map(|lane| 1 << lane)
+                    .sum();
+                assert_eq!(lvl.lanes[s], used, "lane bits of {l}/{s}");
+                assert_eq!(lvl.occupied & (1 << s) != 0, used != 0, "bit {l}/{s}");
+                if used == 0 {
                     continue;
                 }
                 let place = Place::Level {
