@@ -347,3 +347,30 @@ fn a_limit_stop_where_a_far_timer_meets_a_slot_start_leaves_nothing_behind() {
         assert_eq!(wheel.next_expiration(), Some(start + 100), "level {level}");
     }
 }
+
+#[test]
+fn far_timers_meeting_a_slot_start_come_out_in_order_without_a_limit() {
+    // Two far timers, the first due exactly when a higher-level slot starts and the second
+    // landing on level 0 when the overflow list is rescanned: the slot's timer, between them,
+    // must not be overtaken or left behind by one unlimited drain.
+    for level in 1..6u32 {
+        let width = 1u64 << (6 * level);
+        let start = ((NOW / width) | 1) * width;
+        let mut wheel = Wheel::new(start - 2 * RANGE);
+        wheel.insert(start, "far 0");
+        wheel.insert(start + 5, "far 5");
+        assert!(wheel.poll(start - 1).is_none());
+        wheel.insert(start + 1, "slot");
+        let got: Vec<&str> = drain_all(&mut wheel, start + 3)
+            .iter()
+            .map(|e| e.value)
+            .collect();
+        assert_eq!(got, ["far 0", "slot"], "level {level}");
+        assert_eq!(wheel.next_expiration(), Some(start + 5), "level {level}");
+        let got: Vec<&str> = drain_all(&mut wheel, start + 5)
+            .iter()
+            .map(|e| e.value)
+            .collect();
+        assert_eq!(got, ["far 5"], "level {level}");
+    }
+}

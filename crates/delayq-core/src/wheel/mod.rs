@@ -89,10 +89,8 @@
 //! low only makes it exact), so even a jump to `u64::MAX` takes at most a few passes per
 //! distinct 795-day range, and a 10-year timer fires on its exact millisecond. When the bound
 //! and the earliest slot's start are the same millisecond, both are redistributed in the same
-//! step, before any timer of that millisecond is handed out: otherwise a `limit` stopping
-//! after the overflow timer would leave a higher-level slot starting at the wheel's time,
-//! which timers later inserted onto lower levels would overtake (they came out first, and the
-//! slot's own timers late).
+//! step: a higher-level slot left at the wheel's time would be overtaken by any timer the
+//! rescan (or a later insert) puts on a lower level, and its own timers would come out late.
 //!
 //! **Late timers.** A deadline already behind the wheel's time is due at once but must still
 //! come out in deadline order before the current slot. Such timers are appended to a `late`
@@ -469,11 +467,12 @@ impl<T> Wheel<T> {
             return false;
         };
         self.set_elapsed(to);
-        // Both the slot and the overflow list are redistributed when both are at `to`. Left
-        // behind, a higher-level slot starting at `elapsed` would survive a `limit` stop after
-        // the first timer handed out at `to`: `next_expiration` would then report `elapsed`
-        // with nothing due, and a timer inserted later onto a lower level would come out
-        // before the slot's earlier ones (found by the model test; the saved case is in
+        // Both the slot and the overflow list are redistributed when both are at `to`. A
+        // higher-level slot left behind with its start at `elapsed` is no longer the lowest
+        // occupied level once the rescan (or an insert after a `limit` stop) puts a timer on a
+        // lower one: that timer came out first, the slot's earlier timers were missed by the
+        // call and came out late, and `next_expiration` reported `elapsed` with nothing due
+        // (found by the model test; the saved case is in
         // tests/wheel_model.proptest-regressions).
         if let Some((level, slot, start)) = slot
             && start == to
