@@ -548,7 +548,9 @@ impl<J: Journal> Storage for Engine<J> {
     }
 
     async fn next_job_id(&self) -> Result<u64> {
-        self.with_shard_index(0, |s, _| Ok(s.next_job_id())).await
+        let (id, reserved) = self.with_shard_index(0, |s, _| Ok(s.next_job_id())).await?;
+        self.shards[0].state.lock().job_ids_durable(reserved);
+        Ok(id)
     }
 
     async fn put_meta(&self, namespace: &str, key: &str, value: Vec<u8>) -> Result<()> {

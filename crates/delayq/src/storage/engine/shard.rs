@@ -104,6 +104,8 @@ pub(crate) struct Shard<J> {
     job_next: u64,
     /// Shard 0 only: the highest job id logged as reserved; ids up to it may be in use.
     job_reserved: u64,
+    /// Shard 0 only: the highest reservation known to be durable.
+    job_durable: u64,
     /// The durability hook.
     pub(crate) journal: J,
 }
@@ -140,6 +142,7 @@ impl<J: Journal> Shard<J> {
             meta: BTreeMap::new(),
             job_next: 1,
             job_reserved: 0,
+            job_durable: 0,
             journal,
         }
     }
@@ -164,6 +167,7 @@ impl<J: Journal> Shard<J> {
             meta: self.meta,
             job_next: self.job_next,
             job_reserved: self.job_reserved,
+            job_durable: self.job_durable,
             journal,
         }
     }
@@ -758,16 +762,28 @@ impl<J: Journal> Shard<J> {
             .collect()
     }
 
-    /// Hands out the next job id, logging a reservation of the next block when the current
-    /// one is used up (shard 0).
-    pub fn next_job_id(&mut self) -> u64 {
+    /// Hands out the next job id (shard 0) and the reservation that covers it, which the
+    /// caller reports with [`Shard::job_ids_durable`] once its operation is durable.
+    ///
+    /// A reservation of the next block is logged when the current one is used up. Until a
+    /// reservation is known durable, every id handed out from it logs it again, so the
+    /// operation that hands out an id waits for a durable reservation covering it: a crash
+    /// can never bring back a counter below an id that was handed out.
+    pub fn next_job_id(&mut self) -> (u64, u64) {
         if self.job_next > self.job_reserved {
             self.job_reserved = self.job_next.saturating_add(JOB_ID_BLOCK - 1);
+            self.journal.job_ids(self.job_reserved);
+        } else if self.job_next > self.job_durable {
             self.journal.job_ids(self.job_reserved);
         }
         let id = self.job_next;
         self.job_next += 1;
-        id
+        (id, self.job_reserved)
+    }
+
+    /// Notes that job id reservations up to `reserved` are durable.
+    pub fn job_ids_durable(&mut self, reserved: u64) {
+        self.job_durable = self.job_durable.max(reserved);
     }
 
     /// The highest job id reserved so far (for snapshots).
@@ -985,6 +1001,7 @@ impl<J: Journal> Shard<J> {
     pub fn restore_job_ids(&mut self, reserved: u64) {
         if reserved > self.job_reserved {
             self.job_reserved = reserved;
+            self.job_durable = reserved;
             self.job_next = reserved.saturating_add(1);
         }
     }
