@@ -436,3 +436,59 @@ async fn priorities_buries_pauses_job_ids_and_meta_survive_a_restart() {
     assert!(storage.list_meta("none").await.unwrap().is_empty());
     q.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_pops_over_several_shards_hand_each_task_out_once() {
+    for backend in BACKENDS {
+        let (_dir, _clock, q) = fresh(backend).await;
+        let names: Vec<String> = (0..6).map(|i| format!("many-{i}")).collect();
+        let per_topic = 150;
+        let mut all = std::collections::BTreeSet::new();
+        for topic in &names {
+            let tasks: Vec<NewTask> = (0..per_topic)
+                .map(|i| {
+                    let id = format!("{topic}-{i}");
+                    all.insert((topic.clone(), id.clone()));
+                    NewTask::new(topic, id).priority(i % 4)
+                })
+                .collect();
+            for r in q.add_batch(tasks).await.unwrap() {
+                r.unwrap();
+            }
+        }
+        // Four consumers over every topic and two over one topic each, all at once.
+        let mut consumers = Vec::new();
+        for c in 0..6 {
+            let q = q.clone();
+            let watch = if c < 4 {
+                names.clone()
+            } else {
+                vec![names[c].clone()]
+            };
+            consumers.push(tokio::spawn(async move {
+                let mut got = Vec::new();
+                loop {
+                    let batch = q
+                        .pop_any(&watch, PopOptions::default().count(1 + c % 3))
+                        .await
+                        .unwrap();
+                    if batch.is_empty() {
+                        return got;
+                    }
+                    got.extend(batch.into_iter().map(|d| (d.topic, d.id)));
+                }
+            }));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for c in consumers {
+            for task in c.await.unwrap() {
+                assert!(
+                    seen.insert(task.clone()),
+                    "{backend:?}: {task:?} handed out twice"
+                );
+            }
+        }
+        assert_eq!(seen, all, "{backend:?}: every task handed out");
+        q.shutdown().await.unwrap();
+    }
+}
