@@ -21,6 +21,7 @@ mod model_tests;
 pub(crate) mod record;
 pub(crate) mod shard;
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -31,7 +32,7 @@ use delayq_core::{
 };
 use parking_lot::Mutex;
 use tokio::sync::{Notify, watch};
-use tokio::task::JoinHandle;
+use tokio::task::{AbortHandle, JoinHandle};
 
 pub(crate) use self::record::Record;
 pub(crate) use self::shard::Shard;
@@ -127,6 +128,9 @@ pub struct Engine<J: Journal> {
     closed: AtomicBool,
     stop: watch::Sender<bool>,
     drivers: Mutex<Vec<JoinHandle<()>>>,
+    /// The task that wakes a topic's parked consumers when its pause ends, one per topic: a new
+    /// pause or a resume replaces it, so repeated pauses do not pile up sleeping tasks.
+    pause_wakers: Arc<Mutex<HashMap<String, AbortHandle>>>,
 }
 
 impl<J: Journal> Engine<J> {
@@ -162,6 +166,7 @@ impl<J: Journal> Engine<J> {
             closed: AtomicBool::new(false),
             stop,
             drivers: Mutex::new(Vec::new()),
+            pause_wakers: Arc::default(),
         });
         let drivers = engine
             .shards
@@ -186,12 +191,30 @@ impl<J: Journal> Engine<J> {
     fn wake_at_pause_end(&self, topic: String, until: Millis) {
         let ctx = self.ctx.clone();
         let mut stop = self.stop.subscribe();
-        tokio::spawn(async move {
+        let wakers = Arc::clone(&self.pause_wakers);
+        // Registered before it can run, so its own entry is there when it removes it.
+        let mut map = self.pause_wakers.lock();
+        let name = topic.clone();
+        let task = tokio::spawn(async move {
             tokio::select! {
                 _ = ctx.clock.sleep_until(until) => ctx.waiters.notify(&topic, usize::MAX),
                 _ = stop.wait_for(|s| *s) => {}
             }
+            let mut map = wakers.lock();
+            if map.get(&topic).is_some_and(|h| h.id() == tokio::task::id()) {
+                map.remove(&topic);
+            }
         });
+        if let Some(old) = map.insert(name, task.abort_handle()) {
+            old.abort();
+        }
+    }
+
+    /// Stops the end-of-pause wake-up of `topic` (the pause was replaced or resumed).
+    fn cancel_pause_wake(&self, topic: &str) {
+        if let Some(old) = self.pause_wakers.lock().remove(topic) {
+            old.abort();
+        }
     }
 
     /// The context the engine runs with.
@@ -517,8 +540,9 @@ impl<J: Journal> Storage for Engine<J> {
             Ok(())
         })
         .await?;
-        if let Some(until) = until_ms {
-            self.wake_at_pause_end(topic.to_owned(), until);
+        match until_ms {
+            Some(until) => self.wake_at_pause_end(topic.to_owned(), until),
+            None => self.cancel_pause_wake(topic),
         }
         Ok(())
     }
@@ -527,6 +551,7 @@ impl<J: Journal> Storage for Engine<J> {
         let was_paused = self
             .with_shard(topic, |s, now| Ok(s.resume(topic, now)))
             .await?;
+        self.cancel_pause_wake(topic);
         if was_paused {
             self.ctx.waiters.notify(topic, usize::MAX);
         }
