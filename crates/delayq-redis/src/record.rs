@@ -5,8 +5,10 @@
 //! A record is one string: a header of comma-separated fields, a newline, then the body.
 //! Header fields, in order: state code, due, created, updated (empty: created), ttr, max
 //! retries (-1: no limit), retries (empty: 0), deadline (ACTIVE: ttr deadline;
-//! FINISHED/CANCELLED: end of retention; empty: none), receipt (ACTIVE; empty: none). The
-//! body is last and unescaped: it may hold commas and newlines.
+//! FINISHED/CANCELLED: end of retention; empty: none), receipt (ACTIVE; empty: none),
+//! priority (empty: 1024), insertion number in the partition (empty: 0; the add script fills
+//! it in). Records of the previous version end after the receipt: they read as priority 1024
+//! and insertion number 0. The body is last and unescaped: it may hold commas and newlines.
 //!
 //! Extras (only failing tasks or tasks with a backoff have them) are three parts separated by
 //! NUL bytes: the backoff as JSON (empty: none), the last error as a JSON string (empty:
@@ -15,6 +17,7 @@
 
 use std::fmt::Write as _;
 
+use delayq::core::{DEFAULT_PRIORITY, Priority};
 use delayq::{Attempt, Backoff, Millis, State, TaskInfo, TaskSpec};
 
 use crate::error::BackendError;
@@ -33,6 +36,11 @@ pub(crate) struct Record {
     pub deadline_ms: Millis,
     /// ACTIVE: the current attempt's receipt; else empty.
     pub receipt: String,
+    /// Lower first (rule 11).
+    pub priority: Priority,
+    /// The insertion number in the partition, given by the add script (0: not yet, or a
+    /// record of the previous version).
+    pub seq: u64,
     /// Any bytes: the header is text, the body after its newline is not read as text.
     pub body: Vec<u8>,
 }
@@ -51,6 +59,8 @@ impl Record {
             retries: 0,
             deadline_ms: 0,
             receipt: String::new(),
+            priority: t.priority,
+            seq: 0,
             body: t.body.clone(),
         }
     }
@@ -66,9 +76,14 @@ impl Record {
             self.updated_at_ms.to_string()
         };
         // Writing to a String cannot fail.
+        let priority = if self.priority == DEFAULT_PRIORITY {
+            String::new()
+        } else {
+            self.priority.to_string()
+        };
         let _ = writeln!(
             out,
-            "{},{},{},{updated},{},{},{},{},{}",
+            "{},{},{},{updated},{},{},{},{},{},{priority},{}",
             self.state.code(),
             self.due_ms,
             self.created_at_ms,
@@ -77,6 +92,7 @@ impl Record {
             nonzero(u64::from(self.retries)),
             nonzero(self.deadline_ms),
             self.receipt,
+            nonzero(self.seq),
         );
         let mut out = out.into_bytes();
         out.extend_from_slice(&self.body);
@@ -107,6 +123,15 @@ impl Record {
         let retries = u32::try_from(opt(next())?.unwrap_or(0)).ok()?;
         let deadline_ms = opt(next())?.unwrap_or(0);
         let receipt = next()?.to_owned();
+        // Absent in records of the previous version.
+        let priority = match next() {
+            None | Some("") => DEFAULT_PRIORITY,
+            Some(text) => text.parse().ok()?,
+        };
+        let seq = opt(next().or(Some("")))?.unwrap_or(0);
+        if next().is_some() {
+            return None;
+        }
         Some(Record {
             state,
             due_ms,
@@ -117,6 +142,8 @@ impl Record {
             retries,
             deadline_ms,
             receipt,
+            priority,
+            seq,
             body,
         })
     }
@@ -168,8 +195,7 @@ pub(crate) fn task_info(
         id: id.to_owned(),
         topic: topic.to_owned(),
         body: record.body,
-        // TODO(issue 11): priority is not in the Redis record yet.
-        priority: delayq::core::DEFAULT_PRIORITY,
+        priority: record.priority,
         state: record.state,
         due_ms: record.due_ms,
         delay_ms: record.due_ms.saturating_sub(record.created_at_ms),
@@ -238,6 +264,8 @@ mod tests {
             retries: 0,
             deadline_ms: 0,
             receipt: String::new(),
+            priority: DEFAULT_PRIORITY,
+            seq: 0,
             body: b"hello".to_vec(),
         }
     }
@@ -254,6 +282,8 @@ mod tests {
         active.deadline_ms = 31_500;
         active.receipt = "00000000000a0001".to_owned();
         active.max_retries = -1;
+        active.priority = 0;
+        active.seq = 42;
         active.body = b"a,b\nc,\n\n\xff".to_vec();
         table.push(active);
         let mut huge = sample(State::Finished);
@@ -263,6 +293,8 @@ mod tests {
         huge.ttr_ms = u64::MAX;
         huge.max_retries = i64::from(u32::MAX);
         huge.deadline_ms = u64::MAX;
+        huge.priority = u32::MAX;
+        huge.seq = u64::MAX;
         huge.body = Vec::new();
         table.push(huge);
         for record in table {
@@ -276,7 +308,7 @@ mod tests {
         // The defaults are left empty, as lib.lua leaves them.
         assert_eq!(
             sample(State::Delayed).encode(),
-            b"0,2000,1000,,30000,3,,,\nhello"
+            b"0,2000,1000,,30000,3,,,,,\nhello"
         );
     }
 
@@ -288,6 +320,8 @@ mod tests {
             "2,2000,1000,1500,30000,-1,2,31500,abcd0001\nline 1\nline 2",
             "3,2000,1000,1500,30000,3,,61500,\n",
             "1,2000,1000,1000,30000,0,,,\nx",
+            "1,2000,1000,1000,30000,0,,,,5,17\nx",
+            "5,2000,1000,1000,30000,0,,,,,9\nx",
         ] {
             let record = Record::parse(raw.to_owned()).unwrap();
             assert_eq!(Record::parse(record.encode()), Some(record), "{raw:?}");
@@ -304,7 +338,7 @@ mod tests {
         )
         .unwrap();
         let packed = Record::new(&spec, 1_000).encode();
-        assert_eq!(packed, b"0,1005,1000,,30000,3,,,\na\nb");
+        assert_eq!(packed, b"0,1005,1000,,30000,3,,,,,\na\nb");
         let record = Record::parse(packed).unwrap();
         assert_eq!(record.state, State::Delayed);
         assert_eq!(
@@ -344,6 +378,26 @@ mod tests {
         assert_eq!(
             (info.backoff, info.last_error, info.history.len()),
             (None, None, 0)
+        );
+    }
+
+    #[test]
+    fn priority_and_insertion_read_back_and_old_records_default() {
+        // A record of the previous version (nine header fields).
+        let old = Record::parse("1,2000,1000,,30000,3,,,\nx".to_owned()).unwrap();
+        assert_eq!((old.priority, old.seq), (DEFAULT_PRIORITY, 0));
+        let new = Record::parse("1,2000,1000,,30000,3,,,,0,12\nx".to_owned()).unwrap();
+        assert_eq!((new.priority, new.seq), (0, 12));
+        let info = task_info("t", "i", new, None, "testing").unwrap();
+        assert_eq!(info.priority, 0);
+        // Too many fields, or a priority beyond u32: not ours.
+        assert_eq!(
+            Record::parse("1,2000,1000,,30000,3,,,,0,12,9\nx".to_owned()),
+            None
+        );
+        assert_eq!(
+            Record::parse("1,2000,1000,,30000,3,,,,4294967296,\nx".to_owned()),
+            None
         );
     }
 

@@ -34,6 +34,11 @@ pub(crate) struct Scripts {
     pub delete: Script,
     pub tick: Script,
     pub stats: Script,
+    pub bury: Script,
+    pub reschedule: Script,
+    pub kick: Script,
+    pub pause: Script,
+    pub peek: Script,
     pub lease: Script,
     pub register: Script,
 }
@@ -49,6 +54,11 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     delete: with_lib(include_str!("delete.lua")),
     tick: with_lib(include_str!("tick.lua")),
     stats: with_lib(include_str!("stats.lua")),
+    bury: with_lib(include_str!("bury.lua")),
+    reschedule: with_lib(include_str!("reschedule.lua")),
+    kick: with_lib(include_str!("kick.lua")),
+    pause: with_lib(include_str!("pause.lua")),
+    peek: with_lib(include_str!("peek.lua")),
     lease: Script::new(include_str!("lease.lua")),
     register: Script::new(include_str!("register.lua")),
 });
@@ -70,7 +80,7 @@ pub(crate) struct Header<'a> {
 }
 
 impl Header<'_> {
-    /// An invocation of the partition script `script` over the keys of `pk` (`KEYS[1..=11]`)
+    /// An invocation of the partition script `script` over the keys of `pk` (`KEYS[1..=12]`)
     /// with this header; the script's own keys and arguments are added after it.
     pub fn invoke<'s>(&self, script: &'s Script, pk: &PartitionKeys) -> ScriptInvocation<'s> {
         let mut inv = script.prepare_invoke();
