@@ -95,7 +95,7 @@ impl Shared {
             .collect())
     }
 
-    /// The add script of one chunk: the count, then five values per task.
+    /// The add script of one chunk: the count, then six values per task.
     fn add_invocation<'s>(
         &self,
         pk: &PartitionKeys,
@@ -116,7 +116,8 @@ impl Shared {
                 .arg(t.due_ms)
                 .arg(Record::new(t, now).encode())
                 .arg(backoff)
-                .arg(policy_code(t.on_duplicate));
+                .arg(policy_code(t.on_duplicate))
+            .arg(t.priority);
         }
         inv
     }
