@@ -117,7 +117,7 @@ impl Shared {
                 .arg(Record::new(t, now).encode())
                 .arg(backoff)
                 .arg(policy_code(t.on_duplicate))
-            .arg(t.priority);
+                .arg(t.priority);
         }
         inv
     }
