@@ -139,6 +139,7 @@ impl PartitionKeys {
         format!("{}extras", self.base)
     }
 
+    #[cfg(test)]
     pub fn info(&self) -> String {
         format!("{}info", self.base)
     }
