@@ -24,7 +24,8 @@
 //! DELAYED, ACTIVE, FINISHED and CANCELLED hold task ids scored by due. READY and DEAD carry
 //! the order of rule 11 and of beanstalkd's kick in their members (`scripts/lib.lua` says
 //! how): READY is scored by priority with members `due|insertion|id` (fixed-width hex), DEAD
-//! by the time the task went DEAD with members `insertion|id`. [`ready_member`] and
+//! by the time the task went DEAD with members `insertion|id` (the insertion number is the
+//! adding instance's clock millisecond shifted left by 20 bits plus a counter). [`ready_member`] and
 //! [`dead_member`] read them.
 
 use delayq_core::hash::fnv1a;
@@ -145,20 +146,22 @@ impl PartitionKeys {
     }
 }
 
-/// The width in hex digits of the due and the insertion number in READY and DEAD members.
+/// The width in hex digits of the due in READY members.
 const WIDTH: usize = 12;
+/// The width in hex digits of the insertion number in READY and DEAD members.
+const SEQ_WIDTH: usize = 16;
 
 /// The (due, insertion number, id) of a member of a READY set; `None` if it is not one.
 pub(crate) fn ready_member(member: &str) -> Option<(u64, u64, &str)> {
     let due = u64::from_str_radix(member.get(..WIDTH)?, 16).ok()?;
-    let seq = u64::from_str_radix(member.get(WIDTH..2 * WIDTH)?, 16).ok()?;
-    Some((due, seq, member.get(2 * WIDTH..)?))
+    let seq = u64::from_str_radix(member.get(WIDTH..WIDTH + SEQ_WIDTH)?, 16).ok()?;
+    Some((due, seq, member.get(WIDTH + SEQ_WIDTH..)?))
 }
 
 /// The (insertion number, id) of a member of a DEAD set; `None` if it is not one.
 pub(crate) fn dead_member(member: &str) -> Option<(u64, &str)> {
-    let seq = u64::from_str_radix(member.get(..WIDTH)?, 16).ok()?;
-    Some((seq, member.get(WIDTH..)?))
+    let seq = u64::from_str_radix(member.get(..SEQ_WIDTH)?, 16).ok()?;
+    Some((seq, member.get(SEQ_WIDTH..)?))
 }
 
 /// The member and score of a task in the set of `state`, as `lib.lua`'s `member` makes them
@@ -172,15 +175,11 @@ pub(crate) fn member_of(
     let clamp = |n: u64| n.min((1 << 48) - 1);
     match state {
         delayq::State::Ready => (
-            format!(
-                "{:012x}{:012x}{id}",
-                clamp(record.due_ms),
-                clamp(record.seq)
-            ),
+            format!("{:012x}{:016x}{id}", clamp(record.due_ms), record.seq),
             f64::from(record.priority),
         ),
         delayq::State::Dead => (
-            format!("{:012x}{id}", clamp(record.seq)),
+            format!("{:016x}{id}", record.seq),
             record.updated_at_ms as f64,
         ),
         _ => (id.to_owned(), record.due_ms as f64),
@@ -243,11 +242,11 @@ mod tests {
     #[test]
     fn members_read_back() {
         assert_eq!(
-            ready_member("0000000007d00000000000a5order-1"),
+            ready_member("0000000007d000000000000000a5order-1"),
             Some((2_000, 0xa5, "order-1"))
         );
-        assert_eq!(dead_member("0000000000a5x"), Some((0xa5, "x")));
+        assert_eq!(dead_member("00000000000000a5x"), Some((0xa5, "x")));
         assert_eq!(ready_member("short"), None);
-        assert_eq!(dead_member("zzzzzzzzzzzzx"), None);
+        assert_eq!(dead_member("zzzzzzzzzzzzzzzzx"), None);
     }
 }

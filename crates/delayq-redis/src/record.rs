@@ -6,9 +6,8 @@
 //! Header fields, in order: state code, due, created, updated (empty: created), ttr, max
 //! retries (-1: no limit), retries (empty: 0), deadline (ACTIVE: ttr deadline;
 //! FINISHED/CANCELLED: end of retention; empty: none), receipt (ACTIVE; empty: none),
-//! priority (empty: 1024), insertion number in the partition (empty: 0; the add script fills
-//! it in). Records of the previous version end after the receipt: they read as priority 1024
-//! and insertion number 0. The body is last and unescaped: it may hold commas and newlines.
+//! priority (empty: 1024), insertion number (16 hex digits; empty: 0). Records of the
+//! previous version end after the receipt: they read as priority 1024 and insertion number 0. The body is last and unescaped: it may hold commas and newlines.
 //!
 //! Extras (only failing tasks or tasks with a backoff have them) are three parts separated by
 //! NUL bytes: the backoff as JSON (empty: none), the last error as a JSON string (empty:
@@ -38,17 +37,17 @@ pub(crate) struct Record {
     pub receipt: String,
     /// Lower first (rule 11).
     pub priority: Priority,
-    /// The insertion number in the partition, given by the add script (0: not yet, or a
-    /// record of the previous version).
+    /// The insertion number, given by the adding instance (0: a record of the previous
+    /// version).
     pub seq: u64,
     /// Any bytes: the header is text, the body after its newline is not read as text.
     pub body: Vec<u8>,
 }
 
 impl Record {
-    /// The record of a new task, in the state it enters at `now`: READY when due, else
-    /// DELAYED.
-    pub fn new(t: &TaskSpec, now: Millis) -> Record {
+    /// The record of a new task with insertion number `seq`, in the state it enters at
+    /// `now`: READY when due, else DELAYED.
+    pub fn new(t: &TaskSpec, now: Millis, seq: u64) -> Record {
         Record {
             state: delayq::core::lifecycle::scheduled_state(t.due_ms, now),
             due_ms: t.due_ms,
@@ -60,7 +59,7 @@ impl Record {
             deadline_ms: 0,
             receipt: String::new(),
             priority: t.priority,
-            seq: 0,
+            seq,
             body: t.body.clone(),
         }
     }
@@ -92,7 +91,7 @@ impl Record {
             nonzero(u64::from(self.retries)),
             nonzero(self.deadline_ms),
             self.receipt,
-            nonzero(self.seq),
+            seq_text(self.seq),
         );
         let mut out = out.into_bytes();
         out.extend_from_slice(&self.body);
@@ -128,7 +127,10 @@ impl Record {
             None | Some("") => DEFAULT_PRIORITY,
             Some(text) => text.parse().ok()?,
         };
-        let seq = opt(next().or(Some("")))?.unwrap_or(0);
+        let seq = match next() {
+            None | Some("") => 0,
+            Some(text) => u64::from_str_radix(text, 16).ok()?,
+        };
         if next().is_some() {
             return None;
         }
@@ -152,6 +154,16 @@ impl Record {
     /// it no longer exists, whatever the promoter has or has not removed yet.
     pub fn is_expired(&self, now: Millis) -> bool {
         self.state.is_terminal() && self.deadline_ms <= now
+    }
+}
+
+/// An insertion number as records and members carry it: 16 hex digits; empty for 0 in a
+/// record header.
+fn seq_text(seq: u64) -> String {
+    if seq == 0 {
+        String::new()
+    } else {
+        format!("{seq:016x}")
     }
 }
 
@@ -320,8 +332,8 @@ mod tests {
             "2,2000,1000,1500,30000,-1,2,31500,abcd0001\nline 1\nline 2",
             "3,2000,1000,1500,30000,3,,61500,\n",
             "1,2000,1000,1000,30000,0,,,\nx",
-            "1,2000,1000,1000,30000,0,,,,5,17\nx",
-            "5,2000,1000,1000,30000,0,,,,,9\nx",
+            "1,2000,1000,1000,30000,0,,,,5,0000000000000017\nx",
+            "5,2000,1000,1000,30000,0,,,,,18f0a0b0c0d00009\nx",
         ] {
             let record = Record::parse(raw.to_owned()).unwrap();
             assert_eq!(Record::parse(record.encode()), Some(record), "{raw:?}");
@@ -337,8 +349,8 @@ mod tests {
             1_000,
         )
         .unwrap();
-        let packed = Record::new(&spec, 1_000).encode();
-        assert_eq!(packed, b"0,1005,1000,,30000,3,,,,,\na\nb");
+        let packed = Record::new(&spec, 1_000, 0xab).encode();
+        assert_eq!(packed, b"0,1005,1000,,30000,3,,,,,00000000000000ab\na\nb");
         let record = Record::parse(packed).unwrap();
         assert_eq!(record.state, State::Delayed);
         assert_eq!(
@@ -350,7 +362,8 @@ mod tests {
             (30_000, 3, 0)
         );
         assert_eq!(record.body, b"a\nb");
-        let ready = Record::parse(Record::new(&spec, 1_005).encode()).unwrap();
+        assert_eq!(record.seq, 0xab);
+        let ready = Record::parse(Record::new(&spec, 1_005, 1).encode()).unwrap();
         assert_eq!(ready.state, State::Ready);
     }
 
@@ -386,8 +399,9 @@ mod tests {
         // A record of the previous version (nine header fields).
         let old = Record::parse("1,2000,1000,,30000,3,,,\nx".to_owned()).unwrap();
         assert_eq!((old.priority, old.seq), (DEFAULT_PRIORITY, 0));
-        let new = Record::parse("1,2000,1000,,30000,3,,,,0,12\nx".to_owned()).unwrap();
-        assert_eq!((new.priority, new.seq), (0, 12));
+        let new =
+            Record::parse("1,2000,1000,,30000,3,,,,0,0000000000000012\nx".to_owned()).unwrap();
+        assert_eq!((new.priority, new.seq), (0, 0x12));
         let info = task_info("t", "i", new, None, "testing").unwrap();
         assert_eq!(info.priority, 0);
         // Too many fields, or a priority beyond u32: not ours.

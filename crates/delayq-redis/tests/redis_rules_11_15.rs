@@ -108,7 +108,8 @@ async fn ready_order_in_a_partition(target: Target) {
     assert_eq!(pop_ids(q, "o", 10).await, ["zero", "a", "b", "c", "d"]);
 }
 
-/// Across partitions and across topics (pop_any): priority then due hold.
+/// Across partitions and across topics (pop_any): priority, due, then insertion (the
+/// insertion number comes from the adding instance, so it orders across partitions).
 async fn ready_order_across_partitions_and_topics(target: Target) {
     let clock = ManualClock::new(T0);
     let i = target.instance(&clock, 4).await;
@@ -125,7 +126,7 @@ async fn ready_order_across_partitions_and_topics(target: Target) {
         )
         .await
         .expect("add");
-        want.push((pri, T0 + back));
+        want.push((pri, T0 + back, n, format!("t{n}")));
     }
     want.sort();
     clock.advance(100);
@@ -137,8 +138,9 @@ async fn ready_order_across_partitions_and_topics(target: Target) {
             .await
             .expect("pop_any");
         assert_eq!(batch.len(), 4);
-        got.extend(batch.into_iter().map(|d| (d.priority, d.due_ms)));
+        got.extend(batch.into_iter().map(|d| d.id));
     }
+    let want: Vec<String> = want.into_iter().map(|w| w.3).collect();
     assert_eq!(got, want);
     assert!(
         q.pop_any(&topics, PopOptions::default().count(4))

@@ -1,14 +1,13 @@
 -- add: adds tasks of one partition, in order, with a few commands for the whole batch.
--- ARGV[7] the number of tasks, then 6 values per task: id, due, the packed record (built by
--- the caller with the same `now`: READY when due <= now, else DELAYED; its last header
--- field, the insertion number, left empty for this script to fill in), the backoff JSON
--- ('' for none), on_duplicate (0 reject, 1 replace, 2 keep), the priority.
--- Each task written gets the partition's next insertion number (rule 11: FIFO among equals).
+-- ARGV[7] the number of tasks, then 7 values per task: id, due, the packed record (built by
+-- the caller with the same `now`: READY when due <= now, else DELAYED), the backoff JSON
+-- ('' for none), on_duplicate (0 reject, 1 replace, 2 keep), the priority, the insertion
+-- number (16 hex digits, as in the record; rule 11: FIFO among equals).
 -- Reply payload: one code per task: 0 added, 1 replaced, 2 existed (kept), 3 duplicate.
 local n = tonumber(ARGV[7])
 local ids = {}
 for i = 0, n - 1 do
-  ids[i + 1] = ARGV[8 + i * 6]
+  ids[i + 1] = ARGV[8 + i * 7]
 end
 local existing = redis.call('HMGET', RECORDS, unpack(ids))
 -- The ARGV offset of the task that will be written, by id (a later task of the batch with
@@ -17,7 +16,7 @@ local pending = {}
 local order = {}
 local out = {}
 for i = 0, n - 1 do
-  local a = 8 + i * 6
+  local a = 8 + i * 7
   local id = ARGV[a]
   local policy = ARGV[a + 4]
   local code = 0
@@ -57,22 +56,18 @@ if #order > 0 then
   local delayed = {}
   local ready = {}
   local earliest = nil
-  local seq = redis.call('HINCRBY', INFO, 'seq', #order) - #order
   for _, id in ipairs(order) do
     local a = pending[id]
     local due = tonumber(ARGV[a + 1])
-    seq = seq + 1
-    local packed = ARGV[a + 2]
-    local nl = string.find(packed, '\n', 1, true)
     records[#records + 1] = id
-    records[#records + 1] = string.sub(packed, 1, nl - 1) .. fmt(seq) .. string.sub(packed, nl)
+    records[#records + 1] = ARGV[a + 2]
     if ARGV[a + 3] ~= '' then
       extras[#extras + 1] = id
       extras[#extras + 1] = ARGV[a + 3] .. '\0\0'
     end
     if due <= NOW then
       ready[#ready + 1] = tonumber(ARGV[a + 5])
-      ready[#ready + 1] = hex(due) .. hex(seq) .. id
+      ready[#ready + 1] = hex(due) .. ARGV[a + 6] .. id
     else
       delayed[#delayed + 1] = due
       delayed[#delayed + 1] = id

@@ -8,17 +8,20 @@
 --   9     cancelled tasks scored by the end of their retention
 --   10    the records: a hash, task id -> packed record (below)
 --   11    the extras: a hash, task id -> what only some tasks have (below)
---   12    the partition's info: a hash with `v` (the index format, 2), `seq` (the last
---         insertion number given) and `pause` (absent: not paused; -1: until resumed; else
---         the epoch ms at which the pause ends)
+--   12    the partition's info: a hash with `v` (the index format, 2) and `pause` (absent:
+--         not paused; -1: until resumed; else the epoch ms at which the pause ends)
 --   13    (tick only) the partition's fencing token
 --
 -- The READY and DEAD sets do not hold bare ids: a sorted set orders by one double and then
 -- by member bytes, and rule 11 needs three keys (priority, due, insertion). So:
---   READY: score = priority (exact: < 2^32), member = due (12 hex digits) .. seq (12 hex
---          digits) .. id: equal scores sort by member bytes, i.e. by due, then insertion.
---   DEAD:  score = when the task went DEAD, member = seq (12 hex digits) .. id: oldest
---          buried first, then insertion.
+--   READY: score = priority (exact: < 2^32), member = due (12 hex digits) .. insertion
+--          number (16 hex digits) .. id: equal scores sort by member bytes, i.e. by due,
+--          then insertion.
+--   DEAD:  score = when the task went DEAD, member = insertion number .. id: oldest buried
+--          first, then insertion.
+-- The insertion number is given by the adding instance (its clock's ms << 20 plus a
+-- counter, so it orders a topic's tasks across partitions too) and is only ever handled as
+-- a 16-hex-digit string here: it does not fit a Lua number exactly.
 -- The other sets hold bare ids scored by due (or deadline). Partitions written by the
 -- previous version (bare ids everywhere, no `v`) are converted by `upgrade` below, which
 -- every script runs first.
@@ -32,7 +35,7 @@
 -- Header fields, in order: state code, due, created, updated (empty: created), ttr,
 -- max retries (-1: no limit), retries (empty: 0), deadline (ACTIVE: ttr deadline;
 -- FINISHED/CANCELLED: end of retention; empty: none), receipt (ACTIVE; empty: none),
--- priority (empty: 1024), insertion number in the partition (empty: 0). Records of the
+-- priority (empty: 1024), insertion number (16 hex digits; empty: 0). Records of the
 -- previous version end after the receipt and read as priority 1024, insertion 0.
 -- `src/record.rs` encodes and parses the same format on the Rust side.
 -- One string per task in one hash per partition keeps a delayed task small: a 100-byte body
@@ -58,9 +61,11 @@ local EXTRAS = KEYS[11]
 local INFO = KEYS[12]
 local HISTORY = 16
 local DEFAULT_PRIORITY = 1024
--- The width of the due and insertion number in READY and DEAD members (hex digits).
+-- The width of the due and of the insertion number in READY and DEAD members (hex digits).
 local WIDTH = 12
 local WIDTH_MAX = 2 ^ 48 - 1
+local SEQ_WIDTH = 16
+local NO_SEQ = '0000000000000000'
 
 -- What the script did that others must hear of: tasks that became ready (wake consumers) and
 -- the earliest new timer that may be earlier than what the partition's promoter sleeps until.
@@ -119,8 +124,8 @@ local function header(rec)
     pri = fmt(rec.pri)
   end
   local seq = ''
-  if rec.seq ~= 0 then
-    seq = fmt(rec.seq)
+  if rec.seq ~= NO_SEQ then
+    seq = rec.seq
   end
   return rec.state .. ',' .. fmt(rec.due) .. ',' .. rec.created .. ',' .. updated .. ',' ..
     rec.ttr .. ',' .. rec.max .. ',' .. retries .. ',' .. deadline .. ',' .. rec.receipt ..
@@ -135,9 +140,9 @@ end
 -- The member of a record in the set of `state`, and its score.
 local function member(rec, state)
   if state == READY then
-    return hex(rec.due) .. hex(rec.seq) .. rec.id, rec.pri
+    return hex(rec.due) .. rec.seq .. rec.id, rec.pri
   elseif state == DEAD then
-    return hex(rec.seq) .. rec.id, rec.updated or NOW
+    return rec.seq .. rec.id, rec.updated or NOW
   end
   return rec.id, rec.due
 end
@@ -145,9 +150,9 @@ end
 -- The task id of a member of the set of `state`.
 local function member_id(m, state)
   if state == READY then
-    return string.sub(m, 2 * WIDTH + 1)
+    return string.sub(m, WIDTH + SEQ_WIDTH + 1)
   elseif state == DEAD then
-    return string.sub(m, WIDTH + 1)
+    return string.sub(m, SEQ_WIDTH + 1)
   end
   return m
 end
@@ -194,7 +199,7 @@ local function load(id)
     deadline = tonumber(f[8]) or 0,
     receipt = f[9] or '',
     pri = tonumber(f[10]) or DEFAULT_PRIORITY,
-    seq = tonumber(f[11]) or 0,
+    seq = (f[11] ~= nil and f[11] ~= '') and f[11] or NO_SEQ,
     body = string.sub(raw, nl + 1),
   }
   if (rec.state == FINISHED or rec.state == CANCELLED) and rec.deadline <= NOW then

@@ -6,7 +6,8 @@
 --   5 (DEAD): oldest buried first, then insertion.
 -- Reply: the pause (-2: none, -1: until resumed, else its end), the number of entries, then
 -- 4 values per entry: three order keys (READY: priority, due, insertion; DELAYED: due,
--- insertion, 0; DEAD: when it went DEAD, insertion, 0) and the id.
+-- insertion, 0; DEAD: when it went DEAD, insertion, 0) and the id. Insertion numbers are
+-- 16-hex-digit strings (compared as strings here: they do not fit a Lua number).
 local state = tonumber(ARGV[7])
 local max = tonumber(ARGV[8])
 local entries = {}
@@ -17,7 +18,7 @@ if state == READY then
     entries[#entries + 1] = {
       tonumber(r[i + 1]),
       tonumber(string.sub(m, 1, WIDTH), 16),
-      tonumber(string.sub(m, WIDTH + 1, 2 * WIDTH), 16),
+      string.sub(m, WIDTH + 1, WIDTH + SEQ_WIDTH),
       member_id(m, READY),
     }
   end
@@ -41,7 +42,7 @@ elseif state == DEAD then
   for i = 1, #r, 2 do
     entries[#entries + 1] = {
       tonumber(r[i + 1]),
-      tonumber(string.sub(r[i], 1, WIDTH), 16),
+      string.sub(r[i], 1, SEQ_WIDTH),
       0,
       member_id(r[i], DEAD),
     }

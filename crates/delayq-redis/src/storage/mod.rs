@@ -37,7 +37,7 @@ mod registry;
 
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use async_trait::async_trait;
 use std::collections::HashMap;
@@ -77,6 +77,8 @@ pub(crate) struct Shared {
     pub fencing: Fencing,
     topics: registry::Topics,
     receipts: pop::Receipts,
+    /// The last insertion number this instance gave (see [`Shared::next_seq`]).
+    last_seq: AtomicU64,
     /// The pause ends at which this instance's parked consumers will be woken, by topic.
     pause_wakes: Arc<Mutex<HashMap<String, Millis>>>,
     closed: AtomicBool,
@@ -100,6 +102,28 @@ impl Shared {
             Err(Error::ShuttingDown)
         } else {
             Ok(())
+        }
+    }
+
+    /// The insertion number of a task added at `now` (rule 11: FIFO among tasks of equal
+    /// priority and due): `now << 20` plus a counter, above every number this instance gave
+    /// before. Tasks added by one instance keep their order across all partitions and
+    /// topics; tasks added by different instances in the same millisecond of the shared
+    /// clock are ordered arbitrarily among themselves.
+    pub fn next_seq(&self, now: Millis) -> u64 {
+        let floor = now.saturating_mul(1 << 20);
+        let mut last = self.last_seq.load(Ordering::Relaxed);
+        loop {
+            let next = floor.max(last.saturating_add(1));
+            match self.last_seq.compare_exchange_weak(
+                last,
+                next,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return next,
+                Err(seen) => last = seen,
+            }
         }
     }
 
@@ -217,6 +241,7 @@ pub async fn start(ctx: StorageContext, options: RedisOptions) -> Result<Arc<Red
         topics: registry::Topics::default(),
         receipts: pop::Receipts::new(seed),
         pause_wakes: Arc::default(),
+        last_seq: AtomicU64::new(0),
         closed: AtomicBool::new(false),
         options,
     });

@@ -287,12 +287,14 @@ fn parse_heads(value: &Value, what: &str) -> Result<Heads, BackendError> {
     let rest = items
         .get(2..2 + n * 4)
         .ok_or_else(|| bad("too few values"))?;
+    // Numbers come as integers; insertion numbers as 16 hex digits.
+    let key = |v: &Value| match v {
+        Value::Int(i) => u64::try_from(*i).ok(),
+        other => u64::from_str_radix(&text(other)?, 16).ok(),
+    };
     let entries = rest
         .chunks_exact(4)
-        .map(|e| {
-            let key = |v: &Value| int(v).and_then(|i| u64::try_from(i).ok());
-            Some(([key(&e[0])?, key(&e[1])?, key(&e[2])?], text(&e[3])?))
-        })
+        .map(|e| Some(([key(&e[0])?, key(&e[1])?, key(&e[2])?], text(&e[3])?)))
         .collect::<Option<Vec<_>>>()
         .ok_or_else(|| bad("an entry with a bad field"))?;
     Ok(Heads { pause, entries })
@@ -388,12 +390,12 @@ mod tests {
             Value::Int(1),
             Value::Int(7),
             Value::Int(1000),
-            Value::Int(3),
+            bulk("00000000000000ff"),
             bulk("a"),
         ]);
         let h = parse_heads(&heads, "testing").unwrap();
         assert_eq!(h.pause, 5000);
-        assert_eq!(h.entries, vec![([7, 1000, 3], "a".to_owned())]);
+        assert_eq!(h.entries, vec![([7, 1000, 0xff], "a".to_owned())]);
         assert!(
             parse_heads(
                 &Value::Array(vec![Value::Int(-2), Value::Int(1)]),
