@@ -55,7 +55,7 @@ impl Receipts {
 pub(super) type Part<'t> = (&'t str, u32);
 
 /// What one partition's pop script did: the partition, how many were asked, what was taken.
-type Taken<'t> = (Part<'t>, usize, Vec<Delivery>);
+type Taken<'t> = (Part<'t>, usize, Vec<(u64, Delivery)>);
 
 /// What the `peek` script says of one partition: its pause (`-2` none, `-1` until resumed,
 /// else its end) and its first entries, each with its three order keys and its id.
@@ -90,7 +90,11 @@ impl Shared {
             let got = self
                 .pop_partitions(&[(part, max)], auto_finish, now)
                 .await?;
-            return Ok(got.into_iter().flat_map(|(_, _, taken)| taken).collect());
+            return Ok(got
+                .into_iter()
+                .flat_map(|(_, _, taken)| taken)
+                .map(|(_, d)| d)
+                .collect());
         }
         if parts.is_empty() {
             return Ok(Vec::new());
@@ -131,8 +135,8 @@ impl Shared {
                 .await?;
             got.extend(more.into_iter().flat_map(|(_, _, taken)| taken));
         }
-        got.sort_by_key(|d| (d.priority, d.due_ms));
-        Ok(got)
+        got.sort_by_key(|(seq, d)| (d.priority, d.due_ms, *seq));
+        Ok(got.into_iter().map(|(_, d)| d).collect())
     }
 
     /// The first `max` tasks of every partition in pop order (READY and due DELAYED, from
@@ -303,7 +307,8 @@ fn parse_heads(value: &Value, what: &str) -> Result<Heads, BackendError> {
 /// What a pop script reports.
 #[derive(Debug)]
 struct Popped {
-    deliveries: Vec<Delivery>,
+    /// Each with its insertion number.
+    deliveries: Vec<(u64, Delivery)>,
     /// `-2` not paused, `-1` paused until resumed, else the end of the pause.
     pause: i64,
     /// The due times of the tasks it promoted.
@@ -323,12 +328,13 @@ fn parse_pop(topic: &str, payload: &[Value], what: &str) -> Result<Popped, Backe
         .and_then(int)
         .ok_or_else(|| bad("no pause"))?;
     let tasks = payload
-        .get(2..2 + n * 7)
+        .get(2..2 + n * 8)
         .ok_or_else(|| bad("too few values"))?;
     let deliveries = tasks
-        .chunks_exact(7)
+        .chunks_exact(8)
         .map(|t| {
-            Some(Delivery {
+            let seq = u64::from_str_radix(&text(&t[7])?, 16).ok()?;
+            let d = Delivery {
                 id: text(&t[0])?,
                 topic: topic.to_owned(),
                 body: bytes(&t[1])?,
@@ -337,11 +343,12 @@ fn parse_pop(topic: &str, payload: &[Value], what: &str) -> Result<Popped, Backe
                 receipt: text(&t[3])?,
                 due_ms: u64::try_from(int(&t[4])?).ok()?,
                 ttr_ms: u64::try_from(int(&t[5])?).ok()?,
-            })
+            };
+            Some((seq, d))
         })
         .collect::<Option<Vec<_>>>()
         .ok_or_else(|| bad("a task with a bad field"))?;
-    let promoted = payload[2 + n * 7..]
+    let promoted = payload[2 + n * 8..]
         .iter()
         .filter_map(int)
         .filter_map(|d| u64::try_from(d).ok())
@@ -373,11 +380,13 @@ mod tests {
             bulk("1000"),
             bulk("30000"),
             Value::Int(7),
+            bulk("0000000000000005"),
             Value::Int(990),
         ];
         let popped = parse_pop("t", &payload, "testing").unwrap();
         let (d, promoted) = (popped.deliveries, popped.promoted);
-        assert_eq!((popped.pause, d[0].priority), (-2, 7));
+        assert_eq!((popped.pause, d[0].1.priority, d[0].0), (-2, 7, 5));
+        let d: Vec<Delivery> = d.into_iter().map(|(_, d)| d).collect();
         assert_eq!(d.len(), 1);
         assert_eq!(
             (d[0].id.as_str(), d[0].retries, d[0].due_ms),
