@@ -25,8 +25,8 @@
 //! the order of rule 11 and of beanstalkd's kick in their members (`scripts/lib.lua` says
 //! how): READY is scored by priority with members `due|insertion|id` (fixed-width hex), DEAD
 //! by the time the task went DEAD with members `insertion|id` (the insertion number is the
-//! adding instance's clock millisecond shifted left by 20 bits plus a counter). [`ready_member`] and
-//! [`dead_member`] read them.
+//! adding instance's clock millisecond shifted left by 20 bits plus a counter). `ready_member` and
+//! `dead_member` read them.
 
 use delayq_core::hash::fnv1a;
 
