@@ -2,15 +2,9 @@
 -- ARGV[7] the task id, ARGV[8] the receipt ('' for none), ARGV[9] '1' when an error text is
 -- given, ARGV[10] the error text (the last error; default "buried"), ARGV[11] a new
 -- priority ('' to keep it).
-local rec = load(ARGV[7])
+local rec, refusal = load_held(ARGV[7], ARGV[8])
 if not rec then
-  return refuse(-1)
-end
-if rec.state ~= ACTIVE then
-  return refuse(-2, rec.state)
-end
-if ARGV[8] ~= '' and ARGV[8] ~= rec.receipt then
-  return refuse(-3)
+  return refusal
 end
 local err = 'buried'
 if ARGV[9] == '1' then

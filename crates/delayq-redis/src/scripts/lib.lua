@@ -434,4 +434,20 @@ local function refuse(status, state)
 end
 
 
+-- Loads the ACTIVE task `id` for its holder (`receipt`: '' for none). Returns the record, or
+-- nil and the refusal to return (not found, wrong state, stale receipt).
+local function load_held(id, receipt)
+  local rec = load(id)
+  if not rec then
+    return nil, refuse(-1)
+  end
+  if rec.state ~= ACTIVE then
+    return nil, refuse(-2, rec.state)
+  end
+  if receipt ~= '' and receipt ~= rec.receipt then
+    return nil, refuse(-3)
+  end
+  return rec
+end
+
 upgrade()

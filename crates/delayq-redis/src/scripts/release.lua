@@ -3,15 +3,9 @@
 -- ARGV[10] '1' when an error text is given, ARGV[11] the error text, ARGV[12] a new
 -- priority ('' to keep it).
 -- Reply payload: the new state.
-local rec = load(ARGV[7])
+local rec, refusal = load_held(ARGV[7], ARGV[8])
 if not rec then
-  return refuse(-1)
-end
-if rec.state ~= ACTIVE then
-  return refuse(-2, rec.state)
-end
-if ARGV[8] ~= '' and ARGV[8] ~= rec.receipt then
-  return refuse(-3)
+  return refusal
 end
 local delay = nil
 if ARGV[9] ~= '' then
