@@ -532,3 +532,43 @@ async fn a_partition_of_the_previous_version_is_upgraded() {
     assert_eq!(q.kick("old", 5).await.unwrap(), 1);
     assert_eq!(pop_ids(q, "old", 10).await, ["gone"]);
 }
+
+/// A clock whose upper bound is 3 ms above its lower one, as the Redis reference clock is
+/// when its reading has an uncertainty.
+struct Uncertain(ManualClock);
+
+impl delayq::Clock for Uncertain {
+    fn now_ms(&self) -> u64 {
+        self.0.now_ms()
+    }
+    fn upper_ms(&self) -> u64 {
+        self.0.now_ms() + 3
+    }
+    fn sleep_until(&self, deadline: u64) -> delayq::clock::Sleep {
+        self.0.sleep_until(deadline)
+    }
+}
+
+/// Windows given to a consumer (ttr, a release delay) start at the clock's upper bound, so
+/// they never end before their length has passed by the true time; due times are judged by
+/// the lower bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn windows_start_at_the_clocks_upper_bound() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let ctx = StorageContext::new(Arc::new(Uncertain(clock.clone())));
+    let i = Instance::start(ctx, support::options(&server)).await;
+    let q = &i.queue;
+    q.add(NewTask::new("w", "a").ttr_ms(1_000)).await.unwrap();
+    let got = q.pop_one("w", 0).await.unwrap().unwrap();
+    let info = q.get("w", "a").await.unwrap();
+    assert_eq!(info.deadline_ms, Some(T0 + 3 + 1_000));
+    let deadline = q.touch("w", "a", Some(&got.receipt)).await.unwrap();
+    assert_eq!(deadline, T0 + 3 + 1_000);
+    let state = q
+        .release("w", "a", delayq::ReleaseOptions::default().delay_ms(100))
+        .await
+        .unwrap();
+    assert_eq!(state, State::Delayed);
+    assert_eq!(q.get("w", "a").await.unwrap().due_ms, T0 + 3 + 100);
+}

@@ -379,6 +379,7 @@ async fn the_scripts_decide_a_failure_as_the_core_does() {
         let topic = format!("case{i}");
         let h = Header {
             now: NOW,
+            upper: NOW,
             channel: "dq:events",
             instance: "test",
             topic: &topic,

@@ -26,7 +26,10 @@
 -- previous version (bare ids everywhere, no `v`) are converted by `upgrade` below, which
 -- every script runs first.
 -- ARGV:
---   1 now (epoch ms, from the caller's clock: scripts never read TIME)
+--   1 now (epoch ms, from the caller's clock: scripts never read TIME): the clock's lower
+--     bound, or `lower:upper` when the upper bound is above it. Due times are judged by the
+--     lower bound (never early); the windows given to a consumer or a backoff (ttr, release
+--     delay, backoff) start at the upper one, so they never end before their length.
 --   2 the events channel   3 the calling instance   4 the topic   5 the partition
 --   6 retention (ms)
 --   7.. the script's own arguments
@@ -45,7 +48,16 @@
 -- error as a JSON string (empty: none), the history (one JSON object per line, at most
 -- HISTORY lines). Most tasks have none.
 
-local NOW = tonumber(ARGV[1])
+local NOW, UPPER
+do
+  local lower, upper = string.match(ARGV[1], '^(%d+):(%d+)$')
+  if lower then
+    NOW, UPPER = tonumber(lower), tonumber(upper)
+  else
+    NOW = tonumber(ARGV[1])
+    UPPER = NOW
+  end
+end
 local CHANNEL = ARGV[2]
 local ORIGIN = ARGV[3]
 local TOPIC = ARGV[4]
@@ -328,13 +340,12 @@ local function fail(rec, delay, outcome, err)
   if wait == nil then
     wait = backoff_delay(x.backoff, rec.retries)
   end
-  local due = NOW + wait
-  if due <= NOW then
+  if wait <= 0 then
     -- An immediate redelivery keeps its original due, so it goes to the front.
     enter(rec, READY, rec.due)
     return READY
   end
-  enter(rec, DELAYED, due)
+  enter(rec, DELAYED, UPPER + wait)
   return DELAYED
 end
 

@@ -65,8 +65,11 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
 
 /// The arguments every partition script starts with: `ARGV[1..=6]` of `lib.lua`.
 pub(crate) struct Header<'a> {
-    /// The queue's clock (scripts never read Redis's `TIME`).
+    /// The queue's clock (scripts never read Redis's `TIME`): its lower bound.
     pub now: Millis,
+    /// The clock's upper bound (`Clock::upper_ms`), where ttr, release-delay and backoff
+    /// windows start; `now` for an exact clock.
+    pub upper: Millis,
     /// The events channel the script publishes on.
     pub channel: &'a str,
     /// The calling instance: the origin of the events.
@@ -87,8 +90,13 @@ impl Header<'_> {
         for key in pk.sets() {
             inv.key(key);
         }
-        inv.arg(self.now)
-            .arg(self.channel)
+        // `lower:upper` only when they differ, so an exact clock sends a plain number.
+        if self.upper > self.now {
+            inv.arg(format!("{}:{}", self.now, self.upper));
+        } else {
+            inv.arg(self.now);
+        }
+        inv.arg(self.channel)
             .arg(self.instance)
             .arg(self.topic)
             .arg(self.partition)

@@ -32,7 +32,7 @@ for i, m in ipairs(members) do
     else
       rec.state = ACTIVE
       rec.updated = NOW
-      rec.deadline = NOW + rec.ttr
+      rec.deadline = UPPER + rec.ttr
       rec.receipt = receipt
       redis.call('ZADD', SETS[ACTIVE], rec.due, id)
       index_timer(DEADLINES, rec.deadline, id)

@@ -4,7 +4,7 @@ local rec, refusal = load_held(ARGV[7], ARGV[8])
 if not rec then
   return refusal
 end
-rec.deadline = NOW + rec.ttr
+rec.deadline = UPPER + rec.ttr
 save(rec)
 redis.call('ZADD', DEADLINES, rec.deadline, rec.id)
 return reply(0, {rec.deadline})

@@ -116,16 +116,9 @@ impl Shared {
         id: &str,
         options: ReleaseOptions,
     ) -> Result<State> {
-        // The script adds the delay to the clock's lower reading; pad it by what rounding
-        // the upper reading up adds, so the new due is never before the release plus the delay.
-        let clock = &self.ctx.clock;
-        let delay = options
-            .delay_ms
-            .map(|d| {
-                let pad = clock.upper_ms().saturating_sub(clock.now_ms());
-                d.saturating_add(pad).to_string()
-            })
-            .unwrap_or_default();
+        // The script adds the delay to the clock's upper reading (see `Header::upper`), so
+        // the new due is never before the release plus the delay.
+        let delay = options.delay_ms.map(|d| d.to_string()).unwrap_or_default();
         let error = options.error.map(|mut e| {
             delayq_core::validate::truncate_utf8(&mut e, self.ctx.limits.max_error_bytes);
             e

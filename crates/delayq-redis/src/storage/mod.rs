@@ -136,8 +136,11 @@ impl Shared {
         partition: u32,
         now: Millis,
     ) -> ScriptInvocation<'s> {
+        // Read after `now`, so never below the true time when `now` was read.
+        let upper = self.ctx.clock.upper_ms().max(now);
         let header = Header {
             now,
+            upper,
             channel: &self.channel,
             instance: &self.instance,
             topic,
