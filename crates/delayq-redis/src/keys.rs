@@ -8,15 +8,25 @@
 //! |---------------------------------------|--------|-------------------------------------------|
 //! | `dq:{t#p}:records`                    | hash   | task id → packed record (header + body)   |
 //! | `dq:{t#p}:extras`                     | hash   | task id → backoff, last error, history    |
-//! | `dq:{t#p}:delayed` … `:dead`          | zset   | the tasks in each state, scored by due    |
+//! | `dq:{t#p}:delayed` … `:dead`          | zset   | the tasks in each state (see below)       |
 //! | `dq:{t#p}:deadlines`                  | zset   | ACTIVE tasks scored by ttr deadline       |
 //! | `dq:{t#p}:finished:expiry`, `:cancelled:expiry` | zset | retained records by end of retention |
+//! | `dq:{t#p}:info`                       | hash   | index format `v`, insertion counter `seq`, `pause` |
 //! | `dq:{t#p}:fence`                      | string | the highest lease token seen (fencing)    |
 //! | `dq:topics`                           | hash   | topic → partition count (the registry)    |
 //! | `dq:{lease}:bucket:<b>`               | string | `<instance>:<token>`, `PX` lease time     |
 //! | `dq:{lease}:instances`                | zset   | live instances scored by heartbeat expiry |
 //! | `dq:{lease}:token`                    | string | the fencing token counter                 |
+//! | `dq:jobs`                             | string | the beanstalk job id counter (`INCR`)     |
+//! | `dq:meta:<namespace>`                 | hash   | the settings store: key → value           |
 //! | `dq:events` (channel)                 | pubsub | ready / wake / new-topic events           |
+//!
+//! DELAYED, ACTIVE, FINISHED and CANCELLED hold task ids scored by due. READY and DEAD carry
+//! the order of rule 11 and of beanstalkd's kick in their members (`scripts/lib.lua` says
+//! how): READY is scored by priority with members `due|insertion|id` (fixed-width hex), DEAD
+//! by the time the task went DEAD with members `insertion|id` (the insertion number is the
+//! adding instance's clock millisecond shifted left by 20 bits plus a counter). `ready_member` and
+//! `dead_member` read them.
 
 use delayq_core::hash::fnv1a;
 
@@ -65,6 +75,14 @@ impl Keys {
         format!("{}:{{lease}}:token", self.prefix)
     }
 
+    pub fn job_ids(&self) -> String {
+        format!("{}:jobs", self.prefix)
+    }
+
+    pub fn meta(&self, namespace: &str) -> String {
+        format!("{}:meta:{namespace}", self.prefix)
+    }
+
     pub fn lease_bucket(&self, bucket: u32) -> String {
         format!("{}:{{lease}}:bucket:{bucket}", self.prefix)
     }
@@ -84,7 +102,7 @@ pub(crate) struct PartitionKeys {
 }
 
 /// The suffixes of the keys every partition script declares, in `KEYS` order.
-const SETS: [&str; 11] = [
+const SETS: [&str; 12] = [
     "delayed",
     "ready",
     "active",
@@ -96,6 +114,7 @@ const SETS: [&str; 11] = [
     "cancelled:expiry",
     "records",
     "extras",
+    "info",
 ];
 
 impl PartitionKeys {
@@ -119,6 +138,51 @@ impl PartitionKeys {
 
     pub fn extras(&self) -> String {
         format!("{}extras", self.base)
+    }
+
+    #[cfg(test)]
+    pub fn info(&self) -> String {
+        format!("{}info", self.base)
+    }
+}
+
+/// The width in hex digits of the due in READY members.
+const WIDTH: usize = 12;
+/// The width in hex digits of the insertion number in READY and DEAD members.
+const SEQ_WIDTH: usize = 16;
+
+/// The (due, insertion number, id) of a member of a READY set; `None` if it is not one.
+pub(crate) fn ready_member(member: &str) -> Option<(u64, u64, &str)> {
+    let due = u64::from_str_radix(member.get(..WIDTH)?, 16).ok()?;
+    let seq = u64::from_str_radix(member.get(WIDTH..WIDTH + SEQ_WIDTH)?, 16).ok()?;
+    Some((due, seq, member.get(WIDTH + SEQ_WIDTH..)?))
+}
+
+/// The (insertion number, id) of a member of a DEAD set; `None` if it is not one.
+pub(crate) fn dead_member(member: &str) -> Option<(u64, &str)> {
+    let seq = u64::from_str_radix(member.get(..SEQ_WIDTH)?, 16).ok()?;
+    Some((seq, member.get(SEQ_WIDTH..)?))
+}
+
+/// The member and score of a task in the set of `state`, as `lib.lua`'s `member` makes them
+/// (for tests that write a partition by hand).
+#[cfg(test)]
+pub(crate) fn member_of(
+    state: delayq::State,
+    id: &str,
+    record: &crate::record::Record,
+) -> (String, f64) {
+    let clamp = |n: u64| n.min((1 << 48) - 1);
+    match state {
+        delayq::State::Ready => (
+            format!("{:012x}{:016x}{id}", clamp(record.due_ms), record.seq),
+            f64::from(record.priority),
+        ),
+        delayq::State::Dead => (
+            format!("{:016x}{id}", record.seq),
+            record.updated_at_ms as f64,
+        ),
+        _ => (id.to_owned(), record.due_ms as f64),
     }
 }
 
@@ -167,8 +231,22 @@ mod tests {
         assert_eq!(sets[0], "dq:{orders#7}:delayed");
         assert_eq!(sets[8], "dq:{orders#7}:cancelled:expiry");
         assert_eq!(sets[10], "dq:{orders#7}:extras");
+        assert_eq!(sets[11], "dq:{orders#7}:info");
         assert_eq!(pk.state_set(delayq::State::Dead), "dq:{orders#7}:dead");
         assert!(sets.iter().all(|k| k.contains("{orders#7}")));
         assert_eq!(keys.lease_bucket(3), "dq:{lease}:bucket:3");
+        assert_eq!(keys.job_ids(), "dq:jobs");
+        assert_eq!(keys.meta("push"), "dq:meta:push");
+    }
+
+    #[test]
+    fn members_read_back() {
+        assert_eq!(
+            ready_member("0000000007d000000000000000a5order-1"),
+            Some((2_000, 0xa5, "order-1"))
+        );
+        assert_eq!(dead_member("00000000000000a5x"), Some((0xa5, "x")));
+        assert_eq!(ready_member("short"), None);
+        assert_eq!(dead_member("zzzzzzzzzzzzzzzzx"), None);
     }
 }

@@ -21,10 +21,13 @@
 //! script touches one Redis Cluster slot and a busy topic spreads over many slots. Per
 //! partition there is a hash of packed records (task id → a short header and the body), a
 //! hash of extras that only failing tasks or tasks with a backoff have (backoff, last error,
-//! bounded history), one sorted set per state scored by due (READY's gives pop its
-//! earliest-due-first order, and the sizes are the counters, so `stats` is O(partitions) and
-//! never scans), the ACTIVE tasks by ttr deadline, and the FINISHED / CANCELLED records by
-//! the end of their retention. See [`keys`] for the table.
+//! bounded history), one sorted set per state (the sizes are the counters, so `stats` is
+//! O(partitions) and never scans), the ACTIVE tasks by ttr deadline, the FINISHED /
+//! CANCELLED records by the end of their retention, and an `info` hash (index format,
+//! pause). READY is scored by priority with members `due|insertion|id`, which gives pop the
+//! order of rule 11 (priority, due, insertion); DEAD is scored by when the task went DEAD
+//! (kick's oldest-buried-first); the others hold ids scored by due. See [`keys`] for the
+//! table and `docs/storage.md` for what the order means across partitions.
 //!
 //! Records are packed into one hash per partition rather than one hash per task because a
 //! 100-byte body pushes a per-task hash out of Redis's compact listpack encoding (about
@@ -35,8 +38,10 @@
 //!
 //! Every transition is one Lua script over the keys of one partition, in one round trip,
 //! checking the state (and the receipt) inside the script: add (a batch of one partition),
-//! pop, finish, release, touch, cancel, requeue (one or all), delete, the promoter's tick,
-//! and stats. Time comes from the queue's clock as an argument, never from Redis's `TIME`,
+//! pop, finish, release, touch, cancel, requeue (one or all), delete, bury, reschedule, kick
+//! (one or several), pause/resume, peek, the promoter's tick, and stats. Pop over several
+//! partitions or topics, peek and kick plan across partitions from the `peek` script's view
+//! of each; pause is stored in every partition so that pop refuses in the same atomic step. Time comes from the queue's clock as an argument, never from Redis's `TIME`,
 //! so tests with a manual clock are exact. A failed attempt (release, ttr expiry) is decided
 //! in Lua exactly as `delayq_core::lifecycle::after_failure` decides it (a table test in
 //! `src/scripts/failure_rule.rs` holds the two equal). A FINISHED or

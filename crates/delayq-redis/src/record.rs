@@ -5,8 +5,9 @@
 //! A record is one string: a header of comma-separated fields, a newline, then the body.
 //! Header fields, in order: state code, due, created, updated (empty: created), ttr, max
 //! retries (-1: no limit), retries (empty: 0), deadline (ACTIVE: ttr deadline;
-//! FINISHED/CANCELLED: end of retention; empty: none), receipt (ACTIVE; empty: none). The
-//! body is last and unescaped: it may hold commas and newlines.
+//! FINISHED/CANCELLED: end of retention; empty: none), receipt (ACTIVE; empty: none),
+//! priority (empty: 1024), insertion number (16 hex digits; empty: 0). Records of the
+//! previous version end after the receipt: they read as priority 1024 and insertion number 0. The body is last and unescaped: it may hold commas and newlines.
 //!
 //! Extras (only failing tasks or tasks with a backoff have them) are three parts separated by
 //! NUL bytes: the backoff as JSON (empty: none), the last error as a JSON string (empty:
@@ -15,6 +16,7 @@
 
 use std::fmt::Write as _;
 
+use delayq::core::{DEFAULT_PRIORITY, Priority};
 use delayq::{Attempt, Backoff, Millis, State, TaskInfo, TaskSpec};
 
 use crate::error::BackendError;
@@ -33,14 +35,19 @@ pub(crate) struct Record {
     pub deadline_ms: Millis,
     /// ACTIVE: the current attempt's receipt; else empty.
     pub receipt: String,
+    /// Lower first (rule 11).
+    pub priority: Priority,
+    /// The insertion number, given by the adding instance (0: a record of the previous
+    /// version).
+    pub seq: u64,
     /// Any bytes: the header is text, the body after its newline is not read as text.
     pub body: Vec<u8>,
 }
 
 impl Record {
-    /// The record of a new task, in the state it enters at `now`: READY when due, else
-    /// DELAYED.
-    pub fn new(t: &TaskSpec, now: Millis) -> Record {
+    /// The record of a new task with insertion number `seq`, in the state it enters at
+    /// `now`: READY when due, else DELAYED.
+    pub fn new(t: &TaskSpec, now: Millis, seq: u64) -> Record {
         Record {
             state: delayq::core::lifecycle::scheduled_state(t.due_ms, now),
             due_ms: t.due_ms,
@@ -51,6 +58,8 @@ impl Record {
             retries: 0,
             deadline_ms: 0,
             receipt: String::new(),
+            priority: t.priority,
+            seq,
             body: t.body.clone(),
         }
     }
@@ -66,9 +75,14 @@ impl Record {
             self.updated_at_ms.to_string()
         };
         // Writing to a String cannot fail.
+        let priority = if self.priority == DEFAULT_PRIORITY {
+            String::new()
+        } else {
+            self.priority.to_string()
+        };
         let _ = writeln!(
             out,
-            "{},{},{},{updated},{},{},{},{},{}",
+            "{},{},{},{updated},{},{},{},{},{},{priority},{}",
             self.state.code(),
             self.due_ms,
             self.created_at_ms,
@@ -77,6 +91,7 @@ impl Record {
             nonzero(u64::from(self.retries)),
             nonzero(self.deadline_ms),
             self.receipt,
+            seq_text(self.seq),
         );
         let mut out = out.into_bytes();
         out.extend_from_slice(&self.body);
@@ -107,6 +122,18 @@ impl Record {
         let retries = u32::try_from(opt(next())?.unwrap_or(0)).ok()?;
         let deadline_ms = opt(next())?.unwrap_or(0);
         let receipt = next()?.to_owned();
+        // Absent in records of the previous version.
+        let priority = match next() {
+            None | Some("") => DEFAULT_PRIORITY,
+            Some(text) => text.parse().ok()?,
+        };
+        let seq = match next() {
+            None | Some("") => 0,
+            Some(text) => u64::from_str_radix(text, 16).ok()?,
+        };
+        if next().is_some() {
+            return None;
+        }
         Some(Record {
             state,
             due_ms,
@@ -117,6 +144,8 @@ impl Record {
             retries,
             deadline_ms,
             receipt,
+            priority,
+            seq,
             body,
         })
     }
@@ -125,6 +154,16 @@ impl Record {
     /// it no longer exists, whatever the promoter has or has not removed yet.
     pub fn is_expired(&self, now: Millis) -> bool {
         self.state.is_terminal() && self.deadline_ms <= now
+    }
+}
+
+/// An insertion number as records and members carry it: 16 hex digits; empty for 0 in a
+/// record header.
+fn seq_text(seq: u64) -> String {
+    if seq == 0 {
+        String::new()
+    } else {
+        format!("{seq:016x}")
     }
 }
 
@@ -168,8 +207,7 @@ pub(crate) fn task_info(
         id: id.to_owned(),
         topic: topic.to_owned(),
         body: record.body,
-        // TODO(issue 11): priority is not in the Redis record yet.
-        priority: delayq::core::DEFAULT_PRIORITY,
+        priority: record.priority,
         state: record.state,
         due_ms: record.due_ms,
         delay_ms: record.due_ms.saturating_sub(record.created_at_ms),
@@ -238,6 +276,8 @@ mod tests {
             retries: 0,
             deadline_ms: 0,
             receipt: String::new(),
+            priority: DEFAULT_PRIORITY,
+            seq: 0,
             body: b"hello".to_vec(),
         }
     }
@@ -254,6 +294,8 @@ mod tests {
         active.deadline_ms = 31_500;
         active.receipt = "00000000000a0001".to_owned();
         active.max_retries = -1;
+        active.priority = 0;
+        active.seq = 42;
         active.body = b"a,b\nc,\n\n\xff".to_vec();
         table.push(active);
         let mut huge = sample(State::Finished);
@@ -263,6 +305,8 @@ mod tests {
         huge.ttr_ms = u64::MAX;
         huge.max_retries = i64::from(u32::MAX);
         huge.deadline_ms = u64::MAX;
+        huge.priority = u32::MAX;
+        huge.seq = u64::MAX;
         huge.body = Vec::new();
         table.push(huge);
         for record in table {
@@ -276,7 +320,7 @@ mod tests {
         // The defaults are left empty, as lib.lua leaves them.
         assert_eq!(
             sample(State::Delayed).encode(),
-            b"0,2000,1000,,30000,3,,,\nhello"
+            b"0,2000,1000,,30000,3,,,,,\nhello"
         );
     }
 
@@ -288,6 +332,8 @@ mod tests {
             "2,2000,1000,1500,30000,-1,2,31500,abcd0001\nline 1\nline 2",
             "3,2000,1000,1500,30000,3,,61500,\n",
             "1,2000,1000,1000,30000,0,,,\nx",
+            "1,2000,1000,1000,30000,0,,,,5,0000000000000017\nx",
+            "5,2000,1000,1000,30000,0,,,,,18f0a0b0c0d00009\nx",
         ] {
             let record = Record::parse(raw.to_owned()).unwrap();
             assert_eq!(Record::parse(record.encode()), Some(record), "{raw:?}");
@@ -303,8 +349,8 @@ mod tests {
             1_000,
         )
         .unwrap();
-        let packed = Record::new(&spec, 1_000).encode();
-        assert_eq!(packed, b"0,1005,1000,,30000,3,,,\na\nb");
+        let packed = Record::new(&spec, 1_000, 0xab).encode();
+        assert_eq!(packed, b"0,1005,1000,,30000,3,,,,,00000000000000ab\na\nb");
         let record = Record::parse(packed).unwrap();
         assert_eq!(record.state, State::Delayed);
         assert_eq!(
@@ -316,7 +362,8 @@ mod tests {
             (30_000, 3, 0)
         );
         assert_eq!(record.body, b"a\nb");
-        let ready = Record::parse(Record::new(&spec, 1_005).encode()).unwrap();
+        assert_eq!(record.seq, 0xab);
+        let ready = Record::parse(Record::new(&spec, 1_005, 1).encode()).unwrap();
         assert_eq!(ready.state, State::Ready);
     }
 
@@ -344,6 +391,27 @@ mod tests {
         assert_eq!(
             (info.backoff, info.last_error, info.history.len()),
             (None, None, 0)
+        );
+    }
+
+    #[test]
+    fn priority_and_insertion_read_back_and_old_records_default() {
+        // A record of the previous version (nine header fields).
+        let old = Record::parse("1,2000,1000,,30000,3,,,\nx".to_owned()).unwrap();
+        assert_eq!((old.priority, old.seq), (DEFAULT_PRIORITY, 0));
+        let new =
+            Record::parse("1,2000,1000,,30000,3,,,,0,0000000000000012\nx".to_owned()).unwrap();
+        assert_eq!((new.priority, new.seq), (0, 0x12));
+        let info = task_info("t", "i", new, None, "testing").unwrap();
+        assert_eq!(info.priority, 0);
+        // Too many fields, or a priority beyond u32: not ours.
+        assert_eq!(
+            Record::parse("1,2000,1000,,30000,3,,,,0,12,9\nx".to_owned()),
+            None
+        );
+        assert_eq!(
+            Record::parse("1,2000,1000,,30000,3,,,,4294967296,\nx".to_owned()),
+            None
         );
     }
 

@@ -1,12 +1,13 @@
 -- add: adds tasks of one partition, in order, with a few commands for the whole batch.
--- ARGV[7] the number of tasks, then 5 values per task: id, due, the packed record (built by
+-- ARGV[7] the number of tasks, then 7 values per task: id, due, the packed record (built by
 -- the caller with the same `now`: READY when due <= now, else DELAYED), the backoff JSON
--- ('' for none), on_duplicate (0 reject, 1 replace, 2 keep).
+-- ('' for none), on_duplicate (0 reject, 1 replace, 2 keep), the priority, the insertion
+-- number (16 hex digits, as in the record; rule 11: FIFO among equals).
 -- Reply payload: one code per task: 0 added, 1 replaced, 2 existed (kept), 3 duplicate.
 local n = tonumber(ARGV[7])
 local ids = {}
 for i = 0, n - 1 do
-  ids[i + 1] = ARGV[8 + i * 5]
+  ids[i + 1] = ARGV[8 + i * 7]
 end
 local existing = redis.call('HMGET', RECORDS, unpack(ids))
 -- The ARGV offset of the task that will be written, by id (a later task of the batch with
@@ -15,7 +16,7 @@ local pending = {}
 local order = {}
 local out = {}
 for i = 0, n - 1 do
-  local a = 8 + i * 5
+  local a = 8 + i * 7
   local id = ARGV[a]
   local policy = ARGV[a + 4]
   local code = 0
@@ -65,8 +66,8 @@ if #order > 0 then
       extras[#extras + 1] = ARGV[a + 3] .. '\0\0'
     end
     if due <= NOW then
-      ready[#ready + 1] = due
-      ready[#ready + 1] = id
+      ready[#ready + 1] = tonumber(ARGV[a + 5])
+      ready[#ready + 1] = hex(due) .. ARGV[a + 6] .. id
     else
       delayed[#delayed + 1] = due
       delayed[#delayed + 1] = id

@@ -243,11 +243,16 @@ async fn seed(conn: &mut MultiplexedConnection, pk: &PartitionKeys, case: &Case,
         } else {
             String::new()
         },
+        priority: 7,
+        seq: 3,
         body: b"body".to_vec(),
     };
+    let (member, score) = crate::keys::member_of(case.state, "t", &record);
     let mut pipe = redis::pipe();
+    // A partition of this version: no upgrade of its members.
+    pipe.hset(pk.info(), "v", "2");
     pipe.hset(pk.records(), "t", record.encode())
-        .zadd(pk.state_set(case.state), "t", DUE);
+        .zadd(pk.state_set(case.state), member, score);
     if active {
         pipe.zadd(format!("{}deadlines", pk.base), "t", deadline);
     }
@@ -296,22 +301,23 @@ async fn read_outcome(
         .query_async(conn)
         .await
         .unwrap();
-    let info = record::task_info(
-        "t",
-        "t",
-        Record::parse(raw).unwrap(),
-        extras.as_deref(),
-        "test",
-    )
-    .unwrap();
-    // The task is in its state's set, scored by its due, and no longer among the ACTIVE.
+    let record = Record::parse(raw).unwrap();
+    let (member, want) = crate::keys::member_of(record.state, "t", &record);
+    assert_eq!(
+        (record.priority, record.seq),
+        (7, 3),
+        "priority and insertion kept"
+    );
+    let info = record::task_info("t", "t", record, extras.as_deref(), "test").unwrap();
+    // The task is in its state's set, under its member and score, and no longer among the
+    // ACTIVE.
     let score: Option<f64> = redis::cmd("ZSCORE")
         .arg(pk.state_set(info.state))
-        .arg("t")
+        .arg(member)
         .query_async(conn)
         .await
         .unwrap();
-    assert_eq!(score, Some(info.due_ms as f64), "{info:?}");
+    assert_eq!(score, Some(want), "{info:?}");
     let active: Option<f64> = redis::cmd("ZSCORE")
         .arg(format!("{}deadlines", pk.base))
         .arg("t")
@@ -341,7 +347,8 @@ async fn lua_release(
         .arg(case.receipt.unwrap_or(""))
         .arg(case.delay.map(|d| d.to_string()).unwrap_or_default())
         .arg(if case.error.is_some() { "1" } else { "0" })
-        .arg(case.error.unwrap_or(""));
+        .arg(case.error.unwrap_or(""))
+        .arg("");
     let reply = Reply::parse(inv.invoke_async(conn).await.unwrap(), "release").unwrap();
     read_outcome(conn, pk, reply).await
 }
@@ -372,6 +379,7 @@ async fn the_scripts_decide_a_failure_as_the_core_does() {
         let topic = format!("case{i}");
         let h = Header {
             now: NOW,
+            upper: NOW,
             channel: "dq:events",
             instance: "test",
             topic: &topic,

@@ -8,9 +8,28 @@
 --   9     cancelled tasks scored by the end of their retention
 --   10    the records: a hash, task id -> packed record (below)
 --   11    the extras: a hash, task id -> what only some tasks have (below)
---   12    (tick only) the partition's fencing token
+--   12    the partition's info: a hash with `v` (the index format, 2) and `pause` (absent:
+--         not paused; -1: until resumed; else the epoch ms at which the pause ends)
+--   13    (tick only) the partition's fencing token
+--
+-- The READY and DEAD sets do not hold bare ids: a sorted set orders by one double and then
+-- by member bytes, and rule 11 needs three keys (priority, due, insertion). So:
+--   READY: score = priority (exact: < 2^32), member = due (12 hex digits) .. insertion
+--          number (16 hex digits) .. id: equal scores sort by member bytes, i.e. by due,
+--          then insertion.
+--   DEAD:  score = when the task went DEAD, member = insertion number .. id: oldest buried
+--          first, then insertion.
+-- The insertion number is given by the adding instance (its clock's ms << 20 plus a
+-- counter, so it orders a topic's tasks across partitions too) and is only ever handled as
+-- a 16-hex-digit string here: it does not fit a Lua number exactly.
+-- The other sets hold bare ids scored by due (or deadline). Partitions written by the
+-- previous version (bare ids everywhere, no `v`) are converted by `upgrade` below, which
+-- every script runs first.
 -- ARGV:
---   1 now (epoch ms, from the caller's clock: scripts never read TIME)
+--   1 now (epoch ms, from the caller's clock: scripts never read TIME): the clock's lower
+--     bound, or `lower:upper` when the upper bound is above it. Due times are judged by the
+--     lower bound (never early); the windows given to a consumer or a backoff (ttr, release
+--     delay, backoff) start at the upper one, so they never end before their length.
 --   2 the events channel   3 the calling instance   4 the topic   5 the partition
 --   6 retention (ms)
 --   7.. the script's own arguments
@@ -18,7 +37,9 @@
 -- A record is one string: a header of comma-separated fields, a newline, then the body.
 -- Header fields, in order: state code, due, created, updated (empty: created), ttr,
 -- max retries (-1: no limit), retries (empty: 0), deadline (ACTIVE: ttr deadline;
--- FINISHED/CANCELLED: end of retention; empty: none), receipt (ACTIVE; empty: none).
+-- FINISHED/CANCELLED: end of retention; empty: none), receipt (ACTIVE; empty: none),
+-- priority (empty: 1024), insertion number (16 hex digits; empty: 0). Records of the
+-- previous version end after the receipt and read as priority 1024, insertion 0.
 -- `src/record.rs` encodes and parses the same format on the Rust side.
 -- One string per task in one hash per partition keeps a delayed task small: a 100-byte body
 -- would push a hash per task out of Redis's compact encoding.
@@ -27,7 +48,16 @@
 -- error as a JSON string (empty: none), the history (one JSON object per line, at most
 -- HISTORY lines). Most tasks have none.
 
-local NOW = tonumber(ARGV[1])
+local NOW, UPPER
+do
+  local lower, upper = string.match(ARGV[1], '^(%d+):(%d+)$')
+  if lower then
+    NOW, UPPER = tonumber(lower), tonumber(upper)
+  else
+    NOW = tonumber(ARGV[1])
+    UPPER = NOW
+  end
+end
 local CHANNEL = ARGV[2]
 local ORIGIN = ARGV[3]
 local TOPIC = ARGV[4]
@@ -40,7 +70,14 @@ local DEADLINES = KEYS[7]
 local EXPIRY = {[FINISHED] = KEYS[8], [CANCELLED] = KEYS[9]}
 local RECORDS = KEYS[10]
 local EXTRAS = KEYS[11]
+local INFO = KEYS[12]
 local HISTORY = 16
+local DEFAULT_PRIORITY = 1024
+-- The width of the due and of the insertion number in READY and DEAD members (hex digits).
+local WIDTH = 12
+local WIDTH_MAX = 2 ^ 48 - 1
+local SEQ_WIDTH = 16
+local NO_SEQ = '0000000000000000'
 
 -- What the script did that others must hear of: tasks that became ready (wake consumers) and
 -- the earliest new timer that may be earlier than what the partition's promoter sleeps until.
@@ -94,8 +131,42 @@ local function header(rec)
   if rec.deadline ~= 0 then
     deadline = fmt(rec.deadline)
   end
+  local pri = ''
+  if rec.pri ~= DEFAULT_PRIORITY then
+    pri = fmt(rec.pri)
+  end
+  local seq = ''
+  if rec.seq ~= NO_SEQ then
+    seq = rec.seq
+  end
   return rec.state .. ',' .. fmt(rec.due) .. ',' .. rec.created .. ',' .. updated .. ',' ..
-    rec.ttr .. ',' .. rec.max .. ',' .. retries .. ',' .. deadline .. ',' .. rec.receipt
+    rec.ttr .. ',' .. rec.max .. ',' .. retries .. ',' .. deadline .. ',' .. rec.receipt ..
+    ',' .. pri .. ',' .. seq
+end
+
+-- A fixed-width hex number (clamped: order beyond 2^48 ms, the year 10889, is not kept).
+local function hex(n)
+  return string.format('%012x', math.min(math.max(n, 0), WIDTH_MAX))
+end
+
+-- The member of a record in the set of `state`, and its score.
+local function member(rec, state)
+  if state == READY then
+    return hex(rec.due) .. rec.seq .. rec.id, rec.pri
+  elseif state == DEAD then
+    return rec.seq .. rec.id, rec.updated or NOW
+  end
+  return rec.id, rec.due
+end
+
+-- The task id of a member of the set of `state`.
+local function member_id(m, state)
+  if state == READY then
+    return string.sub(m, WIDTH + SEQ_WIDTH + 1)
+  elseif state == DEAD then
+    return string.sub(m, SEQ_WIDTH + 1)
+  end
+  return m
 end
 
 local function save(rec)
@@ -104,7 +175,7 @@ end
 
 -- Removes a record and every index entry of it.
 local function purge(rec)
-  redis.call('ZREM', SETS[rec.state], rec.id)
+  redis.call('ZREM', SETS[rec.state], (member(rec, rec.state)))
   if rec.state == ACTIVE then
     redis.call('ZREM', DEADLINES, rec.id)
   elseif EXPIRY[rec.state] then
@@ -139,6 +210,8 @@ local function load(id)
     retries = tonumber(f[7]) or 0,
     deadline = tonumber(f[8]) or 0,
     receipt = f[9] or '',
+    pri = tonumber(f[10]) or DEFAULT_PRIORITY,
+    seq = (f[11] ~= nil and f[11] ~= '') and f[11] or NO_SEQ,
     body = string.sub(raw, nl + 1),
   }
   if (rec.state == FINISHED or rec.state == CANCELLED) and rec.deadline <= NOW then
@@ -168,7 +241,7 @@ end
 
 -- Takes a record out of the indexes of its current state.
 local function leave(rec)
-  redis.call('ZREM', SETS[rec.state], rec.id)
+  redis.call('ZREM', SETS[rec.state], (member(rec, rec.state)))
   if rec.state == ACTIVE then
     redis.call('ZREM', DEADLINES, rec.id)
   elseif EXPIRY[rec.state] then
@@ -185,7 +258,8 @@ local function enter(rec, state, due)
   if state == DELAYED then
     index_timer(SETS[DELAYED], due, rec.id)
   else
-    redis.call('ZADD', SETS[state], due, rec.id)
+    local m, score = member(rec, state)
+    redis.call('ZADD', SETS[state], score, m)
   end
   if state == FINISHED or state == CANCELLED then
     rec.deadline = NOW + RETENTION
@@ -266,13 +340,12 @@ local function fail(rec, delay, outcome, err)
   if wait == nil then
     wait = backoff_delay(x.backoff, rec.retries)
   end
-  local due = NOW + wait
-  if due <= NOW then
+  if wait <= 0 then
     -- An immediate redelivery keeps its original due, so it goes to the front.
     enter(rec, READY, rec.due)
     return READY
   end
-  enter(rec, DELAYED, due)
+  enter(rec, DELAYED, UPPER + wait)
   return DELAYED
 end
 
@@ -294,8 +367,9 @@ local function promote(limit)
       rec.state = READY
       rec.updated = NOW
       save(rec)
-      add[#add + 1] = d
-      add[#add + 1] = id
+      local m, score = member(rec, READY)
+      add[#add + 1] = score
+      add[#add + 1] = m
       dues[#dues + 1] = tonumber(d)
     end
   end
@@ -305,6 +379,41 @@ local function promote(limit)
   end
   READY_N = READY_N + #dues
   return dues
+end
+
+-- The pause of the partition at NOW: nil when it hands out tasks, -1 when paused until
+-- resumed, else the epoch ms at which the pause ends.
+local function paused()
+  local p = redis.call('HGET', INFO, 'pause')
+  if not p then
+    return nil
+  end
+  local until_ms = tonumber(p)
+  if until_ms ~= -1 and until_ms <= NOW then
+    return nil
+  end
+  return until_ms
+end
+
+-- Converts a partition written by the previous version (bare ids in READY and DEAD, no
+-- priority or insertion number in the records) to this version's members. Once per
+-- partition; afterwards one HGET per script.
+local function upgrade()
+  if redis.call('HGET', INFO, 'v') == '2' then
+    return
+  end
+  for _, state in ipairs({READY, DEAD}) do
+    local old = redis.call('ZRANGE', SETS[state], 0, -1)
+    for _, id in ipairs(old) do
+      redis.call('ZREM', SETS[state], id)
+      local rec = load(id)
+      if rec and rec.state == state then
+        local m, score = member(rec, state)
+        redis.call('ZADD', SETS[state], score, m)
+      end
+    end
+  end
+  redis.call('HSET', INFO, 'v', '2')
 end
 
 -- Tells the other instances what happened; this instance handles its own events directly.
@@ -335,3 +444,21 @@ local function refuse(status, state)
   return {status, 0, -1, 0, state or 0}
 end
 
+
+-- Loads the ACTIVE task `id` for its holder (`receipt`: '' for none). Returns the record, or
+-- nil and the refusal to return (not found, wrong state, stale receipt).
+local function load_held(id, receipt)
+  local rec = load(id)
+  if not rec then
+    return nil, refuse(-1)
+  end
+  if rec.state ~= ACTIVE then
+    return nil, refuse(-2, rec.state)
+  end
+  if receipt ~= '' and receipt ~= rec.receipt then
+    return nil, refuse(-3)
+  end
+  return rec
+end
+
+upgrade()

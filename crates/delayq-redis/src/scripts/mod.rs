@@ -34,6 +34,11 @@ pub(crate) struct Scripts {
     pub delete: Script,
     pub tick: Script,
     pub stats: Script,
+    pub bury: Script,
+    pub reschedule: Script,
+    pub kick: Script,
+    pub pause: Script,
+    pub peek: Script,
     pub lease: Script,
     pub register: Script,
 }
@@ -49,14 +54,22 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     delete: with_lib(include_str!("delete.lua")),
     tick: with_lib(include_str!("tick.lua")),
     stats: with_lib(include_str!("stats.lua")),
+    bury: with_lib(include_str!("bury.lua")),
+    reschedule: with_lib(include_str!("reschedule.lua")),
+    kick: with_lib(include_str!("kick.lua")),
+    pause: with_lib(include_str!("pause.lua")),
+    peek: with_lib(include_str!("peek.lua")),
     lease: Script::new(include_str!("lease.lua")),
     register: Script::new(include_str!("register.lua")),
 });
 
 /// The arguments every partition script starts with: `ARGV[1..=6]` of `lib.lua`.
 pub(crate) struct Header<'a> {
-    /// The queue's clock (scripts never read Redis's `TIME`).
+    /// The queue's clock (scripts never read Redis's `TIME`): its lower bound.
     pub now: Millis,
+    /// The clock's upper bound (`Clock::upper_ms`), where ttr, release-delay and backoff
+    /// windows start; `now` for an exact clock.
+    pub upper: Millis,
     /// The events channel the script publishes on.
     pub channel: &'a str,
     /// The calling instance: the origin of the events.
@@ -70,15 +83,20 @@ pub(crate) struct Header<'a> {
 }
 
 impl Header<'_> {
-    /// An invocation of the partition script `script` over the keys of `pk` (`KEYS[1..=11]`)
+    /// An invocation of the partition script `script` over the keys of `pk` (`KEYS[1..=12]`)
     /// with this header; the script's own keys and arguments are added after it.
     pub fn invoke<'s>(&self, script: &'s Script, pk: &PartitionKeys) -> ScriptInvocation<'s> {
         let mut inv = script.prepare_invoke();
         for key in pk.sets() {
             inv.key(key);
         }
-        inv.arg(self.now)
-            .arg(self.channel)
+        // `lower:upper` only when they differ, so an exact clock sends a plain number.
+        if self.upper > self.now {
+            inv.arg(format!("{}:{}", self.now, self.upper));
+        } else {
+            inv.arg(self.now);
+        }
+        inv.arg(self.channel)
             .arg(self.instance)
             .arg(self.topic)
             .arg(self.partition)

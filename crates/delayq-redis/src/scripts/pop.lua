@@ -1,20 +1,28 @@
--- pop: takes up to ARGV[7] READY tasks, earliest due first, after promoting what is due
--- (so a partition whose promoter lags, or has none, still never keeps due tasks back).
+-- pop: takes up to ARGV[7] READY tasks in the order of rule 11 (priority, due, insertion),
+-- after promoting what is due (so a partition whose promoter lags, or has none, still never
+-- keeps due tasks back). A paused partition promotes but hands nothing out (rule 14).
 -- ARGV[8] '1' to finish them at once, ARGV[9] a random receipt prefix (12 hex digits),
 -- ARGV[10] how many due tasks to promote at most.
--- Reply payload: the number of tasks taken, 6 values per task (id, body, retries, receipt,
--- due, ttr), then the due times of the tasks this pop promoted (for the lateness metric).
+-- Reply payload: the number of tasks taken, the pause (-2: none, -1: until resumed, else its
+-- end), 8 values per task (id, body, retries, receipt, due, ttr, priority, insertion
+-- number), then the due
+-- times of the tasks this pop promoted (for the lateness metric).
 local max = tonumber(ARGV[7])
 local auto = ARGV[8] == '1'
 local prefix = ARGV[9]
 local promoted = promote(tonumber(ARGV[10]))
-local ids = redis.call('ZRANGE', SETS[READY], 0, max - 1)
-local out = {0}
-if #ids > 0 then
-  redis.call('ZREM', SETS[READY], unpack(ids))
+local pause = paused()
+local members = {}
+if pause == nil then
+  members = redis.call('ZRANGE', SETS[READY], 0, max - 1)
+end
+local out = {0, pause or -2}
+if #members > 0 then
+  redis.call('ZREM', SETS[READY], unpack(members))
 end
 local taken = 0
-for i, id in ipairs(ids) do
+for i, m in ipairs(members) do
+  local id = member_id(m, READY)
   local rec = load(id)
   if rec then
     taken = taken + 1
@@ -24,7 +32,7 @@ for i, id in ipairs(ids) do
     else
       rec.state = ACTIVE
       rec.updated = NOW
-      rec.deadline = NOW + rec.ttr
+      rec.deadline = UPPER + rec.ttr
       rec.receipt = receipt
       redis.call('ZADD', SETS[ACTIVE], rec.due, id)
       index_timer(DEADLINES, rec.deadline, id)
@@ -36,11 +44,18 @@ for i, id in ipairs(ids) do
     out[#out + 1] = receipt
     out[#out + 1] = rec.due
     out[#out + 1] = rec.ttr
+    out[#out + 1] = rec.pri
+    out[#out + 1] = rec.seq
   end
 end
 out[1] = taken
--- Wake other consumers only for what this pop promoted and left behind.
-READY_N = math.max(0, #promoted - taken)
+-- Wake other consumers only for what this pop promoted and left behind, and only when they
+-- can take it.
+if pause == nil then
+  READY_N = math.max(0, #promoted - taken)
+else
+  READY_N = 0
+end
 for _, d in ipairs(promoted) do
   out[#out + 1] = d
 end

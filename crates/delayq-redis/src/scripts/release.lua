@@ -1,16 +1,11 @@
 -- release: a failed attempt, ACTIVE -> READY, DELAYED or DEAD. ARGV[7] the task id,
 -- ARGV[8] the receipt ('' for none), ARGV[9] the delay override ('' for none),
--- ARGV[10] '1' when an error text is given, ARGV[11] the error text.
+-- ARGV[10] '1' when an error text is given, ARGV[11] the error text, ARGV[12] a new
+-- priority ('' to keep it).
 -- Reply payload: the new state.
-local rec = load(ARGV[7])
+local rec, refusal = load_held(ARGV[7], ARGV[8])
 if not rec then
-  return refuse(-1)
-end
-if rec.state ~= ACTIVE then
-  return refuse(-2, rec.state)
-end
-if ARGV[8] ~= '' and ARGV[8] ~= rec.receipt then
-  return refuse(-3)
+  return refusal
 end
 local delay = nil
 if ARGV[9] ~= '' then
@@ -19,6 +14,9 @@ end
 local err = nil
 if ARGV[10] == '1' then
   err = ARGV[11]
+end
+if ARGV[12] ~= '' then
+  rec.pri = tonumber(ARGV[12])
 end
 local state = fail(rec, delay, 'released', err)
 return reply(0, {state})

@@ -19,13 +19,13 @@ if ARGV[7] ~= '' then
 end
 local dead = redis.call('ZRANGE', SETS[DEAD], 0, tonumber(ARGV[8]) - 1)
 local n = 0
-for _, id in ipairs(dead) do
-  local rec = load(id)
+for _, m in ipairs(dead) do
+  local rec = load(member_id(m, DEAD))
   if rec and rec.state == DEAD then
     requeue(rec)
     n = n + 1
   else
-    redis.call('ZREM', SETS[DEAD], id)
+    redis.call('ZREM', SETS[DEAD], m)
   end
 end
 return reply(0, {n, #dead})

@@ -1,5 +1,5 @@
 -- tick: the time-driven work of one partition, run by the holder of its lease.
--- KEYS[12] the partition's fencing token; ARGV[7] the holder's token, ARGV[8] the most
+-- KEYS[13] the partition's fencing token; ARGV[7] the holder's token, ARGV[8] the most
 -- entries to handle of each kind.
 -- Moves due DELAYED tasks to READY, applies expired ttrs (a failure: READY, DELAYED or DEAD),
 -- removes FINISHED/CANCELLED records whose retention passed.
@@ -7,12 +7,12 @@
 -- at once), the number of expired ttrs, then the due times of the promoted tasks.
 local token = tonumber(ARGV[7])
 local limit = tonumber(ARGV[8])
-local fence = tonumber(redis.call('GET', KEYS[12]) or '0')
+local fence = tonumber(redis.call('GET', KEYS[13]) or '0')
 if token < fence then
   return refuse(-4, fence)
 end
 if token > fence then
-  redis.call('SET', KEYS[12], ARGV[7])
+  redis.call('SET', KEYS[13], ARGV[7])
 end
 local more = 0
 local dues = promote(limit)

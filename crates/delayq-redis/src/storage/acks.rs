@@ -1,5 +1,5 @@
-//! The transitions of one task: finish, release, touch, cancel, requeue, delete, and
-//! requeue-all.
+//! The transitions of one task: finish, release, touch, cancel, requeue, delete, bury,
+//! reschedule, kick-job, and requeue-all.
 //!
 //! Each is one script over the keys of the task's partition, which checks the state and the
 //! receipt itself; [`Shared::task_op`] runs it, applies its effects, waits for replicas when
@@ -7,7 +7,7 @@
 //! pages through each partition's DEAD set, [`REQUEUE_CHUNK`] tasks per script.
 
 use delayq::core::lifecycle::{Op, Refusal};
-use delayq::{Error, Millis, ReleaseOptions, Result, State};
+use delayq::{BuryOptions, Error, Millis, ReleaseOptions, Result, State};
 use redis::{Script, ScriptInvocation};
 
 use super::Shared;
@@ -116,25 +116,20 @@ impl Shared {
         id: &str,
         options: ReleaseOptions,
     ) -> Result<State> {
-        // The script adds the delay to the clock's lower reading; pad it by what rounding
-        // the upper reading up adds, so the new due is never before the release plus the delay.
-        let clock = &self.ctx.clock;
-        let delay = options
-            .delay_ms
-            .map(|d| {
-                let pad = clock.upper_ms().saturating_sub(clock.now_ms());
-                d.saturating_add(pad).to_string()
-            })
-            .unwrap_or_default();
+        // The script adds the delay to the clock's upper reading (see `Header::upper`), so
+        // the new due is never before the release plus the delay.
+        let delay = options.delay_ms.map(|d| d.to_string()).unwrap_or_default();
         let error = options.error.map(|mut e| {
             delayq_core::validate::truncate_utf8(&mut e, self.ctx.limits.max_error_bytes);
             e
         });
+        let priority = options.priority.map(|p| p.to_string()).unwrap_or_default();
         let args = [
             options.receipt.as_deref().unwrap_or(""),
             &delay,
             if error.is_some() { "1" } else { "0" },
             error.as_deref().unwrap_or(""),
+            &priority,
         ];
         let op = TaskOp::new(&SCRIPTS.release, Some(Op::Release), "releasing").args(&args);
         let reply = self.task_op(topic, id, op).await?;
@@ -172,6 +167,42 @@ impl Shared {
     /// DEAD → READY, retries reset.
     pub(super) async fn requeue(&self, topic: &str, id: &str) -> Result<()> {
         let op = TaskOp::new(&SCRIPTS.requeue, Some(Op::Requeue), "requeueing");
+        self.task_op(topic, id, op).await.map(drop)
+    }
+
+    /// ACTIVE → DEAD, the attempt ending as "buried" (rule 13).
+    pub(super) async fn bury(&self, topic: &str, id: &str, options: BuryOptions) -> Result<()> {
+        let error = options.error.map(|mut e| {
+            delayq_core::validate::truncate_utf8(&mut e, self.ctx.limits.max_error_bytes);
+            e
+        });
+        let priority = options.priority.map(|p| p.to_string()).unwrap_or_default();
+        let args = [
+            options.receipt.as_deref().unwrap_or(""),
+            if error.is_some() { "1" } else { "0" },
+            error.as_deref().unwrap_or(""),
+            &priority,
+        ];
+        let op = TaskOp::new(&SCRIPTS.bury, Some(Op::Bury), "burying").args(&args);
+        self.task_op(topic, id, op).await.map(drop)
+    }
+
+    /// DELAYED or READY → due at `due_ms` (rule 15); returns the new state.
+    pub(super) async fn reschedule(&self, topic: &str, id: &str, due_ms: Millis) -> Result<State> {
+        let due = due_ms.to_string();
+        let args = [due.as_str()];
+        let op = TaskOp::new(&SCRIPTS.reschedule, Some(Op::Reschedule), "rescheduling").args(&args);
+        let reply = self.task_op(topic, id, op).await?;
+        let code = reply.payload.first().and_then(int).unwrap_or(-1);
+        u8::try_from(code)
+            .ok()
+            .and_then(State::from_code)
+            .ok_or_else(|| BackendError::protocol("rescheduling", format!("state {code}")).into())
+    }
+
+    /// DEAD or DELAYED → READY (beanstalkd's kick-job).
+    pub(super) async fn kick_job(&self, topic: &str, id: &str) -> Result<()> {
+        let op = TaskOp::new(&SCRIPTS.kick, Some(Op::Kick), "kicking");
         self.task_op(topic, id, op).await.map(drop)
     }
 

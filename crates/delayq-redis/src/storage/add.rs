@@ -95,7 +95,7 @@ impl Shared {
             .collect())
     }
 
-    /// The add script of one chunk: the count, then five values per task.
+    /// The add script of one chunk: the count, then seven values per task.
     fn add_invocation<'s>(
         &self,
         pk: &PartitionKeys,
@@ -107,6 +107,7 @@ impl Shared {
         inv.arg(chunk.members.len());
         for &i in &chunk.members {
             let t = &tasks[i];
+            let seq = self.next_seq(now);
             let backoff = t
                 .backoff
                 .as_ref()
@@ -114,9 +115,11 @@ impl Shared {
                 .unwrap_or_default();
             inv.arg(&t.id)
                 .arg(t.due_ms)
-                .arg(Record::new(t, now).encode())
+                .arg(Record::new(t, now, seq).encode())
                 .arg(backoff)
-                .arg(policy_code(t.on_duplicate));
+                .arg(policy_code(t.on_duplicate))
+                .arg(t.priority)
+                .arg(format!("{seq:016x}"));
         }
         inv
     }

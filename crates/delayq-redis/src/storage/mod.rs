@@ -18,12 +18,18 @@
 //! - [`pipeline`]: the connection, timeouts, script pipelines, `WAIT` for replicas.
 //! - [`registry`]: the topics' partition counts, and fencing reports for the lease keeper.
 //! - [`add`]: batch add, by partition and chunk, in one pipeline.
-//! - [`pop`]: pop across partitions, earliest due first, and receipts.
-//! - [`acks`]: finish, release, touch, cancel, requeue (one or all), delete.
+//! - [`pop`]: pop across partitions (of one topic or several) in rule 11's order, receipts,
+//!   and the wake-up of parked consumers when a pause ends.
+//! - [`acks`]: finish, release, touch, cancel, requeue (one or all), delete, bury,
+//!   reschedule, kick-job.
+//! - [`manage`]: kick, pause and resume, peek, locate.
+//! - [`meta`]: the job id counter and the settings store.
 //! - [`reads`]: get, list, stats, topics.
 
 mod acks;
 mod add;
+mod manage;
+mod meta;
 mod pipeline;
 mod pop;
 mod reads;
@@ -31,11 +37,13 @@ mod registry;
 
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use async_trait::async_trait;
+use std::collections::HashMap;
+
 use delayq::{
-    AddResult, Delivery, Error, Millis, Page, ReleaseOptions, Result, State, Storage,
+    AddResult, BuryOptions, Delivery, Error, Millis, Page, ReleaseOptions, Result, State, Storage,
     StorageContext, TaskInfo, TaskSpec, TopicStats,
 };
 use delayq_core::hash::splitmix64;
@@ -69,6 +77,10 @@ pub(crate) struct Shared {
     pub fencing: Fencing,
     topics: registry::Topics,
     receipts: pop::Receipts,
+    /// The last insertion number this instance gave (see [`Shared::next_seq`]).
+    last_seq: AtomicU64,
+    /// The pause ends at which this instance's parked consumers will be woken, by topic.
+    pause_wakes: Arc<Mutex<HashMap<String, Millis>>>,
     closed: AtomicBool,
 }
 
@@ -93,6 +105,28 @@ impl Shared {
         }
     }
 
+    /// The insertion number of a task added at `now` (rule 11: FIFO among tasks of equal
+    /// priority and due): `now << 20` plus a counter, above every number this instance gave
+    /// before. Tasks added by one instance keep their order across all partitions and
+    /// topics; tasks added by different instances in the same millisecond of the shared
+    /// clock are ordered arbitrarily among themselves.
+    pub fn next_seq(&self, now: Millis) -> u64 {
+        let floor = now.saturating_mul(1 << 20);
+        let mut last = self.last_seq.load(Ordering::Relaxed);
+        loop {
+            let next = floor.max(last.saturating_add(1));
+            match self.last_seq.compare_exchange_weak(
+                last,
+                next,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return next,
+                Err(seen) => last = seen,
+            }
+        }
+    }
+
     /// A partition script invocation with the keys and the argument header of `lib.lua`.
     pub fn invocation<'s>(
         &self,
@@ -102,8 +136,11 @@ impl Shared {
         partition: u32,
         now: Millis,
     ) -> ScriptInvocation<'s> {
+        // Read after `now`, so never below the true time when `now` was read.
+        let upper = self.ctx.clock.upper_ms().max(now);
         let header = Header {
             now,
+            upper,
             channel: &self.channel,
             instance: &self.instance,
             topic,
@@ -206,6 +243,8 @@ pub async fn start(ctx: StorageContext, options: RedisOptions) -> Result<Arc<Red
         fencing: Fencing::default(),
         topics: registry::Topics::default(),
         receipts: pop::Receipts::new(seed),
+        pause_wakes: Arc::default(),
+        last_seq: AtomicU64::new(0),
         closed: AtomicBool::new(false),
         options,
     });
@@ -239,7 +278,65 @@ impl Storage for RedisStorage {
     }
 
     async fn pop(&self, topic: &str, max: usize, auto_finish: bool) -> Result<Vec<Delivery>> {
-        self.shared.pop(topic, max, auto_finish).await
+        self.shared.pop(&[topic], max, auto_finish).await
+    }
+
+    async fn pop_any(
+        &self,
+        topics: &[String],
+        max: usize,
+        auto_finish: bool,
+    ) -> Result<Vec<Delivery>> {
+        let topics: Vec<&str> = topics.iter().map(String::as_str).collect();
+        self.shared.pop(&topics, max, auto_finish).await
+    }
+
+    async fn bury(&self, topic: &str, id: &str, options: BuryOptions) -> Result<()> {
+        self.shared.bury(topic, id, options).await
+    }
+
+    async fn reschedule(&self, topic: &str, id: &str, due_ms: Millis) -> Result<State> {
+        self.shared.reschedule(topic, id, due_ms).await
+    }
+
+    async fn kick(&self, topic: &str, max: u64) -> Result<u64> {
+        self.shared.kick(topic, max).await
+    }
+
+    async fn kick_job(&self, topic: &str, id: &str) -> Result<()> {
+        self.shared.kick_job(topic, id).await
+    }
+
+    async fn pause(&self, topic: &str, until_ms: Option<Millis>) -> Result<()> {
+        self.shared.pause(topic, until_ms).await
+    }
+
+    async fn resume(&self, topic: &str) -> Result<()> {
+        self.shared.resume(topic).await
+    }
+
+    async fn peek(&self, topic: &str, state: State) -> Result<Option<TaskInfo>> {
+        self.shared.peek(topic, state).await
+    }
+
+    async fn locate(&self, id: &str) -> Result<Vec<String>> {
+        self.shared.locate(id).await
+    }
+
+    async fn next_job_id(&self) -> Result<u64> {
+        self.shared.next_job_id().await
+    }
+
+    async fn put_meta(&self, namespace: &str, key: &str, value: Vec<u8>) -> Result<()> {
+        self.shared.put_meta(namespace, key, value).await
+    }
+
+    async fn list_meta(&self, namespace: &str) -> Result<Vec<(String, Vec<u8>)>> {
+        self.shared.list_meta(namespace).await
+    }
+
+    async fn delete_meta(&self, namespace: &str, key: &str) -> Result<bool> {
+        self.shared.delete_meta(namespace, key).await
     }
 
     async fn finish(&self, topic: &str, id: &str, receipt: Option<&str>) -> Result<()> {

@@ -1,12 +1,19 @@
-//! Popping: handing out READY tasks, earliest due first across the topic's partitions.
+//! Popping: handing out READY tasks in the order of rule 11 (priority, due, insertion)
+//! across the partitions of one topic or of several (beanstalkd's watch list).
 //!
 //! With one partition, pop is one `pop` script. With more, it is best effort in two round
-//! trips: one pipeline reads the first `max` READY (and due DELAYED) entries of every
-//! partition, the `max` earliest of them make a plan of how many to take from which
+//! trips: one pipeline of `peek` scripts reads the first `max` READY (and due DELAYED)
+//! entries of every partition with their order keys (priority, due, insertion number) and
+//! the partition's pause, the `max` best of them make a plan of how many to take from which
 //! partition, and one pipeline of `pop` scripts takes them (each script promotes what is due
-//! in its partition first, so a lagging promoter never holds tasks back). When another
-//! consumer was faster on a partition, the rest is taken from the other partitions that had
-//! candidates, so no ready task is left behind while this consumer goes back to wait.
+//! in its partition first, so a lagging promoter never holds tasks back, and refuses to hand
+//! out from a paused partition). When another consumer was faster on a partition, the rest
+//! is taken from the other partitions that had candidates, so no ready task is left behind
+//! while this consumer goes back to wait. Insertion numbers are per partition, so among
+//! tasks of equal priority and due in different partitions the order is arbitrary.
+//!
+//! A pop that finds a topic paused until some instant arranges for this instance's parked
+//! consumers of that topic to be woken then ([`Shared::wake_at_pause_end`]).
 //!
 //! Receipts are 12 random hex digits per pop script (from a per-instance seed and a counter
 //! through splitmix64) followed by 4 the script appends per task.
@@ -20,7 +27,7 @@ use redis::{ScriptInvocation, Value};
 use super::Shared;
 use crate::error::BackendError;
 use crate::keys::PartitionKeys;
-use crate::scripts::{Reply, SCRIPTS, bytes, int, scored, text};
+use crate::scripts::{Reply, SCRIPTS, bytes, int, text};
 
 /// The source of receipt prefixes: random per instance, distinct per pop.
 pub(super) struct Receipts {
@@ -44,129 +51,197 @@ impl Receipts {
     }
 }
 
+/// One partition of one topic.
+pub(super) type Part<'t> = (&'t str, u32);
+
 /// What one partition's pop script did: the partition, how many were asked, what was taken.
-type Taken = (u32, usize, Vec<Delivery>);
+type Taken<'t> = (Part<'t>, usize, Vec<(u64, Delivery)>);
+
+/// What the `peek` script says of one partition: its pause (`-2` none, `-1` until resumed,
+/// else its end) and its first entries, each with its three order keys and its id.
+#[derive(Debug, Default)]
+pub(super) struct Heads {
+    pub pause: i64,
+    pub entries: Vec<([u64; 3], String)>,
+}
 
 impl Shared {
-    /// Takes up to `max` READY tasks of `topic`, earliest due first (best effort across
-    /// partitions), finishing them at once with `auto_finish`.
+    /// Takes up to `max` READY tasks of `topics` in the order of rule 11 across them (best
+    /// effort across partitions), finishing them at once with `auto_finish`. Paused topics
+    /// give nothing.
     pub(super) async fn pop(
         &self,
-        topic: &str,
+        topics: &[&str],
         max: usize,
         auto_finish: bool,
     ) -> Result<Vec<Delivery>> {
         self.check_open()?;
-        let Some(parts) = self.partitions(topic, false).await? else {
-            return Ok(Vec::new());
-        };
-        let now = self.ctx.clock.now_ms();
-        if parts == 1 {
-            let got = self
-                .pop_partitions(topic, &[(0, max)], auto_finish, now)
-                .await?;
-            return Ok(got.into_iter().flat_map(|(_, _, taken)| taken).collect());
+        let mut parts: Vec<Part<'_>> = Vec::new();
+        for (i, &topic) in topics.iter().enumerate() {
+            if topics[..i].contains(&topic) {
+                continue;
+            }
+            if let Some(n) = self.partitions(topic, false).await? {
+                parts.extend((0..n).map(|p| (topic, p)));
+            }
         }
-        let candidates = self.pop_candidates(topic, parts, max, now).await?;
+        let now = self.ctx.clock.now_ms();
+        if let [part] = parts[..] {
+            let got = self
+                .pop_partitions(&[(part, max)], auto_finish, now)
+                .await?;
+            return Ok(got
+                .into_iter()
+                .flat_map(|(_, _, taken)| taken)
+                .map(|(_, d)| d)
+                .collect());
+        }
+        if parts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let candidates = self.pop_candidates(&parts, max, now).await?;
         if candidates.is_empty() {
             return Ok(Vec::new());
         }
-        let mut plan: Vec<(u32, usize)> = Vec::new();
-        for &(_, p) in candidates.iter().take(max) {
-            match plan.iter_mut().find(|(q, _)| *q == p) {
+        let mut plan: Vec<(Part<'_>, usize)> = Vec::new();
+        for &(_, part) in candidates.iter().take(max) {
+            match plan.iter_mut().find(|(q, _)| *q == part) {
                 Some((_, n)) => *n += 1,
-                None => plan.push((p, 1)),
+                None => plan.push((part, 1)),
             }
         }
         let mut got = Vec::new();
         let mut exhausted = Vec::new();
-        for (p, wanted, taken) in self.pop_partitions(topic, &plan, auto_finish, now).await? {
+        for (part, wanted, taken) in self.pop_partitions(&plan, auto_finish, now).await? {
             if taken.len() < wanted {
-                exhausted.push(p);
+                exhausted.push(part);
             }
             got.extend(taken);
         }
         // Another consumer was faster on some partition: take the rest from the other
         // partitions that had candidates, best first.
-        let mut others: Vec<u32> = Vec::new();
-        for &(_, p) in &candidates {
-            if !exhausted.contains(&p) && !others.contains(&p) {
-                others.push(p);
+        let mut others: Vec<Part<'_>> = Vec::new();
+        for &(_, part) in &candidates {
+            if !exhausted.contains(&part) && !others.contains(&part) {
+                others.push(part);
             }
         }
-        for p in others {
+        for part in others {
             if got.len() >= max {
                 break;
             }
             let more = self
-                .pop_partitions(topic, &[(p, max - got.len())], auto_finish, now)
+                .pop_partitions(&[(part, max - got.len())], auto_finish, now)
                 .await?;
             got.extend(more.into_iter().flat_map(|(_, _, taken)| taken));
         }
-        got.sort_by_key(|d| d.due_ms);
-        Ok(got)
+        got.sort_by_key(|(seq, d)| (d.priority, d.due_ms, *seq));
+        Ok(got.into_iter().map(|(_, d)| d).collect())
     }
 
-    /// The first `max` READY and due DELAYED entries of every partition, as (due,
-    /// partition), earliest first.
-    async fn pop_candidates(
+    /// The first `max` tasks of every partition in pop order (READY and due DELAYED, from
+    /// the `peek` script), as (order keys, partition), best first, leaving out paused
+    /// partitions.
+    async fn pop_candidates<'t>(
         &self,
-        topic: &str,
-        parts: u32,
+        parts: &[Part<'t>],
         max: usize,
         now: Millis,
-    ) -> Result<Vec<(f64, u32)>, BackendError> {
-        let what = format!("looking for ready tasks of topic {topic:?}");
-        let mut pipe = redis::pipe();
-        for p in 0..parts {
-            let pk = self.keys.partition(topic, p);
-            pipe.cmd("ZRANGE")
-                .arg(pk.state_set(State::Ready))
-                .arg(0)
-                .arg(max.saturating_sub(1))
-                .arg("WITHSCORES");
-            pipe.cmd("ZRANGEBYSCORE")
-                .arg(pk.state_set(State::Delayed))
-                .arg("-inf")
-                .arg(now)
-                .arg("WITHSCORES")
-                .arg("LIMIT")
-                .arg(0)
-                .arg(max);
+    ) -> Result<Vec<([u64; 3], Part<'t>)>, BackendError> {
+        let heads = self.heads(parts, State::Ready, max, now).await?;
+        let mut candidates = Vec::new();
+        for (&part, h) in parts.iter().zip(heads) {
+            if h.pause != -2 {
+                self.wake_at_pause_end(part.0, h.pause);
+                continue;
+            }
+            candidates.extend(h.entries.into_iter().map(|(key, _)| (key, part)));
         }
-        let heads: Vec<Value> = self
-            .redis
-            .io(&what, pipe.query_async(&mut self.redis.conn()))
-            .await?;
-        let mut candidates: Vec<(f64, u32)> = Vec::new();
-        for (i, v) in heads.iter().enumerate() {
-            let p = (i / 2) as u32;
-            candidates.extend(scored(v).into_iter().map(|(_, due)| (due, p)));
-        }
-        candidates.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        candidates.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)));
         Ok(candidates)
+    }
+
+    /// Runs the `peek` script on every partition of `parts` for `state`, `max` entries each.
+    pub(super) async fn heads(
+        &self,
+        parts: &[Part<'_>],
+        state: State,
+        max: usize,
+        now: Millis,
+    ) -> Result<Vec<Heads>, BackendError> {
+        let what = "looking at the first tasks of a topic";
+        let keys: Vec<PartitionKeys> = parts
+            .iter()
+            .map(|&(t, p)| self.keys.partition(t, p))
+            .collect();
+        let invs: Vec<ScriptInvocation<'_>> = parts
+            .iter()
+            .zip(&keys)
+            .map(|(&(t, p), pk)| {
+                let mut inv = self.invocation(&SCRIPTS.peek, pk, t, p, now);
+                inv.arg(state.code()).arg(max);
+                inv
+            })
+            .collect();
+        self.redis
+            .run_scripts(what, &invs)
+            .await?
+            .into_iter()
+            .map(|r| parse_heads(&r?, what))
+            .collect()
+    }
+
+    /// Makes sure the consumers of `topic` parked on this instance are woken when a pause
+    /// that ends at `pause` (epoch ms; negative: none, or until resumed) is over, once per
+    /// (topic, end). A consumer parks only after a pop found the topic paused, so every
+    /// instance with parked consumers learns the end this way; a resume wakes them through
+    /// the script's ready event instead.
+    pub(super) fn wake_at_pause_end(&self, topic: &str, pause: i64) {
+        let Ok(until) = Millis::try_from(pause) else {
+            return;
+        };
+        {
+            let mut wakes = self.pause_wakes.lock();
+            if wakes.get(topic) == Some(&until) {
+                return;
+            }
+            wakes.insert(topic.to_owned(), until);
+        }
+        let wakes = std::sync::Arc::clone(&self.pause_wakes);
+        let waiters = std::sync::Arc::clone(&self.ctx.waiters);
+        let sleep = self.ctx.clock.sleep_until(until);
+        let topic = topic.to_owned();
+        tokio::spawn(async move {
+            sleep.await;
+            {
+                let mut wakes = wakes.lock();
+                if wakes.get(&topic) == Some(&until) {
+                    wakes.remove(&topic);
+                }
+            }
+            waiters.notify(&topic, usize::MAX);
+        });
     }
 
     /// Pops from one or more partitions in one pipeline: `(partition, count)` each. Returns,
     /// per partition that answered, what was asked and what was taken.
-    async fn pop_partitions(
+    async fn pop_partitions<'t>(
         &self,
-        topic: &str,
-        plan: &[(u32, usize)],
+        plan: &[(Part<'t>, usize)],
         auto_finish: bool,
         now: Millis,
-    ) -> Result<Vec<Taken>, BackendError> {
-        let what = format!("popping from topic {topic:?}");
+    ) -> Result<Vec<Taken<'t>>, BackendError> {
+        let what = "popping tasks";
         let keys: Vec<PartitionKeys> = plan
             .iter()
-            .map(|&(p, _)| self.keys.partition(topic, p))
+            .map(|&((t, p), _)| self.keys.partition(t, p))
             .collect();
         let promote = self.options.promote_batch.to_string();
         let invs: Vec<ScriptInvocation<'_>> = plan
             .iter()
             .zip(&keys)
-            .map(|(&(p, count), pk)| {
-                let mut inv = self.invocation(&SCRIPTS.pop, pk, topic, p, now);
+            .map(|(&((t, p), count), pk)| {
+                let mut inv = self.invocation(&SCRIPTS.pop, pk, t, p, now);
                 inv.arg(count)
                     .arg(if auto_finish { "1" } else { "0" })
                     .arg(self.receipts.prefix())
@@ -176,21 +251,22 @@ impl Shared {
             .collect();
         let mut out = Vec::new();
         let mut first_error = None;
-        let results = self.redis.run_scripts(&what, &invs).await?;
-        for (&(p, wanted), result) in plan.iter().zip(results) {
-            let reply = match result.and_then(|v| Reply::parse(v, &what)) {
+        let results = self.redis.run_scripts(what, &invs).await?;
+        for (&(part, wanted), result) in plan.iter().zip(results) {
+            let reply = match result.and_then(|v| Reply::parse(v, what)) {
                 Ok(reply) => reply,
                 Err(e) => {
                     first_error.get_or_insert(e);
                     continue;
                 }
             };
-            self.effects(topic, p, &reply);
-            let (deliveries, promoted) = parse_pop(topic, &reply.payload, &what)?;
-            for due in promoted {
+            self.effects(part.0, part.1, &reply);
+            let popped = parse_pop(part.0, &reply.payload, what)?;
+            self.wake_at_pause_end(part.0, popped.pause);
+            for due in popped.promoted {
                 self.ctx.metrics.observe_fire(now.saturating_sub(due));
             }
-            out.push((p, wanted, deliveries));
+            out.push((part, wanted, popped.deliveries));
         }
         match first_error {
             // Tasks taken from other partitions are handed out; the failure shows next time.
@@ -200,44 +276,88 @@ impl Shared {
     }
 }
 
-/// The deliveries of a pop reply, and the due times of the tasks it promoted.
-fn parse_pop(
-    topic: &str,
-    payload: &[Value],
-    what: &str,
-) -> Result<(Vec<Delivery>, Vec<Millis>), BackendError> {
+/// The reply of the `peek` script: the pause, the count, 4 values per entry.
+fn parse_heads(value: &Value, what: &str) -> Result<Heads, BackendError> {
+    let bad = |detail: &str| BackendError::protocol(what, detail.to_owned());
+    let Value::Array(items) = value else {
+        return Err(bad("peek reply is not an array"));
+    };
+    let pause = items.first().and_then(int).ok_or_else(|| bad("no pause"))?;
+    let n = items
+        .get(1)
+        .and_then(int)
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or_else(|| bad("no count"))?;
+    let rest = items
+        .get(2..2 + n * 4)
+        .ok_or_else(|| bad("too few values"))?;
+    // Numbers come as integers; insertion numbers as 16 hex digits.
+    let key = |v: &Value| match v {
+        Value::Int(i) => u64::try_from(*i).ok(),
+        other => u64::from_str_radix(&text(other)?, 16).ok(),
+    };
+    let entries = rest
+        .chunks_exact(4)
+        .map(|e| Some(([key(&e[0])?, key(&e[1])?, key(&e[2])?], text(&e[3])?)))
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| bad("an entry with a bad field"))?;
+    Ok(Heads { pause, entries })
+}
+
+/// What a pop script reports.
+#[derive(Debug)]
+struct Popped {
+    /// Each with its insertion number.
+    deliveries: Vec<(u64, Delivery)>,
+    /// `-2` not paused, `-1` paused until resumed, else the end of the pause.
+    pause: i64,
+    /// The due times of the tasks it promoted.
+    promoted: Vec<Millis>,
+}
+
+/// The deliveries of a pop reply, the pause, and the due times of the tasks it promoted.
+fn parse_pop(topic: &str, payload: &[Value], what: &str) -> Result<Popped, BackendError> {
     let bad = |detail: &str| BackendError::protocol(what, detail.to_owned());
     let n = payload
         .first()
         .and_then(int)
         .and_then(|n| usize::try_from(n).ok())
         .ok_or_else(|| bad("no task count"))?;
+    let pause = payload
+        .get(1)
+        .and_then(int)
+        .ok_or_else(|| bad("no pause"))?;
     let tasks = payload
-        .get(1..1 + n * 6)
+        .get(2..2 + n * 8)
         .ok_or_else(|| bad("too few values"))?;
     let deliveries = tasks
-        .chunks_exact(6)
+        .chunks_exact(8)
         .map(|t| {
-            Some(Delivery {
+            let seq = u64::from_str_radix(&text(&t[7])?, 16).ok()?;
+            let d = Delivery {
                 id: text(&t[0])?,
                 topic: topic.to_owned(),
                 body: bytes(&t[1])?,
-                // TODO(issue 11): priority is not in the Redis record yet.
-                priority: delayq::core::DEFAULT_PRIORITY,
+                priority: u32::try_from(int(&t[6])?).ok()?,
                 retries: u32::try_from(int(&t[2])?).ok()?,
                 receipt: text(&t[3])?,
                 due_ms: u64::try_from(int(&t[4])?).ok()?,
                 ttr_ms: u64::try_from(int(&t[5])?).ok()?,
-            })
+            };
+            Some((seq, d))
         })
         .collect::<Option<Vec<_>>>()
         .ok_or_else(|| bad("a task with a bad field"))?;
-    let promoted = payload[1 + n * 6..]
+    let promoted = payload[2 + n * 8..]
         .iter()
         .filter_map(int)
         .filter_map(|d| u64::try_from(d).ok())
         .collect();
-    Ok((deliveries, promoted))
+    Ok(Popped {
+        deliveries,
+        pause,
+        promoted,
+    })
 }
 
 #[cfg(test)]
@@ -252,22 +372,46 @@ mod tests {
     fn pop_replies_parse() {
         let payload = vec![
             Value::Int(1),
+            Value::Int(-2),
             bulk("id-1"),
             bulk("body"),
             bulk("2"),
             bulk("00000000000a0001"),
             bulk("1000"),
             bulk("30000"),
+            Value::Int(7),
+            bulk("0000000000000005"),
             Value::Int(990),
         ];
-        let (d, promoted) = parse_pop("t", &payload, "testing").unwrap();
+        let popped = parse_pop("t", &payload, "testing").unwrap();
+        let (d, promoted) = (popped.deliveries, popped.promoted);
+        assert_eq!((popped.pause, d[0].1.priority, d[0].0), (-2, 7, 5));
+        let d: Vec<Delivery> = d.into_iter().map(|(_, d)| d).collect();
         assert_eq!(d.len(), 1);
         assert_eq!(
             (d[0].id.as_str(), d[0].retries, d[0].due_ms),
             ("id-1", 2, 1_000)
         );
         assert_eq!(promoted, vec![990]);
-        assert!(parse_pop("t", &[Value::Int(2)], "testing").is_err());
+        assert!(parse_pop("t", &[Value::Int(2), Value::Int(-2)], "testing").is_err());
+        let heads = Value::Array(vec![
+            Value::Int(5000),
+            Value::Int(1),
+            Value::Int(7),
+            Value::Int(1000),
+            bulk("00000000000000ff"),
+            bulk("a"),
+        ]);
+        let h = parse_heads(&heads, "testing").unwrap();
+        assert_eq!(h.pause, 5000);
+        assert_eq!(h.entries, vec![([7, 1000, 0xff], "a".to_owned())]);
+        assert!(
+            parse_heads(
+                &Value::Array(vec![Value::Int(-2), Value::Int(1)]),
+                "testing"
+            )
+            .is_err()
+        );
     }
 
     #[test]

@@ -9,12 +9,12 @@
 
 use std::collections::HashMap;
 
-use delayq::{Error, Millis, Page, Result, State, TaskInfo, TopicStats};
+use delayq::{Error, Millis, Page, Pause, Result, State, TaskInfo, TopicStats};
 use redis::{ScriptInvocation, Value};
 
 use super::Shared;
 use crate::error::BackendError;
-use crate::keys::{PartitionKeys, partition_of};
+use crate::keys::{PartitionKeys, dead_member, partition_of, ready_member};
 use crate::record::{self, Record};
 use crate::scripts::{SCRIPTS, int, scored};
 
@@ -148,8 +148,19 @@ impl Shared {
             .io(what, pipe.query_async(&mut self.redis.conn()))
             .await?;
         let mut entries: Vec<(f64, u32, String)> = Vec::new();
-        for (v, &p) in ranges.iter().zip(&sources) {
-            entries.extend(scored(v).into_iter().map(|(id, due)| (due, p, id)));
+        for (i, (v, &p)) in ranges.iter().zip(&sources).enumerate() {
+            let state = states[i % states.len()];
+            for (member, score) in scored(v) {
+                // READY members carry the due; DEAD ones are listed by when they went DEAD.
+                let entry = match state {
+                    State::Ready => {
+                        ready_member(&member).map(|(due, _, id)| (due as f64, p, id.to_owned()))
+                    }
+                    State::Dead => dead_member(&member).map(|(_, id)| (score, p, id.to_owned())),
+                    _ => Some((score, p, member)),
+                };
+                entries.extend(entry);
+            }
         }
         entries.sort_by(|a, b| {
             a.0.total_cmp(&b.0)
@@ -196,7 +207,8 @@ impl Shared {
             for st in self.partition_stats(&topic, parts, now).await? {
                 total.merge(&st);
             }
-            if total.total > 0 {
+            // A paused topic shows even without records (its pause is what it holds).
+            if total.total > 0 || total.pause.paused {
                 out.push((topic, total));
             }
         }
@@ -226,21 +238,28 @@ impl Shared {
     }
 }
 
-/// The counters of one partition from its stats script: six counts in state order, then
-/// the earliest due of a DELAYED task (-1: none).
+/// The counters of one partition from its stats script: six counts in state order, the
+/// earliest due of a DELAYED task (-1: none), then the pause (-2: none, -1: until resumed,
+/// else its end).
 fn parse_stats(value: Value, what: &str) -> Result<TopicStats, BackendError> {
     let Value::Array(items) = value else {
         return Err(BackendError::protocol(what, "stats reply is not an array"));
     };
     let nums: Vec<i64> = items.iter().filter_map(int).collect();
-    if nums.len() != 7 {
-        return Err(BackendError::protocol(what, "stats reply has not 7 values"));
+    if nums.len() != 8 {
+        return Err(BackendError::protocol(what, "stats reply has not 8 values"));
     }
     let mut stats = TopicStats::default();
     for (state, &n) in State::ALL.iter().zip(&nums) {
         stats.adjust(*state, n.max(0));
     }
     stats.next_due_ms = u64::try_from(nums[6]).ok();
+    if nums[7] != -2 {
+        stats.pause = Pause {
+            paused: true,
+            until_ms: u64::try_from(nums[7]).ok(),
+        };
+    }
     Ok(stats)
 }
 
@@ -250,13 +269,27 @@ mod tests {
 
     #[test]
     fn stats_replies_parse() {
-        let reply = Value::Array([1, 2, 3, 4, 5, 6, 900].map(Value::Int).to_vec());
+        let reply = Value::Array([1, 2, 3, 4, 5, 6, 900, -2].map(Value::Int).to_vec());
         let stats = parse_stats(reply, "testing").unwrap();
         let counts: Vec<u64> = State::ALL.iter().map(|&s| stats.count(s)).collect();
         assert_eq!(counts, [1, 2, 3, 4, 5, 6]);
         assert_eq!((stats.total, stats.next_due_ms), (21, Some(900)));
-        let none = Value::Array([0, 0, 0, 0, 0, 0, -1].map(Value::Int).to_vec());
-        assert_eq!(parse_stats(none, "testing").unwrap().next_due_ms, None);
+        assert!(!stats.pause.paused);
+        let none = Value::Array([0, 0, 0, 0, 0, 0, -1, -1].map(Value::Int).to_vec());
+        let paused = parse_stats(none, "testing").unwrap();
+        assert_eq!(paused.next_due_ms, None);
+        assert_eq!(
+            paused.pause,
+            Pause {
+                paused: true,
+                until_ms: None
+            }
+        );
+        let until = Value::Array([0, 0, 0, 0, 0, 0, -1, 5000].map(Value::Int).to_vec());
+        assert_eq!(
+            parse_stats(until, "testing").unwrap().pause.until_ms,
+            Some(5000)
+        );
         assert!(parse_stats(Value::Array(vec![Value::Int(1)]), "testing").is_err());
         assert!(parse_stats(Value::Nil, "testing").is_err());
     }

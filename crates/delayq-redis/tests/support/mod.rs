@@ -181,6 +181,64 @@ impl delayq::Storage for Served {
     async fn check_ready(&self) -> delayq::Result<()> {
         self.storage.check_ready().await
     }
+    async fn pop_any(
+        &self,
+        topics: &[String],
+        max: usize,
+        auto_finish: bool,
+    ) -> delayq::Result<Vec<delayq::Delivery>> {
+        self.storage.pop_any(topics, max, auto_finish).await
+    }
+    async fn bury(
+        &self,
+        topic: &str,
+        id: &str,
+        options: delayq::BuryOptions,
+    ) -> delayq::Result<()> {
+        self.storage.bury(topic, id, options).await
+    }
+    async fn reschedule(
+        &self,
+        topic: &str,
+        id: &str,
+        due_ms: u64,
+    ) -> delayq::Result<delayq::State> {
+        self.storage.reschedule(topic, id, due_ms).await
+    }
+    async fn kick(&self, topic: &str, max: u64) -> delayq::Result<u64> {
+        self.storage.kick(topic, max).await
+    }
+    async fn kick_job(&self, topic: &str, id: &str) -> delayq::Result<()> {
+        self.storage.kick_job(topic, id).await
+    }
+    async fn pause(&self, topic: &str, until_ms: Option<u64>) -> delayq::Result<()> {
+        self.storage.pause(topic, until_ms).await
+    }
+    async fn resume(&self, topic: &str) -> delayq::Result<()> {
+        self.storage.resume(topic).await
+    }
+    async fn peek(
+        &self,
+        topic: &str,
+        state: delayq::State,
+    ) -> delayq::Result<Option<delayq::TaskInfo>> {
+        self.storage.peek(topic, state).await
+    }
+    async fn locate(&self, id: &str) -> delayq::Result<Vec<String>> {
+        self.storage.locate(id).await
+    }
+    async fn next_job_id(&self) -> delayq::Result<u64> {
+        self.storage.next_job_id().await
+    }
+    async fn put_meta(&self, namespace: &str, key: &str, value: Vec<u8>) -> delayq::Result<()> {
+        self.storage.put_meta(namespace, key, value).await
+    }
+    async fn list_meta(&self, namespace: &str) -> delayq::Result<Vec<(String, Vec<u8>)>> {
+        self.storage.list_meta(namespace).await
+    }
+    async fn delete_meta(&self, namespace: &str, key: &str) -> delayq::Result<bool> {
+        self.storage.delete_meta(namespace, key).await
+    }
     async fn shutdown(&self) -> delayq::Result<()> {
         self.storage.shutdown().await
     }

@@ -1,0 +1,67 @@
+-- peek: the first ARGV[8] tasks of the partition in state ARGV[7], in the order that state
+-- is taken in, without changing anything but the upgrade of an old partition:
+--   1 (READY): priority, due, insertion; the due DELAYED tasks a pop would promote first
+--              are included (they are ready, the promoter just has not moved them yet);
+--   0 (DELAYED): the tasks not due yet, earliest due first (then insertion);
+--   5 (DEAD): oldest buried first, then insertion.
+-- Reply: the pause (-2: none, -1: until resumed, else its end), the number of entries, then
+-- 4 values per entry: three order keys (READY: priority, due, insertion; DELAYED: due,
+-- insertion, 0; DEAD: when it went DEAD, insertion, 0) and the id. Insertion numbers are
+-- 16-hex-digit strings (compared as strings here: they do not fit a Lua number).
+local state = tonumber(ARGV[7])
+local max = tonumber(ARGV[8])
+local entries = {}
+if state == READY then
+  local r = redis.call('ZRANGE', SETS[READY], 0, max - 1, 'WITHSCORES')
+  for i = 1, #r, 2 do
+    local m = r[i]
+    entries[#entries + 1] = {
+      tonumber(r[i + 1]),
+      tonumber(string.sub(m, 1, WIDTH), 16),
+      string.sub(m, WIDTH + 1, WIDTH + SEQ_WIDTH),
+      member_id(m, READY),
+    }
+  end
+  local due = redis.call('ZRANGEBYSCORE', SETS[DELAYED], '-inf', NOW, 'LIMIT', 0, max)
+  for _, id in ipairs(due) do
+    local rec = load(id)
+    if rec then
+      entries[#entries + 1] = {rec.pri, rec.due, rec.seq, id}
+    end
+  end
+elseif state == DELAYED then
+  local r = redis.call('ZRANGEBYSCORE', SETS[DELAYED], '(' .. fmt(NOW), '+inf', 'LIMIT', 0, max)
+  for _, id in ipairs(r) do
+    local rec = load(id)
+    if rec then
+      entries[#entries + 1] = {rec.due, rec.seq, 0, id}
+    end
+  end
+elseif state == DEAD then
+  local r = redis.call('ZRANGE', SETS[DEAD], 0, max - 1, 'WITHSCORES')
+  for i = 1, #r, 2 do
+    entries[#entries + 1] = {
+      tonumber(r[i + 1]),
+      string.sub(r[i], 1, SEQ_WIDTH),
+      0,
+      member_id(r[i], DEAD),
+    }
+  end
+end
+table.sort(entries, function(a, b)
+  if a[1] ~= b[1] then
+    return a[1] < b[1]
+  elseif a[2] ~= b[2] then
+    return a[2] < b[2]
+  elseif a[3] ~= b[3] then
+    return a[3] < b[3]
+  end
+  return a[4] < b[4]
+end)
+local out = {paused() or -2, math.min(#entries, max)}
+for i = 1, math.min(#entries, max) do
+  for _, v in ipairs(entries[i]) do
+    out[#out + 1] = v
+  end
+end
+return out

@@ -1,0 +1,259 @@
+//! Topic-wide operations of the beanstalkd protocol: kick, pause and resume, peek, locate.
+//!
+//! - **kick** looks at the first DEAD tasks of every partition (the `peek` script); when the
+//!   topic has any, it moves up to `max` of them, oldest buried first across partitions,
+//!   else up to `max` DELAYED tasks not due yet, earliest due first. Each round plans how
+//!   many to take from which partition and runs one `kick` script per partition; rounds
+//!   repeat, [`KICK_CHUNK`] at a time, until `max` moved or nothing is left.
+//! - **pause** is kept in every partition's `info` hash, so the pop script refuses to hand
+//!   out in the same atomic step that would hand out. Pause and resume run one `pause`
+//!   script per partition in one pipeline: a pop racing with them may still take from a
+//!   partition not reached yet, and once they return every partition is paused (resumed).
+//!   The end of a pause is judged by each script with the `now` it is given (the Redis
+//!   reference clock's lower bound), so it passes by itself; a resume announces the topic's
+//!   ready tasks on the events channel, waking consumers on every instance.
+//! - **peek** asks every partition for its first task in the state's order and reads the
+//!   best one.
+//! - **locate** has no index: a task's partition within a topic follows from its id, so it
+//!   is one `HGET` per registered topic, all in one pipeline (O(topics) commands, one round
+//!   trip; in a cluster one request per slot). An index id → topics could not be kept
+//!   atomically with the records in a cluster (other slots).
+
+use std::collections::HashMap;
+
+use delayq::{Error, Millis, Result, State, TaskInfo};
+
+use super::Shared;
+use super::pop::Part;
+use crate::error::{BackendError, maybe_applied};
+use crate::keys::{PartitionKeys, partition_of};
+use crate::record::Record;
+use crate::scripts::{Reply, SCRIPTS, int};
+
+/// Most tasks one round of kick moves.
+const KICK_CHUNK: usize = 1_000;
+
+impl Shared {
+    /// beanstalkd's kick: up to `max` DEAD tasks → READY, or if there are none, up to `max`
+    /// DELAYED tasks. Returns how many moved.
+    pub(super) async fn kick(&self, topic: &str, max: u64) -> Result<u64> {
+        self.check_open()?;
+        let Some(n) = self.partitions(topic, false).await? else {
+            return Ok(0);
+        };
+        let parts: Vec<Part<'_>> = (0..n).map(|p| (topic, p)).collect();
+        let what = format!("kicking tasks of topic {topic:?}");
+        let mut moved: u64 = 0;
+        let mut from: Option<State> = None;
+        while moved < max {
+            let chunk = usize::try_from(max - moved)
+                .unwrap_or(usize::MAX)
+                .min(KICK_CHUNK);
+            let now = self.ctx.clock.now_ms();
+            let state = match from {
+                Some(state) => state,
+                None => {
+                    let dead = self.heads(&parts, State::Dead, 1, now).await?;
+                    let state = if dead.iter().any(|h| !h.entries.is_empty()) {
+                        State::Dead
+                    } else {
+                        State::Delayed
+                    };
+                    from = Some(state);
+                    state
+                }
+            };
+            let heads = self.heads(&parts, state, chunk, now).await?;
+            let mut candidates: Vec<([u64; 3], u32)> = Vec::new();
+            for (p, h) in heads.into_iter().enumerate() {
+                candidates.extend(h.entries.into_iter().map(|(key, _)| (key, p as u32)));
+            }
+            if candidates.is_empty() {
+                break;
+            }
+            candidates.sort();
+            let mut plan: Vec<(u32, usize)> = Vec::new();
+            for &(_, p) in candidates.iter().take(chunk) {
+                match plan.iter_mut().find(|(q, _)| *q == p) {
+                    Some((_, k)) => *k += 1,
+                    None => plan.push((p, 1)),
+                }
+            }
+            let keys: Vec<PartitionKeys> = plan
+                .iter()
+                .map(|&(p, _)| self.keys.partition(topic, p))
+                .collect();
+            let mode = if state == State::Dead { "5" } else { "0" };
+            let invs: Vec<_> = plan
+                .iter()
+                .zip(&keys)
+                .map(|(&(p, k), pk)| {
+                    let mut inv = self.invocation(&SCRIPTS.kick, pk, topic, p, now);
+                    inv.arg("").arg(mode).arg(k);
+                    inv
+                })
+                .collect();
+            let results = self.redis.run_scripts(&what, &invs).await.map_err(|e| {
+                if moved > 0 {
+                    maybe_applied(e)
+                } else {
+                    Error::from(e)
+                }
+            })?;
+            let mut round = 0;
+            for (&(p, _), result) in plan.iter().zip(results) {
+                let reply = result.and_then(|v| Reply::parse(v, &what))?;
+                self.effects(topic, p, &reply);
+                round += reply.payload.first().and_then(int).unwrap_or(0).max(0) as u64;
+            }
+            self.redis
+                .replicated(&what, keys.iter().map(|pk| pk.base.as_str()))
+                .await
+                .map_err(maybe_applied)?;
+            moved += round;
+            if round == 0 || candidates.len() < chunk {
+                break;
+            }
+        }
+        Ok(moved)
+    }
+
+    /// Pauses `topic` until `until_ms` (until resumed when `None`). A topic never added to
+    /// is registered, so that its pause shows in stats and topics.
+    pub(super) async fn pause(&self, topic: &str, until_ms: Option<Millis>) -> Result<()> {
+        self.check_open()?;
+        let n = self
+            .partitions(topic, true)
+            .await?
+            .ok_or_else(|| BackendError::protocol("pausing", "topic not registered"))?;
+        let until = until_ms.map_or_else(|| "-1".to_owned(), |u| u.to_string());
+        self.pause_all(topic, n, &until).await
+    }
+
+    /// Ends the pause of `topic`.
+    pub(super) async fn resume(&self, topic: &str) -> Result<()> {
+        self.check_open()?;
+        let Some(n) = self.partitions(topic, false).await? else {
+            return Ok(());
+        };
+        self.pause_all(topic, n, "resume").await
+    }
+
+    /// Runs the `pause` script with `arg` on every partition of `topic`.
+    async fn pause_all(&self, topic: &str, n: u32, arg: &str) -> Result<()> {
+        let what = format!("pausing or resuming topic {topic:?}");
+        let now = self.ctx.clock.now_ms();
+        let keys: Vec<PartitionKeys> = (0..n).map(|p| self.keys.partition(topic, p)).collect();
+        let invs: Vec<_> = keys
+            .iter()
+            .enumerate()
+            .map(|(p, pk)| {
+                let mut inv = self.invocation(&SCRIPTS.pause, pk, topic, p as u32, now);
+                inv.arg(arg);
+                inv
+            })
+            .collect();
+        // With several partitions, some may have been changed before one failed.
+        let many = invs.len() > 1;
+        let unknown = |e: BackendError| {
+            if many {
+                maybe_applied(e)
+            } else {
+                Error::from(e)
+            }
+        };
+        let results = self
+            .redis
+            .run_scripts(&what, &invs)
+            .await
+            .map_err(unknown)?;
+        for (p, result) in results.into_iter().enumerate() {
+            let reply = result
+                .and_then(|v| Reply::parse(v, &what))
+                .map_err(unknown)?;
+            self.effects(topic, p as u32, &reply);
+        }
+        self.redis
+            .replicated(&what, keys.iter().map(|pk| pk.base.as_str()))
+            .await
+            .map_err(maybe_applied)?;
+        Ok(())
+    }
+
+    /// The next task of `topic` in `state` without taking it.
+    pub(super) async fn peek(&self, topic: &str, state: State) -> Result<Option<TaskInfo>> {
+        self.check_open()?;
+        if !matches!(state, State::Ready | State::Delayed | State::Dead) {
+            return Err(Error::invalid(
+                "state",
+                format!("is {state}, peek takes ready, delayed or dead"),
+            ));
+        }
+        let Some(n) = self.partitions(topic, false).await? else {
+            return Ok(None);
+        };
+        let parts: Vec<Part<'_>> = (0..n).map(|p| (topic, p)).collect();
+        // A task taken or changed between the look and the read is looked for again.
+        for _ in 0..3 {
+            let now = self.ctx.clock.now_ms();
+            let heads = self.heads(&parts, state, 1, now).await?;
+            let best = heads
+                .into_iter()
+                .enumerate()
+                .filter_map(|(p, h)| h.entries.into_iter().next().map(|e| (e.0, p, e.1)))
+                .min();
+            let Some((_, _, id)) = best else {
+                return Ok(None);
+            };
+            match self.get(topic, &id).await {
+                Ok(mut info) => {
+                    // A due DELAYED task is READY; only the promoter has not moved it yet.
+                    if state == State::Ready && info.state == State::Delayed && info.due_ms <= now {
+                        info.state = State::Ready;
+                    }
+                    if info.state == state {
+                        return Ok(Some(info));
+                    }
+                }
+                Err(e) if e.kind() == delayq::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(None)
+    }
+
+    /// The topics that hold a live record with this id, in name order.
+    pub(super) async fn locate(&self, id: &str) -> Result<Vec<String>> {
+        self.check_open()?;
+        let what = format!("looking for task {id:?} in every topic");
+        let mut hgetall = redis::cmd("HGETALL");
+        hgetall.arg(self.keys.registry());
+        let registry: HashMap<String, u32> = self
+            .redis
+            .io(&what, hgetall.query_async(&mut self.redis.conn()))
+            .await?;
+        let mut topics: Vec<(String, u32)> = registry.into_iter().collect();
+        topics.sort();
+        if topics.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for (topic, n) in &topics {
+            let pk = self.keys.partition(topic, partition_of(id, *n));
+            pipe.cmd("HGET").arg(pk.records()).arg(id);
+        }
+        let found: Vec<Option<Vec<u8>>> = self
+            .redis
+            .io(&what, pipe.query_async(&mut self.redis.conn()))
+            .await?;
+        let now = self.ctx.clock.now_ms();
+        Ok(topics
+            .into_iter()
+            .zip(found)
+            .filter_map(|((topic, _), raw)| {
+                let record = Record::parse(raw?)?;
+                (!record.is_expired(now)).then_some(topic)
+            })
+            .collect())
+    }
+}
