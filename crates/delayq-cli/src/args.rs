@@ -165,7 +165,7 @@ pub struct AddArgs {
     #[arg(long, value_name = "BASE64")]
     pub body_base64: Option<String>,
     /// Lower is handed out first, 0 to 4294967295 (default 1024).
-    #[arg(long, short = 'p', value_name = "N")]
+    #[arg(long, short = 'p', value_name = "N", allow_negative_numbers = true)]
     pub priority: Option<u32>,
     /// Make the task due after this long: 500ms, 15m, 2h, 1d.
     #[arg(long, short = 'd', value_parser = parse_duration, value_name = "DURATION", group = "when")]
@@ -279,7 +279,7 @@ pub struct ReleaseArgs {
     #[arg(long)]
     pub error: Option<String>,
     /// Give the task this priority from now on (lower first).
-    #[arg(long, short = 'p', value_name = "N")]
+    #[arg(long, short = 'p', value_name = "N", allow_negative_numbers = true)]
     pub priority: Option<u32>,
     /// How to reach the server and how to print.
     #[command(flatten)]
@@ -302,7 +302,7 @@ pub struct BuryArgs {
     #[arg(long)]
     pub error: Option<String>,
     /// Give the task this priority from now on (lower first).
-    #[arg(long, short = 'p', value_name = "N")]
+    #[arg(long, short = 'p', value_name = "N", allow_negative_numbers = true)]
     pub priority: Option<u32>,
     /// How to reach the server and how to print.
     #[command(flatten)]
