@@ -82,16 +82,10 @@ impl AddTaskRequest {
         if let Some(priority) = self.priority {
             task = task.priority(priority);
         }
-        match (self.delay_ms, self.run_at_ms) {
-            (Some(_), Some(_)) => {
-                return Err(InvalidField::new(
-                    "run_at_ms",
-                    "cannot be given together with delay_ms; give one of them",
-                ));
-            }
-            (Some(delay), None) => task = task.delay_ms(delay.0),
-            (None, Some(at)) => task = task.run_at_ms(at.0),
-            (None, None) => {}
+        match when_of(self.delay_ms, self.run_at_ms)? {
+            Some(When::Delay(delay)) => task = task.delay_ms(delay),
+            Some(When::At(at)) => task = task.run_at_ms(at),
+            None => {}
         }
         if let Some(ttr) = self.ttr_ms {
             task = task.ttr_ms(ttr.0);
@@ -109,12 +103,31 @@ impl AddTaskRequest {
     }
 }
 
+/// The wire fields of a due: `(delay_ms, run_at_ms)`, one of them set.
+pub fn when_fields(when: When) -> (Option<Ms>, Option<Ms>) {
+    match when {
+        When::Delay(ms) => (Some(Ms(ms)), None),
+        When::At(at) => (None, Some(Ms(at))),
+    }
+}
+
+/// The due that `delay_ms` and `run_at_ms` give, `None` when neither is given; both at once
+/// are refused.
+fn when_of(delay_ms: Option<Ms>, run_at_ms: Option<Ms>) -> Result<Option<When>, InvalidField> {
+    match (delay_ms, run_at_ms) {
+        (Some(_), Some(_)) => Err(InvalidField::new(
+            "run_at_ms",
+            "cannot be given together with delay_ms; give one of them",
+        )),
+        (Some(delay), None) => Ok(Some(When::Delay(delay.0))),
+        (None, Some(at)) => Ok(Some(When::At(at.0))),
+        (None, None) => Ok(None),
+    }
+}
+
 impl From<&NewTask> for AddTaskRequest {
     fn from(task: &NewTask) -> Self {
-        let (delay_ms, run_at_ms) = match task.when {
-            When::Delay(ms) => (Some(Ms(ms)), None),
-            When::At(at) => (None, Some(Ms(at))),
-        };
+        let (delay_ms, run_at_ms) = when_fields(task.when);
         let (body, body_encoding) = encode_body(task.body.clone());
         AddTaskRequest {
             topic: task.topic.clone(),
@@ -304,15 +317,7 @@ impl RescheduleRequest {
     /// The new due as the library takes it; both fields at once are refused, neither means
     /// now.
     pub fn when(&self) -> Result<When, InvalidField> {
-        match (self.delay_ms, self.run_at_ms) {
-            (Some(_), Some(_)) => Err(InvalidField::new(
-                "run_at_ms",
-                "cannot be given together with delay_ms; give one of them",
-            )),
-            (Some(delay), None) => Ok(When::Delay(delay.0)),
-            (None, Some(at)) => Ok(When::At(at.0)),
-            (None, None) => Ok(When::Delay(0)),
-        }
+        Ok(when_of(self.delay_ms, self.run_at_ms)?.unwrap_or(When::Delay(0)))
     }
 }
 

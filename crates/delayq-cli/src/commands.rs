@@ -227,8 +227,7 @@ async fn add_one(conn: &Connection, task: &NewTask, out: &mut dyn Write) -> Resu
     let outcome = conn.client.add(task).await?;
     let due = match task.when {
         When::Delay(0) => "ready now".to_owned(),
-        When::Delay(ms) => format!("due in {}", format_duration(ms)),
-        When::At(at) => format!("due {}", output::when(at, now_ms())),
+        when => due_words(when),
     };
     let what = match outcome {
         AddOutcome::Replaced => "replaced",
@@ -342,11 +341,7 @@ async fn reschedule(args: &RescheduleArgs, out: &mut dyn Write) -> Result<(), Cl
     let state = serde_json::from_value::<ReleaseData>(data)
         .map(|d| d.state.name())
         .unwrap_or("rescheduled");
-    let due = match when {
-        When::Delay(0) => "due now".to_owned(),
-        When::Delay(ms) => format!("due in {}", format_duration(ms)),
-        When::At(at) => format!("due {}", output::when(at, now_ms())),
-    };
+    let due = due_words(when);
     writeln!(
         out,
         "rescheduled task {:?} of topic {:?}: {state}, {due}",
@@ -375,4 +370,13 @@ async fn pause_or_resume(
         output::pause_words(&pause, now_ms())
     )?;
     Ok(())
+}
+
+/// A due in words: `due now`, `due in 15m`, `due 2030-01-01T08:00:00.000Z (in 2d)`.
+fn due_words(when: When) -> String {
+    match when {
+        When::Delay(0) => "due now".to_owned(),
+        When::Delay(ms) => format!("due in {}", format_duration(ms)),
+        When::At(at) => format!("due {}", output::when(at, now_ms())),
+    }
 }

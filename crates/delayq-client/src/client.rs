@@ -692,10 +692,7 @@ impl Call {
 
     /// `POST /reschedule`.
     pub fn reschedule(topic: &str, id: &str, when: When) -> Call {
-        let (delay_ms, run_at_ms) = match when {
-            When::Delay(ms) => (Some(Ms(ms)), None),
-            When::At(at) => (None, Some(Ms(at))),
-        };
+        let (delay_ms, run_at_ms) = delayq_api::request::when_fields(when);
         let body = RescheduleRequest {
             topic: topic.to_owned(),
             id: id.to_owned(),

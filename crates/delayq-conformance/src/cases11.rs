@@ -57,6 +57,15 @@ async fn pop_and_bury(h: &Harness, id: &str) {
         .unwrap();
 }
 
+/// The tasks a spawned pop returned, waiting for it at most [`crate::EVENTUALLY`].
+async fn returned(waiter: tokio::task::JoinHandle<delayq::Result<Vec<Delivery>>>) -> Vec<Delivery> {
+    tokio::time::timeout(crate::EVENTUALLY, waiter)
+        .await
+        .expect("the pop returned")
+        .expect("the pop did not panic")
+        .expect("the pop succeeded")
+}
+
 /// Waits until a long-poll is parked.
 async fn wait_parked(h: &Harness, n: usize) {
     h.eventually(&format!("{n} pop(s) parked"), || async {
@@ -211,11 +220,7 @@ pub async fn pop_any_long_poll_wakes_on_any_topic(h: &Harness) {
     })
     .await;
     h.advance(500);
-    let got = tokio::time::timeout(crate::EVENTUALLY, waiter)
-        .await
-        .expect("pop_any returned")
-        .unwrap()
-        .unwrap();
+    let got = returned(waiter).await;
     assert_eq!(ids(&got), ["late"]);
     assert_eq!(got[0].topic, "t.b");
 }
@@ -422,11 +427,7 @@ pub async fn resume_wakes_a_waiting_pop(h: &Harness) {
     tokio::time::sleep(Duration::from_millis(30)).await;
     assert!(!waiter.is_finished(), "the pop waits while paused");
     h.queue.resume(T).await.unwrap();
-    let got = tokio::time::timeout(crate::EVENTUALLY, waiter)
-        .await
-        .expect("pop returned")
-        .unwrap()
-        .unwrap();
+    let got = returned(waiter).await;
     assert_eq!(ids(&got), ["a"]);
 }
 
@@ -446,11 +447,7 @@ pub async fn pause_with_end_ends_by_itself(h: &Harness) {
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert!(!waiter.is_finished(), "not before the pause's end");
     h.advance(1);
-    let got = tokio::time::timeout(crate::EVENTUALLY, waiter)
-        .await
-        .expect("pop returned")
-        .unwrap()
-        .unwrap();
+    let got = returned(waiter).await;
     assert_eq!(ids(&got), ["a"]);
     assert!(!h.queue.stats(T).await.unwrap().pause.holds(h.now()));
 }
