@@ -37,13 +37,13 @@ pub use envelope::{Envelope, ErrorData};
 pub use limits::{DEFAULT_PAGE_SIZE, DEFAULT_POP_TIMEOUT_MS, MAX_PAGE_SIZE};
 pub use number::{BodyText, Count, Ms};
 pub use request::{
-    AckRequest, AddBatchRequest, AddRequest, AddTaskRequest, FinishBatchRequest, FinishRequest,
-    GetQuery, PopRequest, ReleaseRequest, RequeueRequest, StatsQuery, TaskKey, TasksQuery,
-    batch_field,
+    AckRequest, AddBatchRequest, AddRequest, AddTaskRequest, BuryRequest, FinishBatchRequest,
+    FinishRequest, GetQuery, PauseRequest, PopRequest, ReleaseRequest, RequeueRequest,
+    RescheduleRequest, StatsQuery, TaskKey, TasksQuery, TopicRequest, batch_field,
 };
 pub use response::{
     AddData, AddResponse, AllStats, BatchItem, FinishBatchData, FinishItem, Health, NoData,
-    PopData, ReleaseData, RequeueData, StatsData, StatsView, TopicEntry, TopicList, TopicStatsData,
-    TouchData,
+    PauseData, PopData, ReleaseData, RequeueData, StatsData, StatsView, TopicEntry, TopicList,
+    TopicStatsData, TouchData,
 };
 pub use task::{TaskDelivery, TaskFields, TaskListItem, TaskPage, TaskView};

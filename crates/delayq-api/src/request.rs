@@ -5,7 +5,9 @@
 //! optional field is left out when unset, so what the client sends is only what its caller
 //! set. Unknown fields are ignored when reading.
 
-use delayq_core::{Backoff, InvalidField, MaxRetries, NewTask, OnDuplicate, State, When};
+use delayq_core::{
+    Backoff, BuryOptions, InvalidField, MaxRetries, NewTask, OnDuplicate, State, When,
+};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -80,16 +82,10 @@ impl AddTaskRequest {
         if let Some(priority) = self.priority {
             task = task.priority(priority);
         }
-        match (self.delay_ms, self.run_at_ms) {
-            (Some(_), Some(_)) => {
-                return Err(InvalidField::new(
-                    "run_at_ms",
-                    "cannot be given together with delay_ms; give one of them",
-                ));
-            }
-            (Some(delay), None) => task = task.delay_ms(delay.0),
-            (None, Some(at)) => task = task.run_at_ms(at.0),
-            (None, None) => {}
+        match when_of(self.delay_ms, self.run_at_ms)? {
+            Some(When::Delay(delay)) => task = task.delay_ms(delay),
+            Some(When::At(at)) => task = task.run_at_ms(at),
+            None => {}
         }
         if let Some(ttr) = self.ttr_ms {
             task = task.ttr_ms(ttr.0);
@@ -107,12 +103,31 @@ impl AddTaskRequest {
     }
 }
 
+/// The wire fields of a due: `(delay_ms, run_at_ms)`, one of them set.
+pub fn when_fields(when: When) -> (Option<Ms>, Option<Ms>) {
+    match when {
+        When::Delay(ms) => (Some(Ms(ms)), None),
+        When::At(at) => (None, Some(Ms(at))),
+    }
+}
+
+/// The due that `delay_ms` and `run_at_ms` give, `None` when neither is given; both at once
+/// are refused.
+fn when_of(delay_ms: Option<Ms>, run_at_ms: Option<Ms>) -> Result<Option<When>, InvalidField> {
+    match (delay_ms, run_at_ms) {
+        (Some(_), Some(_)) => Err(InvalidField::new(
+            "run_at_ms",
+            "cannot be given together with delay_ms; give one of them",
+        )),
+        (Some(delay), None) => Ok(Some(When::Delay(delay.0))),
+        (None, Some(at)) => Ok(Some(When::At(at.0))),
+        (None, None) => Ok(None),
+    }
+}
+
 impl From<&NewTask> for AddTaskRequest {
     fn from(task: &NewTask) -> Self {
-        let (delay_ms, run_at_ms) = match task.when {
-            When::Delay(ms) => (Some(Ms(ms)), None),
-            When::At(at) => (None, Some(Ms(at))),
-        };
+        let (delay_ms, run_at_ms) = when_fields(task.when);
         let (body, body_encoding) = encode_body(task.body.clone());
         AddTaskRequest {
             topic: task.topic.clone(),
@@ -241,6 +256,88 @@ pub struct ReleaseRequest {
     /// What went wrong, kept as the task's last error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// A new priority for the task from now on, 0 to 4294967295 (lower first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u32>,
+}
+
+/// `POST /bury`: the holder gives up on its task, ACTIVE → DEAD (docs/design.md §2 rule 13).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct BuryRequest {
+    /// The topic.
+    pub topic: String,
+    /// The id.
+    pub id: String,
+    /// The receipt of the attempt; a stale one is a 409.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receipt: Option<String>,
+    /// Why, kept as the task's last error (default "buried").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// A new priority for the task, 0 to 4294967295 (beanstalkd's `bury <id> <pri>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u32>,
+}
+
+impl BuryRequest {
+    /// The library's options of this bury.
+    pub fn options(&self) -> BuryOptions {
+        let mut options = BuryOptions::default();
+        if let Some(receipt) = &self.receipt {
+            options = options.receipt(receipt.clone());
+        }
+        if let Some(error) = &self.error {
+            options = options.error(error.clone());
+        }
+        if let Some(priority) = self.priority {
+            options = options.priority(priority);
+        }
+        options
+    }
+}
+
+/// `POST /reschedule`: a DELAYED or READY task gets a new due (docs/design.md §2 rule 15).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct RescheduleRequest {
+    /// The topic.
+    pub topic: String,
+    /// The id.
+    pub id: String,
+    /// Due this many ms from now (0, or neither field: now). Excludes `run_at_ms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<u64>, example = 60000)]
+    pub delay_ms: Option<Ms>,
+    /// Due at this epoch millisecond (a past instant means now). Excludes `delay_ms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<u64>)]
+    pub run_at_ms: Option<Ms>,
+}
+
+impl RescheduleRequest {
+    /// The new due as the library takes it; both fields at once are refused, neither means
+    /// now.
+    pub fn when(&self) -> Result<When, InvalidField> {
+        Ok(when_of(self.delay_ms, self.run_at_ms)?.unwrap_or(When::Delay(0)))
+    }
+}
+
+/// `POST /pause`: a topic hands nothing out until resumed or until `for_ms` has passed
+/// (docs/design.md §2 rule 14).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct PauseRequest {
+    /// The topic; it need not have tasks yet.
+    pub topic: String,
+    /// End the pause by itself after this many ms; without it, until `POST /resume`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<u64>, example = 60000)]
+    pub for_ms: Option<Ms>,
+}
+
+/// `POST /resume`: ends a topic's pause.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct TopicRequest {
+    /// The topic.
+    pub topic: String,
 }
 
 /// `POST /cancel` and `POST /delete`.
@@ -382,6 +479,38 @@ mod tests {
         let err = req.into_new_task().unwrap_err();
         assert_eq!(err.field, "run_at_ms");
         assert!(err.reason.contains("delay_ms"));
+    }
+
+    #[test]
+    fn reschedule_reads_one_due_or_now() {
+        let read = |body: &str| {
+            serde_json::from_str::<RescheduleRequest>(body)
+                .unwrap()
+                .when()
+        };
+        assert_eq!(read(r#"{"topic":"t","id":"i"}"#), Ok(When::Delay(0)));
+        assert_eq!(
+            read(r#"{"topic":"t","id":"i","delay_ms":5}"#),
+            Ok(When::Delay(5))
+        );
+        assert_eq!(
+            read(r#"{"topic":"t","id":"i","run_at_ms":9}"#),
+            Ok(When::At(9))
+        );
+        let err = read(r#"{"topic":"t","id":"i","delay_ms":5,"run_at_ms":9}"#).unwrap_err();
+        assert_eq!(err.field, "run_at_ms");
+    }
+
+    #[test]
+    fn bury_options_carry_what_was_given() {
+        let req: BuryRequest =
+            serde_json::from_str(r#"{"topic":"t","id":"i","receipt":"r","priority":3}"#).unwrap();
+        assert_eq!(
+            req.options(),
+            BuryOptions::default().receipt("r").priority(3)
+        );
+        let bare: BuryRequest = serde_json::from_str(r#"{"topic":"t","id":"i"}"#).unwrap();
+        assert_eq!(bare.options(), BuryOptions::default());
     }
 
     #[test]

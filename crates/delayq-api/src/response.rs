@@ -139,8 +139,19 @@ pub struct RequeueData {
     pub requeued: u64,
 }
 
+/// The answer of `POST /pause` and `POST /resume`: the topic's pause as it now stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct PauseData {
+    /// The topic.
+    pub topic: String,
+    /// Whether it is paused.
+    pub paused: bool,
+    /// When the pause ends by itself, epoch ms; null when it lasts until resumed.
+    pub paused_until_ms: Option<u64>,
+}
+
 /// The counters of one topic: seqdelay's (`ready`, `delayed`, `active`, `finished`,
-/// `cancelled`, `total`) and delayq's (`dead`, `next_due_ms`).
+/// `cancelled`, `total`) and delayq's (`dead`, `next_due_ms`, `paused`, `paused_until_ms`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct StatsView {
     /// Waiting for their due time.
@@ -159,6 +170,22 @@ pub struct StatsView {
     pub total: u64,
     /// The earliest due time among delayed tasks, epoch ms.
     pub next_due_ms: Option<u64>,
+    /// Whether the topic is paused: it hands nothing out (docs/design.md §2 rule 14).
+    #[serde(default)]
+    pub paused: bool,
+    /// When the pause ends by itself, epoch ms; null while not paused or paused until resumed.
+    #[serde(default)]
+    pub paused_until_ms: Option<u64>,
+}
+
+impl StatsView {
+    /// The view of `stats` as they stand at `now`: a pause whose end has passed shows as over.
+    pub fn at(stats: TopicStats, now: u64) -> Self {
+        StatsView::from(TopicStats {
+            pause: stats.pause.at(now),
+            ..stats
+        })
+    }
 }
 
 impl From<TopicStats> for StatsView {
@@ -172,6 +199,8 @@ impl From<TopicStats> for StatsView {
             cancelled: s.cancelled,
             total: s.total,
             next_due_ms: s.next_due_ms,
+            paused: s.pause.paused,
+            paused_until_ms: s.pause.until_ms.filter(|_| s.pause.paused),
         }
     }
 }

@@ -14,7 +14,9 @@ use delayq_core::{Attempt, Backoff, State, TaskInfo};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::body::{BodyEncoding, encode_body};
+use delayq_core::InvalidField;
+
+use crate::body::{BodyEncoding, decode_body, encode_body};
 use crate::state;
 
 /// How Go writes a zero `time.Time`: seqdelay's `active_at` of a task never handed out.
@@ -29,9 +31,10 @@ pub struct TaskFields {
     pub topic: String,
     /// The payload: text, or base64 when `body_encoding` says so.
     pub body: String,
-    /// `base64` when the body's bytes are not UTF-8; absent for text.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub body_encoding: Option<BodyEncoding>,
+    /// How `body` is written: `text` when the body's bytes are UTF-8, else `base64`. Always
+    /// present in answers; read as `text` when absent.
+    #[serde(default)]
+    pub body_encoding: BodyEncoding,
     /// Lower first.
     pub priority: u32,
     /// When the task is (or was) due, epoch ms.
@@ -58,6 +61,13 @@ pub struct TaskFields {
     pub history: Vec<Attempt>,
 }
 
+impl TaskFields {
+    /// The body's bytes, decoded from the wire form `body_encoding` names.
+    pub fn body_bytes(&self) -> Result<Vec<u8>, InvalidField> {
+        decode_body(self.body.clone(), Some(self.body_encoding), "body")
+    }
+}
+
 impl From<TaskInfo> for TaskFields {
     fn from(t: TaskInfo) -> Self {
         let (body, body_encoding) = encode_body(t.body);
@@ -65,7 +75,7 @@ impl From<TaskInfo> for TaskFields {
             id: t.id,
             topic: t.topic,
             body,
-            body_encoding,
+            body_encoding: body_encoding.unwrap_or_default(),
             priority: t.priority,
             due_ms: t.due_ms,
             delay_ms: t.delay_ms,
@@ -231,9 +241,10 @@ pub struct TaskDelivery {
     pub topic: String,
     /// The payload: text, or base64 when `body_encoding` says so.
     pub body: String,
-    /// `base64` when the body's bytes are not UTF-8; absent for text.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub body_encoding: Option<BodyEncoding>,
+    /// How `body` is written: `text` when the body's bytes are UTF-8, else `base64`. Always
+    /// present in answers; read as `text` when absent.
+    #[serde(default)]
+    pub body_encoding: BodyEncoding,
     /// Lower first.
     pub priority: u32,
     /// Redeliveries before this attempt.
@@ -246,6 +257,13 @@ pub struct TaskDelivery {
     pub ttr_ms: u64,
 }
 
+impl TaskDelivery {
+    /// The body's bytes, decoded from the wire form `body_encoding` names.
+    pub fn body_bytes(&self) -> Result<Vec<u8>, InvalidField> {
+        decode_body(self.body.clone(), Some(self.body_encoding), "body")
+    }
+}
+
 impl From<delayq_core::Delivery> for TaskDelivery {
     fn from(d: delayq_core::Delivery) -> Self {
         let (body, body_encoding) = encode_body(d.body);
@@ -253,7 +271,7 @@ impl From<delayq_core::Delivery> for TaskDelivery {
             id: d.id,
             topic: d.topic,
             body,
-            body_encoding,
+            body_encoding: body_encoding.unwrap_or_default(),
             priority: d.priority,
             retries: d.retries,
             receipt: d.receipt,
@@ -336,6 +354,33 @@ mod tests {
         let back: TaskListItem = serde_json::from_str(&text).unwrap();
         assert_eq!(back, item);
         assert_eq!(back.retries, 1, "fields read through the view");
+    }
+
+    #[test]
+    fn views_name_the_body_encoding_always() {
+        let v = serde_json::to_value(TaskView::from(info(State::Ready))).unwrap();
+        assert_eq!(
+            (&v["body"], &v["body_encoding"]),
+            (&json!("x"), &json!("text"))
+        );
+        let binary = TaskInfo {
+            body: vec![0xff, 0x00, 0x80],
+            ..info(State::Ready)
+        };
+        let view = TaskView::from(binary.clone());
+        let v = serde_json::to_value(&view).unwrap();
+        assert_eq!(
+            (&v["body"], &v["body_encoding"]),
+            (&json!("/wCA"), &json!("base64"))
+        );
+        assert_eq!(view.body_bytes().unwrap(), binary.body);
+        let item = serde_json::to_value(TaskListItem::from(binary)).unwrap();
+        assert_eq!(item["body_encoding"], json!("base64"));
+        // An answer without the field (an older server) reads as text.
+        let mut older = serde_json::to_value(TaskView::from(info(State::Ready))).unwrap();
+        older.as_object_mut().unwrap().remove("body_encoding");
+        let back: TaskView = serde_json::from_value(older).unwrap();
+        assert_eq!(back.body_bytes().unwrap(), b"x");
     }
 
     #[test]

@@ -62,6 +62,14 @@ pub enum Command {
     Requeue(RequeueArgs),
     /// Remove a task's record, whatever its state.
     Delete(TaskArgs),
+    /// Bury a popped task: ACTIVE → DEAD with the reason "buried"; a requeue brings it back.
+    Bury(BuryArgs),
+    /// Give a DELAYED or READY task a new due time (now when no time is given).
+    Reschedule(RescheduleArgs),
+    /// Pause a topic: it keeps its tasks and takes adds but hands nothing out.
+    Pause(PauseArgs),
+    /// End the pause of a topic.
+    Resume(TopicArgs),
     /// Measure a running server end to end (loopback only).
     Bench(BenchArgs),
     /// Check or repair an embedded data directory (the server must not be running).
@@ -148,11 +156,17 @@ pub struct AddArgs {
     #[arg(long, short = 'i')]
     pub id: Option<String>,
     /// The payload, as text.
-    #[arg(long, short = 'b', conflicts_with = "body_file")]
+    #[arg(long, short = 'b', conflicts_with_all = ["body_file", "body_base64"])]
     pub body: Option<String>,
-    /// Read the payload from a file (`-` for standard input).
-    #[arg(long, value_name = "PATH")]
+    /// Read the payload from a file, any bytes (`-` for standard input).
+    #[arg(long, value_name = "PATH", conflicts_with = "body_base64")]
     pub body_file: Option<PathBuf>,
+    /// The payload as standard base64, for bytes that are not text.
+    #[arg(long, value_name = "BASE64")]
+    pub body_base64: Option<String>,
+    /// Lower is handed out first, 0 to 4294967295 (default 1024).
+    #[arg(long, short = 'p', value_name = "N", allow_negative_numbers = true)]
+    pub priority: Option<u32>,
     /// Make the task due after this long: 500ms, 15m, 2h, 1d.
     #[arg(long, short = 'd', value_parser = parse_duration, value_name = "DURATION", group = "when")]
     pub delay: Option<u64>,
@@ -264,6 +278,80 @@ pub struct ReleaseArgs {
     /// Why the attempt failed; kept in the task's history.
     #[arg(long)]
     pub error: Option<String>,
+    /// Give the task this priority from now on (lower first).
+    #[arg(long, short = 'p', value_name = "N", allow_negative_numbers = true)]
+    pub priority: Option<u32>,
+    /// How to reach the server and how to print.
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// `delayq bury`.
+#[derive(Debug, Args)]
+pub struct BuryArgs {
+    /// The topic.
+    #[arg(long, short = 't')]
+    pub topic: String,
+    /// The task's id.
+    #[arg(long, short = 'i')]
+    pub id: String,
+    /// The receipt of the attempt, as `pop` gave it; a stale one is refused.
+    #[arg(long, short = 'r')]
+    pub receipt: Option<String>,
+    /// Why, kept as the task's last error (default "buried").
+    #[arg(long)]
+    pub error: Option<String>,
+    /// Give the task this priority from now on (lower first).
+    #[arg(long, short = 'p', value_name = "N", allow_negative_numbers = true)]
+    pub priority: Option<u32>,
+    /// How to reach the server and how to print.
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// `delayq reschedule`.
+#[derive(Debug, Args)]
+pub struct RescheduleArgs {
+    /// The topic.
+    #[arg(long, short = 't')]
+    pub topic: String,
+    /// The task's id.
+    #[arg(long, short = 'i')]
+    pub id: String,
+    /// Make the task due this long from now: 500ms, 15m, 2h, 1d.
+    #[arg(long, short = 'd', value_parser = parse_duration, value_name = "DURATION", group = "when")]
+    pub delay: Option<u64>,
+    /// Make the task due this many milliseconds from now.
+    #[arg(long, value_name = "MS", group = "when")]
+    pub delay_ms: Option<u64>,
+    /// Make the task due at this instant (RFC 3339: 2030-01-01T08:00:00Z).
+    #[arg(long, value_parser = parse_instant, value_name = "TIME", group = "when")]
+    pub at: Option<u64>,
+    /// How to reach the server and how to print.
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// `delayq pause`.
+#[derive(Debug, Args)]
+pub struct PauseArgs {
+    /// The topic.
+    #[arg(long, short = 't')]
+    pub topic: String,
+    /// End the pause by itself after this long (default: until `delayq resume`).
+    #[arg(long = "for", value_parser = parse_duration, value_name = "DURATION")]
+    pub for_ms: Option<u64>,
+    /// How to reach the server and how to print.
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// Commands that name one topic.
+#[derive(Debug, Args)]
+pub struct TopicArgs {
+    /// The topic.
+    #[arg(long, short = 't')]
+    pub topic: String,
     /// How to reach the server and how to print.
     #[command(flatten)]
     pub client: ClientArgs,
@@ -398,7 +486,7 @@ mod tests {
 
     #[test]
     fn conflicting_flags_are_refused() {
-        let table: [&[&str]; 4] = [
+        let table: [&[&str]; 7] = [
             &[
                 "delayq",
                 "add",
@@ -425,6 +513,31 @@ mod tests {
             ],
             &["delayq", "add", "--file", "f", "--id", "b"],
             &["delayq", "requeue", "-t", "a"],
+            &[
+                "delayq",
+                "add",
+                "-t",
+                "a",
+                "-i",
+                "b",
+                "--body",
+                "x",
+                "--body-base64",
+                "AA==",
+            ],
+            &[
+                "delayq",
+                "reschedule",
+                "-t",
+                "a",
+                "-i",
+                "b",
+                "--delay",
+                "1s",
+                "--at",
+                "2030-01-01T00:00:00Z",
+            ],
+            &["delayq", "add", "-t", "a", "-i", "b", "--priority", "-1"],
         ];
         for argv in table {
             assert!(Cli::try_parse_from(argv).is_err(), "{argv:?}");

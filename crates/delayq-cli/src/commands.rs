@@ -7,11 +7,16 @@
 
 use std::io::{IsTerminal as _, Write};
 
-use delayq_client::{AddOutcome, Call, ListOptions, NewTask, PopOptions, ReleaseOptions, When};
+use delayq_client::{
+    AddOutcome, BuryOptions, Call, ListOptions, NewTask, PauseData, PopOptions, ReleaseData,
+    ReleaseOptions, When,
+};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::Value;
 
-use crate::args::{ClientArgs, Command, PopArgs, RequeueArgs, StatsArgs, TaskArgs, TasksArgs};
+use crate::args::{
+    ClientArgs, Command, PopArgs, RequeueArgs, RescheduleArgs, StatsArgs, TaskArgs, TasksArgs,
+};
 use crate::config::{AddPlan, Connection, ImportPlan};
 use crate::duration::{format_duration, now_ms};
 use crate::error::CliError;
@@ -44,6 +49,7 @@ pub async fn run(command: Command, out: &mut dyn Write) -> Result<(), CliError> 
             options.receipt = args.receipt.clone();
             options.delay_ms = args.delay;
             options.error = args.error.clone();
+            options.priority = args.priority;
             let call = Call::release(&args.topic, &args.id, &options);
             change(&args.client, &call, out, || {
                 format!("released task {:?} of topic {:?}", args.id, args.topic)
@@ -75,6 +81,29 @@ pub async fn run(command: Command, out: &mut dyn Write) -> Result<(), CliError> 
             .await
         }
         Command::Requeue(args) => requeue(&args, out).await,
+        Command::Bury(args) => {
+            let mut options = BuryOptions::default();
+            options.receipt = args.receipt.clone();
+            options.error = args.error.clone();
+            options.priority = args.priority;
+            let call = Call::bury(&args.topic, &args.id, &options);
+            change(&args.client, &call, out, || {
+                format!(
+                    "buried task {:?} of topic {:?} (dead until requeued)",
+                    args.id, args.topic
+                )
+            })
+            .await
+        }
+        Command::Reschedule(args) => reschedule(&args, out).await,
+        Command::Pause(args) => {
+            let call = Call::pause(&args.topic, args.for_ms);
+            pause_or_resume(&args.client, &args.topic, &call, out).await
+        }
+        Command::Resume(args) => {
+            let call = Call::resume(&args.topic);
+            pause_or_resume(&args.client, &args.topic, &call, out).await
+        }
         Command::Get(args) => get(&args, out).await,
         Command::Tasks(args) => tasks(&args, out).await,
         Command::Stats(args) => stats(&args, out).await,
@@ -198,8 +227,7 @@ async fn add_one(conn: &Connection, task: &NewTask, out: &mut dyn Write) -> Resu
     let outcome = conn.client.add(task).await?;
     let due = match task.when {
         When::Delay(0) => "ready now".to_owned(),
-        When::Delay(ms) => format!("due in {}", format_duration(ms)),
-        When::At(at) => format!("due {}", output::when(at, now_ms())),
+        when => due_words(when),
     };
     let what = match outcome {
         AddOutcome::Replaced => "replaced",
@@ -294,5 +322,61 @@ async fn requeue(args: &RequeueArgs, out: &mut dyn Write) -> Result<(), CliError
             writeln!(out, "requeued {count} dead tasks of topic {:?}", args.topic)?;
             Ok(())
         }
+    }
+}
+
+/// `delayq reschedule`: a new due for a DELAYED or READY task; now when no time is given.
+async fn reschedule(args: &RescheduleArgs, out: &mut dyn Write) -> Result<(), CliError> {
+    let conn = Connection::from_args(&args.client)?;
+    let when = match (args.delay.or(args.delay_ms), args.at) {
+        (Some(ms), _) => When::Delay(ms),
+        (None, Some(at)) => When::At(at),
+        (None, None) => When::Delay(0),
+    };
+    let call = Call::reschedule(&args.topic, &args.id, when);
+    let data = conn.client.send(&call).await?.unwrap_or(Value::Null);
+    if conn.json {
+        return print_json(&data, out);
+    }
+    let state = serde_json::from_value::<ReleaseData>(data)
+        .map(|d| d.state.name())
+        .unwrap_or("rescheduled");
+    let due = due_words(when);
+    writeln!(
+        out,
+        "rescheduled task {:?} of topic {:?}: {state}, {due}",
+        args.id, args.topic
+    )?;
+    Ok(())
+}
+
+/// `delayq pause` and `delayq resume`: says how the topic's pause stands afterwards.
+async fn pause_or_resume(
+    client: &ClientArgs,
+    topic: &str,
+    call: &Call,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let conn = Connection::from_args(client)?;
+    let data = conn.client.send(call).await?.unwrap_or(Value::Null);
+    if conn.json {
+        return print_json(&data, out);
+    }
+    let pause: PauseData =
+        serde_json::from_value(data).map_err(|err| CliError::Output(std::io::Error::other(err)))?;
+    writeln!(
+        out,
+        "topic {topic:?} {}",
+        output::pause_words(&pause, now_ms())
+    )?;
+    Ok(())
+}
+
+/// A due in words: `due now`, `due in 15m`, `due 2030-01-01T08:00:00.000Z (in 2d)`.
+fn due_words(when: When) -> String {
+    match when {
+        When::Delay(0) => "due now".to_owned(),
+        When::Delay(ms) => format!("due in {}", format_duration(ms)),
+        When::At(at) => format!("due {}", output::when(at, now_ms())),
     }
 }

@@ -2,13 +2,13 @@
 //!
 //! Following ripgrep's `lowargs` → `hiargs`: [`crate::args`] holds what the user typed, this
 //! module checks that it fits together (a topic and an id unless importing, one way to say
-//! when, a valid retry count), reads `--body-file`, and produces one plan per command that the
+//! when, a valid retry count), reads `--body-file` (or decodes `--body-base64`), and produces one plan per command that the
 //! rest of the crate takes without checking again.
 
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
-use delayq_client::{Backoff, Client, MaxRetries, NewTask, OnDuplicate};
+use delayq_client::{Backoff, BodyEncoding, Client, MaxRetries, NewTask, OnDuplicate};
 use serde_json::{Map, Value};
 
 use crate::args::{AddArgs, ClientArgs};
@@ -96,6 +96,9 @@ impl AddPlan {
             if let Some(ttr) = args.ttr {
                 fields.insert("ttr_ms".into(), Value::from(ttr));
             }
+            if let Some(priority) = args.priority {
+                fields.insert("priority".into(), Value::from(priority));
+            }
             if let Some(max) = max_retries {
                 fields.insert("max_retries".into(), Value::from(max.as_i64()));
             }
@@ -121,12 +124,19 @@ impl AddPlan {
                 "delayq add needs --topic and --id (or --file to import tasks)",
             ));
         };
-        let body = match (&args.body, &args.body_file) {
-            (Some(body), _) => body.clone(),
-            (None, Some(path)) => read_text(path)?,
-            (None, None) => String::new(),
+        let body = match (&args.body, &args.body_file, &args.body_base64) {
+            (Some(body), _, _) => body.clone().into_bytes(),
+            (None, Some(path), _) => read_bytes(path)?,
+            (None, None, Some(b64)) => {
+                delayq_client::decode_body(b64.clone(), Some(BodyEncoding::Base64), "--body-base64")
+                    .map_err(|e| CliError::usage(format!("invalid {}: {}", e.field, e.reason)))?
+            }
+            (None, None, None) => Vec::new(),
         };
         let mut task = NewTask::new(topic.as_str(), id.as_str()).body(body);
+        if let Some(priority) = args.priority {
+            task = task.priority(priority);
+        }
         if let Some(ms) = args.delay.or(args.delay_ms) {
             task = task.delay_ms(ms);
         }
@@ -149,20 +159,18 @@ impl AddPlan {
     }
 }
 
-/// Reads a whole text file, or standard input for `-`.
-pub fn read_text(path: &Path) -> Result<String, CliError> {
+/// Reads a whole file as bytes, or standard input for `-`: a body may be any bytes.
+pub fn read_bytes(path: &Path) -> Result<Vec<u8>, CliError> {
     let read_err = |source| CliError::Read {
         path: path.to_owned(),
         source,
     };
     if path == Path::new("-") {
-        let mut text = String::new();
-        std::io::stdin()
-            .read_to_string(&mut text)
-            .map_err(read_err)?;
-        Ok(text)
+        let mut bytes = Vec::new();
+        std::io::stdin().read_to_end(&mut bytes).map_err(read_err)?;
+        Ok(bytes)
     } else {
-        std::fs::read_to_string(path).map_err(read_err)
+        std::fs::read(path).map_err(read_err)
     }
 }
 
@@ -209,8 +217,42 @@ mod tests {
     }
 
     #[test]
+    fn priority_and_binary_body() {
+        let AddPlan::One(task) = plan(&[
+            "delayq",
+            "add",
+            "-t",
+            "orders",
+            "-i",
+            "o-1",
+            "--body-base64",
+            "/wCA",
+            "--priority",
+            "7",
+        ])
+        .unwrap() else {
+            panic!("not one");
+        };
+        assert_eq!(task.body, [0xff, 0x00, 0x80]);
+        assert_eq!(task.priority, Some(7));
+    }
+
+    #[test]
     fn invalid_combinations() {
-        let table: [(&[&str], &str); 2] = [
+        let table: [(&[&str], &str); 3] = [
+            (
+                &[
+                    "delayq",
+                    "add",
+                    "-t",
+                    "a",
+                    "-i",
+                    "b",
+                    "--body-base64",
+                    "no!",
+                ],
+                "invalid --body-base64: is not valid base64",
+            ),
             (&["delayq", "add", "-t", "orders"], "needs --topic and --id"),
             (
                 &["delayq", "add", "-t", "a", "-i", "b", "--max-retries", "-2"],

@@ -6,7 +6,7 @@
 //! through here: it is the server's `data`, printed as is.
 
 use comfy_table::{Cell, ContentArrangement, Table, presets};
-use delayq_client::{StatsView, TaskDelivery, TaskPage, TaskView};
+use delayq_client::{BodyEncoding, PauseData, StatsView, TaskDelivery, TaskPage, TaskView};
 
 use crate::duration::{format_duration, format_instant, format_relative};
 
@@ -45,6 +45,38 @@ pub fn short_body(body: &str) -> String {
     cut
 }
 
+/// A body for people: text as it is; a base64 body decoded and its bytes written with escapes
+/// (`\xff`), marked as binary with its length.
+pub fn body_words(body: &str, encoding: BodyEncoding) -> String {
+    match encoding {
+        BodyEncoding::Base64 => {
+            match delayq_client::decode_body(body.to_owned(), Some(encoding), "body") {
+                Ok(bytes) => format!("{} (binary, {} bytes)", bytes.escape_ascii(), bytes.len()),
+                Err(_) => format!("{body} (base64 that does not decode)"),
+            }
+        }
+        _ => body.to_owned(),
+    }
+}
+
+/// A topic's pause in words: `paused until ... (in 5m)`, `paused until resumed`, `not paused`.
+pub fn pause_words(pause: &PauseData, now_ms: u64) -> String {
+    match (pause.paused, pause.paused_until_ms) {
+        (false, _) => "is not paused".into(),
+        (true, None) => "is paused until resumed".into(),
+        (true, Some(until)) => format!("is paused until {}", when(until, now_ms)),
+    }
+}
+
+/// The pause column of a stats row.
+fn pause_cell(s: &StatsView, now_ms: u64) -> String {
+    match (s.paused, s.paused_until_ms) {
+        (false, _) => "-".into(),
+        (true, None) => "until resumed".into(),
+        (true, Some(until)) => format!("until {}", when(until, now_ms)),
+    }
+}
+
 /// `max_retries` in words: `3`, `none (1 attempt)`, `unlimited`.
 fn retries_limit(max: i64) -> String {
     match max {
@@ -60,6 +92,7 @@ pub fn task(task: &TaskView, now_ms: u64) -> String {
     t.add_row(vec!["topic".to_owned(), task.topic.clone()]);
     t.add_row(vec!["id".to_owned(), task.id.clone()]);
     t.add_row(vec!["state".to_owned(), task.state.name().to_owned()]);
+    t.add_row(vec!["priority".to_owned(), task.priority.to_string()]);
     t.add_row(vec!["due".to_owned(), when(task.due_ms, now_ms)]);
     t.add_row(vec!["delay".to_owned(), format_duration(task.delay_ms)]);
     t.add_row(vec!["ttr".to_owned(), format_duration(task.ttr_ms)]);
@@ -98,7 +131,10 @@ pub fn task(task: &TaskView, now_ms: u64) -> String {
             ),
         ]);
     }
-    t.add_row(vec!["body".to_owned(), task.body.clone()]);
+    t.add_row(vec![
+        "body".to_owned(),
+        body_words(&task.body, task.body_encoding),
+    ]);
     t.to_string()
 }
 
@@ -123,15 +159,16 @@ fn backoff_words(backoff: &delayq_client::Backoff) -> String {
 
 /// A page of tasks, one per row, with a footer saying which page this is.
 pub fn tasks(page: &TaskPage, now_ms: u64) -> String {
-    let mut t = table(&["id", "state", "due", "retries", "ttr", "body"]);
+    let mut t = table(&["id", "state", "priority", "due", "retries", "ttr", "body"]);
     for task in &page.items {
         t.add_row(vec![
             task.id.clone(),
             task.state.name().to_owned(),
+            task.priority.to_string(),
             when(task.due_ms, now_ms),
             task.retries.to_string(),
             format_duration(task.ttr_ms),
-            short_body(&task.body),
+            short_body(&body_words(&task.body, task.body_encoding)),
         ]);
     }
     let pages = page.total.div_ceil(page.page_size.max(1)).max(1);
@@ -148,16 +185,19 @@ pub fn deliveries(list: &[TaskDelivery], now_ms: u64) -> String {
     if list.is_empty() {
         return "no task became ready before the timeout".into();
     }
-    let mut t = table(&["topic", "id", "retries", "due", "ttr", "receipt", "body"]);
+    let mut t = table(&[
+        "topic", "id", "priority", "retries", "due", "ttr", "receipt", "body",
+    ]);
     for d in list {
         t.add_row(vec![
             d.topic.clone(),
             d.id.clone(),
+            d.priority.to_string(),
             d.retries.to_string(),
             when(d.due_ms, now_ms),
             format_duration(d.ttr_ms),
             d.receipt.clone(),
-            short_body(&d.body),
+            short_body(&body_words(&d.body, d.body_encoding)),
         ]);
     }
     t.to_string()
@@ -175,6 +215,7 @@ pub fn stats(rows: &[(String, StatsView)], now_ms: u64) -> String {
         "cancelled",
         "total",
         "next due",
+        "paused",
     ]);
     for (name, s) in rows {
         t.add_row(vec![
@@ -189,6 +230,7 @@ pub fn stats(rows: &[(String, StatsView)], now_ms: u64) -> String {
             s.next_due_ms
                 .map(|at| when(at, now_ms))
                 .unwrap_or_else(|| "-".into()),
+            pause_cell(s, now_ms),
         ]);
     }
     if rows.is_empty() {
@@ -259,6 +301,41 @@ mod tests {
         ] {
             assert!(out.contains(expected), "{expected} missing from\n{out}");
         }
+    }
+
+    #[test]
+    fn binary_bodies_are_decoded_and_priority_shown() {
+        let binary = TaskInfo {
+            body: vec![0xff, b'a', 0x00],
+            priority: 7,
+            ..sample(State::Ready)
+        };
+        let out = task(&TaskView::from(binary), 1_000);
+        assert!(
+            out.contains("\\xffa\\x00 (binary, 3 bytes)"),
+            "the decoded body is missing from\n{out}"
+        );
+        assert!(
+            out.lines()
+                .any(|l| l.contains("priority") && l.contains(" 7 ")),
+            "the priority is missing from\n{out}"
+        );
+        assert_eq!(body_words("plain", BodyEncoding::Text), "plain");
+    }
+
+    #[test]
+    fn pauses_in_words() {
+        let pause = |paused, until| PauseData {
+            topic: "t".into(),
+            paused,
+            paused_until_ms: until,
+        };
+        assert_eq!(pause_words(&pause(false, None), 0), "is not paused");
+        assert_eq!(
+            pause_words(&pause(true, None), 0),
+            "is paused until resumed"
+        );
+        assert!(pause_words(&pause(true, Some(60_000)), 0).contains("(in 1m)"));
     }
 
     #[test]

@@ -12,12 +12,13 @@ use std::time::Duration;
 
 use delayq_api::{
     AckRequest, AddBatchRequest, AddData, AddRequest, AddTaskRequest, AllStats,
-    BatchItem as WireBatchItem, Count, Envelope, ErrorData, FinishBatchData, FinishBatchRequest,
-    FinishRequest, GetQuery, Ms, PopData, PopRequest, ReleaseData, ReleaseRequest, RequeueData,
-    RequeueRequest, StatsQuery, StatsView, TaskDelivery, TaskKey, TaskPage, TaskView, TasksQuery,
-    TopicList, TopicStatsData, TouchData,
+    BatchItem as WireBatchItem, BuryRequest, Count, Envelope, ErrorData, FinishBatchData,
+    FinishBatchRequest, FinishRequest, GetQuery, Ms, PauseData, PauseRequest, PopData, PopRequest,
+    ReleaseData, ReleaseRequest, RequeueData, RequeueRequest, RescheduleRequest, StatsQuery,
+    StatsView, TaskDelivery, TaskKey, TaskPage, TaskView, TasksQuery, TopicList, TopicRequest,
+    TopicStatsData, TouchData,
 };
-use delayq_core::{AddOutcome, Millis, NewTask, ReleaseOptions, State};
+use delayq_core::{AddOutcome, BuryOptions, Millis, NewTask, ReleaseOptions, State, When};
 use reqwest::Url;
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
 use serde::Serialize;
@@ -345,6 +346,47 @@ impl Client {
             .ok_or_else(|| self.protocol(&call, "no count in the answer".into()))
     }
 
+    /// Buries a task the caller holds: ACTIVE → DEAD with the reason "buried" (or
+    /// `options.error`), docs/design.md §2 rule 13.
+    pub async fn bury(
+        &self,
+        topic: &str,
+        id: &str,
+        options: &BuryOptions,
+    ) -> Result<(), ClientError> {
+        self.exchange_ignoring_data(&Call::bury(topic, id, options))
+            .await
+    }
+
+    /// Gives a DELAYED or READY task a new due (rule 15). Returns its new state: DELAYED, or
+    /// READY when the new due is now.
+    pub async fn reschedule(
+        &self,
+        topic: &str,
+        id: &str,
+        when: When,
+    ) -> Result<State, ClientError> {
+        let call = Call::reschedule(topic, id, when);
+        let data: Option<ReleaseData> = self.exchange(&call).await?;
+        data.map(|d| d.state)
+            .ok_or_else(|| self.protocol(&call, "no state in the answer".into()))
+    }
+
+    /// Pauses `topic` (rule 14) for `for_ms`, or until resumed when `None`. Returns the pause
+    /// as it now stands.
+    pub async fn pause(&self, topic: &str, for_ms: Option<u64>) -> Result<PauseData, ClientError> {
+        let call = Call::pause(topic, for_ms);
+        let data: Option<PauseData> = self.exchange(&call).await?;
+        data.ok_or_else(|| self.protocol(&call, "no pause in the answer".into()))
+    }
+
+    /// Ends the pause of `topic`. Returns the pause as it now stands.
+    pub async fn resume(&self, topic: &str) -> Result<PauseData, ClientError> {
+        let call = Call::resume(topic);
+        let data: Option<PauseData> = self.exchange(&call).await?;
+        data.ok_or_else(|| self.protocol(&call, "no pause in the answer".into()))
+    }
+
     /// Removes a task's record, whatever its state.
     pub async fn delete(&self, topic: &str, id: &str) -> Result<(), ClientError> {
         self.exchange_ignoring_data(&Call::delete(topic, id)).await
@@ -631,8 +673,50 @@ impl Call {
             receipt: options.receipt.clone(),
             delay_ms: options.delay_ms.map(Ms),
             error: options.error.clone(),
+            priority: options.priority,
         };
         Call::post_call("releasing a task", "release", &body)
+    }
+
+    /// `POST /bury`.
+    pub fn bury(topic: &str, id: &str, options: &BuryOptions) -> Call {
+        let body = BuryRequest {
+            topic: topic.to_owned(),
+            id: id.to_owned(),
+            receipt: options.receipt.clone(),
+            error: options.error.clone(),
+            priority: options.priority,
+        };
+        Call::post_call("burying a task", "bury", &body)
+    }
+
+    /// `POST /reschedule`.
+    pub fn reschedule(topic: &str, id: &str, when: When) -> Call {
+        let (delay_ms, run_at_ms) = delayq_api::request::when_fields(when);
+        let body = RescheduleRequest {
+            topic: topic.to_owned(),
+            id: id.to_owned(),
+            delay_ms,
+            run_at_ms,
+        };
+        Call::post_call("rescheduling a task", "reschedule", &body)
+    }
+
+    /// `POST /pause`.
+    pub fn pause(topic: &str, for_ms: Option<u64>) -> Call {
+        let body = PauseRequest {
+            topic: topic.to_owned(),
+            for_ms: for_ms.map(Ms),
+        };
+        Call::post_call("pausing a topic", "pause", &body)
+    }
+
+    /// `POST /resume`.
+    pub fn resume(topic: &str) -> Call {
+        let body = TopicRequest {
+            topic: topic.to_owned(),
+        };
+        Call::post_call("resuming a topic", "resume", &body)
     }
 
     /// `POST /touch`.

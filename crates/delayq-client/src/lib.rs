@@ -27,9 +27,12 @@ pub mod error;
 mod wire;
 
 pub use client::{Call, Client, ClientOptions, ListOptions, PopOptions};
-pub use delayq_api::{StatsView, TaskDelivery, TaskListItem, TaskPage, TaskView};
-pub use delayq_core::ReleaseOptions;
+pub use delayq_api::{
+    BodyEncoding, PauseData, ReleaseData, StatsView, TaskDelivery, TaskListItem, TaskPage,
+    TaskView, decode_body, encode_body,
+};
 pub use delayq_core::{AddOutcome, Backoff, MaxRetries, Millis, NewTask, OnDuplicate, State, When};
+pub use delayq_core::{BuryOptions, ReleaseOptions};
 pub use error::{ClientError, ErrorKind};
 pub use reqwest::Url;
 

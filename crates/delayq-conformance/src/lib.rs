@@ -1,5 +1,6 @@
 //! The conformance suite: every rule of docs/design.md §2 and every operation of §3 as one test, run
-//! against any [`Storage`] backend.
+//! against any [`Storage`] backend. [`cases`] holds rules 1–12, [`cases11`] rules 11–15 and the
+//! operations that came with the beanstalkd protocol.
 //!
 //! A backend crate adds one line to an integration test file:
 //!
@@ -14,6 +15,7 @@
 //! so tests wait for them with [`Harness::eventually`], bounded in real time.
 
 pub mod cases;
+pub mod cases11;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -147,6 +149,18 @@ macro_rules! suite {
             far_future_task_fires_on_time, callbacks_finish_and_release,
             callback_past_ttr_is_redelivered, callbacks_respect_concurrency, shutdown_refuses_work
         );
+        $crate::suite!(@cases11 $make;
+            pop_order_is_priority_then_due_then_added, equal_tasks_come_out_in_added_order,
+            release_priority_reorders, pop_any_orders_across_topics,
+            pop_any_long_poll_wakes_on_any_topic, bury_moves_active_to_dead,
+            bury_refuses_stale_receipt_and_wrong_state, kick_buried_first_then_delayed,
+            kick_job_moves_one_task, kicked_task_gets_its_retries_again, pause_holds_ready_tasks,
+            resume_wakes_a_waiting_pop, pause_with_end_ends_by_itself,
+            pause_keeps_ttr_of_active_tasks, pause_of_an_empty_topic_is_listed,
+            reschedule_delayed_task, reschedule_ready_task_keeps_body_and_retries,
+            reschedule_refuses_active, binary_bodies_round_trip, peek_shows_next_without_taking,
+            next_job_id_starts_at_one, meta_put_list_delete
+        );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
         $(
@@ -154,6 +168,16 @@ macro_rules! suite {
             async fn $case() {
                 let harness = $crate::Harness::new($make).await;
                 $crate::cases::$case(&harness).await;
+                let _ = harness.queue.shutdown().await;
+            }
+        )*
+    };
+    (@cases11 $make:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let harness = $crate::Harness::new($make).await;
+                $crate::cases11::$case(&harness).await;
                 let _ = harness.queue.shutdown().await;
             }
         )*

@@ -6,6 +6,7 @@
 //!   (a batch add counts each task). Only valid topic names become labels, and at most
 //!   [`MAX_TOPIC_LABELS`] of them; later ones are counted under `topic="_other"`.
 //! - `delayq_tasks{topic,state}`: tasks by topic and state, from the storage's counters.
+//! - `delayq_topic_paused{topic}`: 1 while a topic is paused (docs/design.md §2 rule 14), else 0.
 //! - `delayq_fire_lateness_seconds`: how late tasks became ready after their due time, from
 //!   the library's histogram ([`delayq::metrics::LATENESS_BUCKETS_MS`]), plus the fired,
 //!   ttr-expired and dead counters.
@@ -56,9 +57,17 @@ pub enum Op {
     List,
     /// `/stats` of one topic.
     Stats,
+    /// `/bury`.
+    Bury,
+    /// `/reschedule`.
+    Reschedule,
+    /// `/pause`.
+    Pause,
+    /// `/resume`.
+    Resume,
 }
 
-const OPS: [Op; 11] = [
+const OPS: [Op; 15] = [
     Op::Add,
     Op::Pop,
     Op::Finish,
@@ -70,6 +79,10 @@ const OPS: [Op; 11] = [
     Op::Get,
     Op::List,
     Op::Stats,
+    Op::Bury,
+    Op::Reschedule,
+    Op::Pause,
+    Op::Resume,
 ];
 
 impl Op {
@@ -86,6 +99,10 @@ impl Op {
             Op::Get => "get",
             Op::List => "list",
             Op::Stats => "stats",
+            Op::Bury => "bury",
+            Op::Reschedule => "reschedule",
+            Op::Pause => "pause",
+            Op::Resume => "resume",
         }
     }
 }
@@ -374,21 +391,36 @@ pub async fn render(state: &AppState) -> String {
     state.metrics().write_ops(&mut out);
 
     out.push_str("# HELP delayq_tasks Tasks by topic and state.\n# TYPE delayq_tasks gauge\n");
-    match state.queue().topics().await {
-        Ok(topics) => {
-            for (topic, stats) in topics {
-                for s in TaskState::ALL {
-                    let _ = writeln!(
-                        out,
-                        "delayq_tasks{{topic=\"{}\",state=\"{}\"}} {}",
-                        escape(&topic),
-                        s.name(),
-                        stats.count(s)
-                    );
-                }
-            }
+    let topics = match state.queue().topics().await {
+        Ok(topics) => topics,
+        Err(e) => {
+            tracing::warn!(error = %e, "reading topic counters for /metrics failed");
+            Vec::new()
         }
-        Err(e) => tracing::warn!(error = %e, "reading topic counters for /metrics failed"),
+    };
+    for (topic, stats) in &topics {
+        for s in TaskState::ALL {
+            let _ = writeln!(
+                out,
+                "delayq_tasks{{topic=\"{}\",state=\"{}\"}} {}",
+                escape(topic),
+                s.name(),
+                stats.count(s)
+            );
+        }
+    }
+    out.push_str(
+        "# HELP delayq_topic_paused Whether a topic is paused (1) or hands out tasks (0).\n\
+         # TYPE delayq_topic_paused gauge\n",
+    );
+    let now = state.queue().context().clock.now_ms();
+    for (topic, stats) in &topics {
+        let _ = writeln!(
+            out,
+            "delayq_topic_paused{{topic=\"{}\"}} {}",
+            escape(topic),
+            u8::from(stats.pause.holds(now))
+        );
     }
 
     let snap = state.queue().context().metrics.snapshot();

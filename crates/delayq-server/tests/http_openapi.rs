@@ -63,6 +63,10 @@ fn the_document_describes_every_route_and_the_envelope() {
         ("/healthz", "get"),
         ("/readyz", "get"),
         ("/openapi.json", "get"),
+        ("/bury", "post"),
+        ("/reschedule", "post"),
+        ("/pause", "post"),
+        ("/resume", "post"),
     ];
     for (path, method) in routes {
         assert!(

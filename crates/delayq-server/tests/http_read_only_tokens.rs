@@ -54,6 +54,16 @@ fn writes(receipt: &Value) -> Vec<(&'static str, Value)> {
         ("/cancel", json!({"topic": "orders", "id": "ready"})),
         ("/requeue", json!({"topic": "orders", "id": "ready"})),
         ("/delete", json!({"topic": "orders", "id": "ready"})),
+        (
+            "/bury",
+            json!({"topic": "orders", "id": "held", "receipt": receipt}),
+        ),
+        (
+            "/reschedule",
+            json!({"topic": "orders", "id": "ready", "delay_ms": 1000}),
+        ),
+        ("/pause", json!({"topic": "orders"})),
+        ("/resume", json!({"topic": "orders"})),
     ]
 }
 
@@ -136,7 +146,16 @@ async fn read_only_tokens_may_read_and_are_refused_every_write() {
 
     // The writer still may: every refused write succeeds with its token.
     for (path, body) in writes(&receipt) {
-        if path == "/release" || path == "/touch" || path == "/requeue" || path == "/delete" {
+        if [
+            "/release",
+            "/touch",
+            "/requeue",
+            "/delete",
+            "/bury",
+            "/reschedule",
+        ]
+        .contains(&path)
+        {
             continue; // finished or cancelled by the writes before them
         }
         let reply = post_as(&s, WRITER, path, body.clone()).await;

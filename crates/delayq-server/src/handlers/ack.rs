@@ -122,6 +122,9 @@ pub async fn release(
     if let Some(error) = req.error {
         options = options.error(error);
     }
+    if let Some(priority) = req.priority {
+        options = options.priority(priority);
+    }
     let result = state
         .queue()
         .release(&req.topic, &req.id, options)

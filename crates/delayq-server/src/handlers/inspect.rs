@@ -101,16 +101,20 @@ pub async fn stats(
             caller.check_topic(&topic, "topic")?;
             let result = state.queue().stats(&topic).await.map_err(AppError::from);
             let stats = counted(&state, &topic, Op::Stats, result)?;
-            StatsData::Topic(TopicStatsData::new(topic, StatsView::from(stats)))
+            StatsData::Topic(TopicStatsData::new(
+                topic,
+                StatsView::at(stats, now(&state)),
+            ))
         }
         None => {
+            let now = now(&state);
             let topics = state
                 .queue()
                 .topics()
                 .await?
                 .into_iter()
                 .filter(|(name, _)| caller.may_use(name))
-                .map(|(name, stats)| (name, StatsView::from(stats)))
+                .map(|(name, stats)| (name, StatsView::at(stats, now)))
                 .collect();
             StatsData::All(AllStats::new(topics))
         }
@@ -129,6 +133,7 @@ pub async fn stats(
     security(("bearer" = []))
 )]
 pub async fn topics(State(state): State<AppState>, caller: Caller) -> ApiResult<TopicList> {
+    let now = now(&state);
     let topics: Vec<TopicEntry> = state
         .queue()
         .topics()
@@ -137,9 +142,14 @@ pub async fn topics(State(state): State<AppState>, caller: Caller) -> ApiResult<
         .filter(|(name, _)| caller.may_use(name))
         .map(|(name, stats)| TopicEntry {
             name,
-            stats: StatsView::from(stats),
+            stats: StatsView::at(stats, now),
         })
         .collect();
     let total = topics.len() as u64;
     Ok(ok(TopicList { topics, total }))
+}
+
+/// The queue's clock, which says whether a pause with an end still holds.
+fn now(state: &AppState) -> u64 {
+    state.queue().context().clock.now_ms()
 }

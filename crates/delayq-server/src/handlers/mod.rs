@@ -3,6 +3,7 @@
 //! - [`pop`]: `POST /pop`, the long-poll.
 //! - [`ack`]: what a consumer does with a task it holds: `/finish`, `/release`, `/touch`.
 //! - [`manage`]: what a producer or operator does: `/cancel`, `/requeue`, `/delete`.
+//! - [`control`]: rules 13–15: `/bury`, `/reschedule`, `/pause`, `/resume`.
 //! - [`inspect`]: reads: `/get`, `/tasks`, `/stats`, `/topics`.
 //! - [`ops`]: `/healthz`, `/readyz`, `/metrics`, `/openapi.json`.
 //!
@@ -12,6 +13,7 @@
 
 pub mod ack;
 pub mod add;
+pub mod control;
 pub mod inspect;
 pub mod manage;
 pub mod ops;

@@ -1,0 +1,147 @@
+//! The operations that came with the beanstalkd protocol (docs/design.md §2 rules 13–15):
+//! `/bury` (the holder gives up on its task), `/reschedule` (a waiting task gets a new due),
+//! `/pause` and `/resume` (a topic stops and starts handing out tasks).
+//!
+//! Like every write, they need a token that may write and may use the topic. A pause may name
+//! a topic that has no tasks yet: it is kept, shown in `/stats` and `/topics`, and holds the
+//! tasks added later.
+
+use axum::extract::State;
+
+use super::{ApiResult, counted};
+use crate::app::AppState;
+use crate::auth::Caller;
+use crate::error::{AppError, Envelope, ErrorData, ok};
+use crate::extract::JsonBody;
+use crate::metrics::Op;
+use delayq_api::{
+    BuryRequest, NoData, PauseData, PauseRequest, ReleaseData, RescheduleRequest, StatsView,
+    TopicRequest,
+};
+
+/// ACTIVE → DEAD with the reason "buried" (or the `error` given), optionally with a new
+/// priority. A kick or a requeue brings it back.
+#[utoipa::path(
+    post,
+    path = "/bury",
+    tag = "tasks",
+    request_body = BuryRequest,
+    responses(
+        (status = 200, description = "Buried; data is null", body = Envelope<Option<NoData>>),
+        (status = 400, description = "A field is missing or invalid (named in the message)", body = Envelope<Option<ErrorData>>),
+        (status = 404, description = "No such task", body = Envelope<Option<ErrorData>>),
+        (status = 409, description = "Not ACTIVE, or a stale receipt", body = Envelope<Option<ErrorData>>),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn bury(
+    State(state): State<AppState>,
+    caller: Caller,
+    JsonBody(req): JsonBody<BuryRequest>,
+) -> ApiResult<Option<()>> {
+    caller.check_topic(&req.topic, "topic")?;
+    let result = state
+        .queue()
+        .bury(&req.topic, &req.id, req.options())
+        .await
+        .map_err(AppError::from);
+    counted(&state, &req.topic, Op::Bury, result)?;
+    Ok(ok(None))
+}
+
+/// DELAYED or READY → a new due: `delay_ms` from now, `run_at_ms`, or now when neither is
+/// given; never earlier than now. Body, id, priority and retries are kept.
+#[utoipa::path(
+    post,
+    path = "/reschedule",
+    tag = "tasks",
+    request_body = RescheduleRequest,
+    responses(
+        (status = 200, description = "Rescheduled; data is the new state (delayed, or ready when due now)", body = Envelope<ReleaseData>),
+        (status = 400, description = "A field is missing or invalid, or both delay_ms and run_at_ms", body = Envelope<Option<ErrorData>>),
+        (status = 404, description = "No such task", body = Envelope<Option<ErrorData>>),
+        (status = 409, description = "Not DELAYED or READY (an ACTIVE task cannot be rescheduled)", body = Envelope<Option<ErrorData>>),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn reschedule(
+    State(state): State<AppState>,
+    caller: Caller,
+    JsonBody(req): JsonBody<RescheduleRequest>,
+) -> ApiResult<ReleaseData> {
+    caller.check_topic(&req.topic, "topic")?;
+    let when = req.when().map_err(delayq::Error::from)?;
+    let result = state
+        .queue()
+        .reschedule(&req.topic, &req.id, when)
+        .await
+        .map_err(AppError::from);
+    let new_state = counted(&state, &req.topic, Op::Reschedule, result)?;
+    Ok(ok(ReleaseData::from(new_state)))
+}
+
+/// Pauses a topic: it keeps accepting adds and promoting due tasks, but hands nothing out
+/// until `POST /resume` or until `for_ms` has passed. Pausing a paused topic sets the new end.
+#[utoipa::path(
+    post,
+    path = "/pause",
+    tag = "tasks",
+    request_body = PauseRequest,
+    responses(
+        (status = 200, description = "Paused; data is the pause as it now stands", body = Envelope<PauseData>),
+        (status = 400, description = "A field is missing or invalid (named in the message)", body = Envelope<Option<ErrorData>>),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn pause(
+    State(state): State<AppState>,
+    caller: Caller,
+    JsonBody(req): JsonBody<PauseRequest>,
+) -> ApiResult<PauseData> {
+    caller.check_topic(&req.topic, "topic")?;
+    let result = state
+        .queue()
+        .pause(&req.topic, req.for_ms.map(|ms| ms.0))
+        .await
+        .map_err(AppError::from);
+    counted(&state, &req.topic, Op::Pause, result)?;
+    Ok(ok(pause_data(&state, req.topic).await?))
+}
+
+/// Ends a topic's pause (nothing when it is not paused); waiting pops get its ready tasks.
+#[utoipa::path(
+    post,
+    path = "/resume",
+    tag = "tasks",
+    request_body = TopicRequest,
+    responses(
+        (status = 200, description = "Resumed; data is the pause as it now stands", body = Envelope<PauseData>),
+        (status = 400, description = "A field is missing or invalid (named in the message)", body = Envelope<Option<ErrorData>>),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn resume(
+    State(state): State<AppState>,
+    caller: Caller,
+    JsonBody(req): JsonBody<TopicRequest>,
+) -> ApiResult<PauseData> {
+    caller.check_topic(&req.topic, "topic")?;
+    let result = state
+        .queue()
+        .resume(&req.topic)
+        .await
+        .map_err(AppError::from);
+    counted(&state, &req.topic, Op::Resume, result)?;
+    Ok(ok(pause_data(&state, req.topic).await?))
+}
+
+/// The pause of `topic` as its counters show it now.
+async fn pause_data(state: &AppState, topic: String) -> Result<PauseData, AppError> {
+    let stats = state.queue().stats(&topic).await?;
+    let view = StatsView::at(stats, state.queue().context().clock.now_ms());
+    Ok(PauseData {
+        topic,
+        paused: view.paused,
+        paused_until_ms: view.paused_until_ms,
+    })
+}
