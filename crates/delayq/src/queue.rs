@@ -233,6 +233,15 @@ impl Queue {
     pub async fn pop(&self, topic: &str, options: PopOptions) -> Result<Vec<Delivery>> {
         self.check_open()?;
         check_topic(topic)?;
+        self.check_pop_options(options)?;
+        let storage = &self.inner.storage;
+        if options.timeout_ms == 0 {
+            return storage.pop(topic, options.count, options.auto_finish).await;
+        }
+        self.long_poll(&[topic.to_owned()], options).await
+    }
+
+    fn check_pop_options(&self, options: PopOptions) -> Result<()> {
         let limits = &self.inner.ctx.limits;
         if options.count == 0 || options.count > limits.max_pop_count {
             return Err(Error::invalid(
@@ -252,22 +261,51 @@ impl Queue {
                 ),
             ));
         }
+        Ok(())
+    }
+
+    /// One look for tasks: a pop of one topic, or over several.
+    async fn take(&self, topics: &[String], options: PopOptions) -> Result<Vec<Delivery>> {
         let storage = &self.inner.storage;
-        if options.timeout_ms == 0 {
-            return storage.pop(topic, options.count, options.auto_finish).await;
+        match topics {
+            [topic] => storage.pop(topic, options.count, options.auto_finish).await,
+            _ => {
+                storage
+                    .pop_any(topics, options.count, options.auto_finish)
+                    .await
+            }
         }
-        let parked = self.inner.ctx.waiters.park(topic);
+    }
+
+    /// Waits up to `options.timeout_ms` for tasks of any of `topics`: parked on each, woken by
+    /// any (a task made ready, a pause that ended, a resume), looking again each time.
+    ///
+    /// A wake-up is one task's worth (see [`crate::waiters`]); one that woke this consumer
+    /// for topic A while it took tasks of B only is handed on to A's next consumer, so a
+    /// consumer parked on several topics never strands a ready task of one of them.
+    async fn long_poll(&self, topics: &[String], options: PopOptions) -> Result<Vec<Delivery>> {
+        let waiters = &self.inner.ctx.waiters;
+        let parked: Vec<_> = topics.iter().map(|t| waiters.park(t)).collect();
         let mut closed = self.inner.closed_tx.subscribe();
         let timeout = self.inner.ctx.clock.sleep_for(options.timeout_ms);
         tokio::pin!(timeout);
         let mut first = true;
+        let mut woken_by: Option<usize> = None;
         loop {
-            // Register for the wake-up before looking, so a task made ready in between wakes us.
-            let notified = parked.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            let retry_at = match storage.pop(topic, options.count, options.auto_finish).await {
-                Ok(got) if !got.is_empty() => return Ok(got),
+            // Register for the wake-ups before looking, so a task made ready in between wakes us.
+            let mut notified: Vec<_> = parked.iter().map(|p| Box::pin(p.notified())).collect();
+            for n in &mut notified {
+                n.as_mut().enable();
+            }
+            let retry_at = match self.take(topics, options).await {
+                Ok(got) if !got.is_empty() => {
+                    if let Some(i) = woken_by
+                        && !got.iter().any(|d| d.topic == topics[i])
+                    {
+                        waiters.notify(&topics[i], 1);
+                    }
+                    return Ok(got);
+                }
                 Ok(_) => None,
                 // A long-poll that began rides out a storage outage until its timeout; the first
                 // look reports it, so a caller learns at once that storage is down.
@@ -281,8 +319,10 @@ impl Queue {
                     None => std::future::pending().await,
                 }
             };
+            let any = futures_util::future::select_all(notified.iter_mut().map(|n| n.as_mut()));
+            woken_by = None;
             tokio::select! {
-                _ = &mut notified => {}
+                (_, i, _) = any => woken_by = Some(i),
                 _ = retry => {}
                 _ = &mut timeout => return Ok(Vec::new()),
                 _ = closed.wait_for(|c| *c) => return Ok(Vec::new()),
@@ -424,19 +464,26 @@ impl Queue {
 
     /// Pops over several topics at once with one order across them (beanstalkd's watch
     /// list), waiting like [`Queue::pop`].
+    /// An empty list of topics is invalid; a topic named twice counts once.
     pub async fn pop_any(&self, topics: &[String], options: PopOptions) -> Result<Vec<Delivery>> {
-        // TODO(issue 11): long-poll over several topics; until then one topic waits, several do not.
-        if let [topic] = topics {
-            return self.pop(topic, options).await;
-        }
         self.check_open()?;
+        if topics.is_empty() {
+            return Err(Error::invalid("topics", "must name at least one topic"));
+        }
         for topic in topics {
             check_topic(topic)?;
         }
-        self.inner
-            .storage
-            .pop_any(topics, options.count, options.auto_finish)
-            .await
+        self.check_pop_options(options)?;
+        let mut unique: Vec<String> = Vec::with_capacity(topics.len());
+        for t in topics {
+            if !unique.contains(t) {
+                unique.push(t.clone());
+            }
+        }
+        if options.timeout_ms == 0 {
+            return self.take(&unique, options).await;
+        }
+        self.long_poll(&unique, options).await
     }
 
     /// ACTIVE → DEAD with the reason "buried" (rule 13). A given receipt must be the current

@@ -2,8 +2,10 @@
 //! random moment; the data directory is then recovered and every acknowledged change must be
 //! there. Under every fsync policy a *process* crash loses nothing acknowledged (the log
 //! acknowledges after write(2) at the earliest), so the check is strict for all of them.
+//! Acknowledged means: adds with their priorities, finishes, buries, meta values, and job ids
+//! (the counter never hands out an id again after recovery).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -31,8 +33,7 @@ fn run_policy(policy: &str) {
         .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
         .unwrap()
         .keep();
-    let mut added = BTreeSet::new();
-    let mut finished = BTreeSet::new();
+    let mut seen = Seen::default();
     for round in 0..ROUNDS {
         let mut child = Command::new(env!("CARGO_BIN_EXE_delayq-crash-writer"))
             .args([dir.to_str().unwrap(), policy, &round.to_string()])
@@ -59,27 +60,56 @@ fn run_policy(policy: &str) {
             "round {round} acknowledged nothing"
         );
         for line in lines {
-            // A line cut by the kill was never fully reported: only whole lines count.
-            match line.split_once(' ') {
-                Some(("A", id)) => {
-                    added.insert(id.to_owned());
+            // A line cut by the kill was never fully reported: only whole lines count, and a
+            // line is whole when it parses.
+            let words: Vec<&str> = line.split(' ').collect();
+            match words.as_slice() {
+                ["A", id, priority] => {
+                    if let Ok(p) = priority.parse::<u32>() {
+                        seen.added.insert((*id).to_owned(), p);
+                    }
                 }
-                Some(("F", id)) => {
-                    finished.insert(id.to_owned());
+                ["F", id] => {
+                    seen.finished.insert((*id).to_owned());
+                }
+                ["B", id] => {
+                    seen.buried.insert((*id).to_owned());
+                }
+                ["J", n] => {
+                    if let Ok(n) = n.parse::<u64>() {
+                        assert!(
+                            seen.job_ids.insert(n),
+                            "round {round}: job id {n} handed out twice"
+                        );
+                    }
+                }
+                ["M", key] => {
+                    seen.meta.insert((*key).to_owned());
                 }
                 _ => {}
             }
         }
-        check(&dir, &added, &finished, round);
+        check(&dir, &seen, round);
     }
     assert!(
-        added.len() > 10,
+        seen.added.len() > 10,
         "the writer got some work done ({} adds)",
-        added.len()
+        seen.added.len()
     );
 }
 
-fn check(dir: &std::path::Path, added: &BTreeSet<String>, finished: &BTreeSet<String>, round: u32) {
+/// What the writers acknowledged so far.
+#[derive(Default)]
+struct Seen {
+    added: BTreeMap<String, u32>,
+    finished: BTreeSet<String>,
+    buried: BTreeSet<String>,
+    job_ids: BTreeSet<u64>,
+    meta: BTreeSet<String>,
+}
+
+fn check(dir: &std::path::Path, seen: &Seen, round: u32) {
+    let (added, finished) = (&seen.added, &seen.finished);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -91,7 +121,7 @@ fn check(dir: &std::path::Path, added: &BTreeSet<String>, finished: &BTreeSet<St
             .await
             .expect("recovery after SIGKILL");
         let queue = Queue::new(storage, ctx);
-        for id in added {
+        for (id, &priority) in added {
             let t = queue
                 .get("crash", id)
                 .await
@@ -101,6 +131,30 @@ fn check(dir: &std::path::Path, added: &BTreeSet<String>, finished: &BTreeSet<St
                 State::Delayed,
                 "round {round}: {id} is due in ten minutes, never early"
             );
+            assert_eq!(t.priority, priority, "round {round}: {id}'s priority");
+        }
+        for id in &seen.buried {
+            let t = queue
+                .get("crash.now", id)
+                .await
+                .unwrap_or_else(|e| panic!("round {round}: buried {id} lost: {e}"));
+            assert_eq!(t.state, State::Dead, "round {round}: bury of {id} lost");
+        }
+        let meta: BTreeSet<String> = queue
+            .storage()
+            .list_meta("crash")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        assert!(
+            meta.is_superset(&seen.meta),
+            "round {round}: acknowledged meta values lost"
+        );
+        if let Some(&last) = seen.job_ids.last() {
+            let next = queue.next_job_id().await.unwrap();
+            assert!(next > last, "round {round}: job id {next} after {last}");
         }
         for id in finished {
             let t = queue

@@ -1,20 +1,23 @@
-//! Format stability of the embedded backend: a data directory written by an earlier build (format
-//! 1, committed under `tests/fixtures/embedded-v1/`) must open with every later build and show
-//! the same tasks. The fixture holds tasks in every state, with backoffs, errors and attempt
-//! history, and both a snapshot and log records written after it, so the snapshot reader and the
-//! record codec are both pinned. A change of the format must come with its upgrade path; this
-//! test then keeps the old directory opening.
+//! Format stability of the embedded backend: data directories written by earlier builds (format
+//! 1 under `tests/fixtures/embedded-v1/`, format 2 under `tests/fixtures/embedded-v2/`) must
+//! open with every later build and show the same tasks. The fixtures hold tasks in every state,
+//! with backoffs, errors and attempt history, and both a snapshot and log records written after
+//! it, so the snapshot reader and the record codec are both pinned. Format 2 adds priorities,
+//! insertion order, buried tasks, paused topics, the meta store and the job id counter. A
+//! change of the format must come with its upgrade path; these tests then keep the old
+//! directories opening (format 1 is upgraded to 2 in place when opened).
 //!
-//! The fixture was written by this same file with `DELAYQ_WRITE_FORMAT_FIXTURE=1` (it replaces
-//! the directory and `expected.json`); do that only for a new format version, in a new folder.
+//! The format 2 fixture was written by this same file with `DELAYQ_WRITE_FORMAT_FIXTURE=1` (it
+//! replaces the directory and `expected.json`); do that only for a new format version, in a new
+//! folder. The format 1 fixture was written the same way by a format 1 build.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use delayq::storage::embedded::{self, EmbeddedOptions};
+use delayq::storage::embedded::{self, EmbeddedOptions, EmbeddedStorage};
 use delayq::{
-    Backoff, Clock, ManualClock, MaxRetries, NewTask, OnDuplicate, PopOptions, Queue,
-    ReleaseOptions, State, StorageContext, TaskInfo,
+    Backoff, BuryOptions, Clock, DEFAULT_PRIORITY, ManualClock, MaxRetries, NewTask, OnDuplicate,
+    PopOptions, Queue, ReleaseOptions, State, Storage, StorageContext, TaskInfo,
 };
 use delayq_log::FsyncPolicy;
 use serde_json::{Value, json};
@@ -24,11 +27,19 @@ use serde_json::{Value, json};
 const START: u64 = 1_800_000_000_000;
 const TOPICS: [&str; 2] = ["orders", "pay-callback"];
 
-fn fixture_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/embedded-v1")
+/// The topics format 2 adds to the fixture: priorities and a bury, a pause until resumed, a
+/// pause with an end.
+const V2_TOPICS: [&str; 3] = ["tube-a", "paused", "paused-until"];
+
+fn fixture_dir(version: u32) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/embedded-v{version}"))
 }
 
 async fn open(dir: &Path, clock: &ManualClock) -> Queue {
+    open_storage(dir, clock).await.0
+}
+
+async fn open_storage(dir: &Path, clock: &ManualClock) -> (Queue, Arc<EmbeddedStorage>) {
     let ctx = StorageContext::new(Arc::new(clock.clone()));
     let options = EmbeddedOptions::new(dir)
         .fsync(FsyncPolicy::Always)
@@ -39,7 +50,7 @@ async fn open(dir: &Path, clock: &ManualClock) -> Queue {
     let (storage, _) = embedded::start(ctx.clone(), options)
         .await
         .expect("open the data directory");
-    Queue::new(storage, ctx)
+    (Queue::new(storage.clone(), ctx), storage)
 }
 
 /// Every field of a task as the format stores it, in a form that does not change when the
@@ -48,7 +59,8 @@ fn view(t: &TaskInfo) -> Value {
     json!({
         "id": t.id,
         "topic": t.topic,
-        "body": t.body_text().expect("the fixture's bodies are text"),
+        // Text bodies as text (all of format 1's), others as their bytes.
+        "body": t.body_text().map_or_else(|| json!(t.body), |b| json!(b)),
         "state": t.state.name(),
         "due_ms": t.due_ms,
         "delay_ms": t.delay_ms,
@@ -69,14 +81,33 @@ fn view(t: &TaskInfo) -> Value {
     })
 }
 
-async fn all_views(q: &Queue) -> Value {
+async fn all_views(q: &Queue, topics: &[&str]) -> Value {
     let mut out = Vec::new();
-    for topic in TOPICS {
+    for topic in topics {
         let mut items = q.list(topic, None, 1, 1000).await.expect("list").items;
         items.sort_by(|a, b| a.id.cmp(&b.id));
         out.extend(items.iter().map(view));
     }
     Value::Array(out)
+}
+
+/// Format 2's view: format 1's with the priority.
+async fn all_views_v2(q: &Queue, topics: &[&str]) -> Value {
+    let mut out = Vec::new();
+    for topic in topics {
+        let mut items = q.list(topic, None, 1, 1000).await.expect("list").items;
+        items.sort_by(|a, b| a.id.cmp(&b.id));
+        out.extend(items.iter().map(|t| {
+            let mut v = view(t);
+            v["priority"] = json!(t.priority);
+            v
+        }));
+    }
+    Value::Array(out)
+}
+
+fn all_topics() -> Vec<&'static str> {
+    TOPICS.iter().chain(V2_TOPICS.iter()).copied().collect()
 }
 
 /// Pops one task of `topic`, waiting for the engine to promote it if needed.
@@ -173,10 +204,7 @@ async fn write_tasks(q: &Queue, clock: &ManualClock) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_format_1_directory_opens_with_the_same_tasks() {
-    let fixture = fixture_dir();
-    if std::env::var_os("DELAYQ_WRITE_FORMAT_FIXTURE").is_some() {
-        write_fixture(&fixture).await;
-    }
+    let fixture = fixture_dir(1);
     let expected: Value = serde_json::from_slice(
         &std::fs::read(fixture.join("expected.json")).expect("expected.json of the fixture"),
     )
@@ -193,7 +221,17 @@ async fn a_format_1_directory_opens_with_the_same_tasks() {
     copy_dir(&data, copy.path());
     let clock = ManualClock::new(expected["clock_ms"].as_u64().expect("clock_ms"));
     let q = open(copy.path(), &clock).await;
-    assert_eq!(all_views(&q).await, expected["tasks"]);
+    assert_eq!(all_views(&q, &TOPICS).await, expected["tasks"]);
+    // Format 1 had no priorities: every task has the default.
+    for topic in TOPICS {
+        for t in q.list(topic, None, 1, 1000).await.unwrap().items {
+            assert_eq!(t.priority, DEFAULT_PRIORITY, "{}", t.id);
+        }
+    }
+    // Opening upgraded the layout to format 2 (a format 1 build refuses it from now on).
+    let meta: Value =
+        serde_json::from_slice(&std::fs::read(copy.path().join("delayq.meta")).unwrap()).unwrap();
+    assert_eq!(meta, json!({"format": 2, "shards": 2}));
     for topic in TOPICS {
         let stats = q.stats(topic).await.expect("stats");
         // Format 1 predates pauses: no topic of it is paused, and its counters are the same.
@@ -211,7 +249,143 @@ async fn a_format_1_directory_opens_with_the_same_tasks() {
         q.get("pay-callback", "active-1").await.unwrap().state,
         State::Finished
     );
+    // The upgraded directory takes format 2 records and reopens with them.
+    q.add(NewTask::new("orders", "after-upgrade").priority(3))
+        .await
+        .unwrap();
+    q.pause("orders", None).await.unwrap();
     q.shutdown().await.unwrap();
+    drop(q);
+    let q = open(copy.path(), &clock).await;
+    assert_eq!(q.get("orders", "after-upgrade").await.unwrap().priority, 3);
+    assert!(q.stats("orders").await.unwrap().pause.paused);
+    q.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_format_2_directory_opens_with_the_same_tasks() {
+    let fixture = fixture_dir(2);
+    if std::env::var_os("DELAYQ_WRITE_FORMAT_FIXTURE").is_some() {
+        write_fixture(&fixture).await;
+    }
+    let expected: Value = serde_json::from_slice(
+        &std::fs::read(fixture.join("expected.json")).expect("expected.json of the fixture"),
+    )
+    .expect("expected.json parses");
+    let data = fixture.join("data");
+    let files = fixture_files(&data);
+    assert!(
+        files.iter().any(|f| f.ends_with(".snap")) && files.iter().any(|f| f.ends_with(".seg")),
+        "the fixture must hold snapshots and segments: {files:?}"
+    );
+    let copy = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    copy_dir(&data, copy.path());
+    let clock = ManualClock::new(expected["clock_ms"].as_u64().expect("clock_ms"));
+    let q = open(copy.path(), &clock).await;
+    assert_eq!(all_views_v2(&q, &all_topics()).await, expected["tasks"]);
+    for topic in all_topics() {
+        let stats = q.stats(topic).await.expect("stats");
+        assert_eq!(
+            serde_json::to_value(stats).unwrap(),
+            expected["stats"][topic],
+            "{topic}"
+        );
+    }
+    // Pop order (priority, then due, then insertion) and the buried order survived.
+    let ready: Vec<String> = q
+        .pop("tube-a", PopOptions::default().count(10))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|d| d.id)
+        .collect();
+    assert_eq!(json!(ready), expected["tube_a_pop_order"]);
+    let buried = q
+        .peek("tube-a", State::Dead)
+        .await
+        .unwrap()
+        .expect("buried");
+    assert_eq!(json!(buried.id), expected["tube_a_first_buried"]);
+    // The paused topics still hold their tasks.
+    for topic in ["paused", "paused-until"] {
+        assert!(
+            q.pop(topic, PopOptions::default())
+                .await
+                .unwrap()
+                .is_empty()
+        );
+    }
+    let storage = q.storage();
+    let meta: Vec<Value> = storage
+        .list_meta("push")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(k, v)| json!([k, v]))
+        .collect();
+    assert_eq!(json!(meta), expected["meta_push"]);
+    // Job ids never repeat: the next one is past every id handed out before.
+    let last = expected["last_job_id"].as_u64().expect("last_job_id");
+    let next = q.next_job_id().await.unwrap();
+    assert!(next > last, "job id {next} after {last}");
+    let receipt = expected["active_receipt"].as_str().expect("receipt");
+    q.finish("pay-callback", "active-1", Some(receipt))
+        .await
+        .expect("the old receipt finishes the task");
+    q.shutdown().await.unwrap();
+}
+
+/// What format 2 adds to the fixture, before and after a forced snapshot of every shard, so
+/// both the snapshot and the log hold each new kind of record. Returns the last job id.
+async fn write_v2_extras(q: &Queue, storage: &EmbeddedStorage) -> u64 {
+    let add = |task: NewTask| async move { q.add(task).await.expect("add") };
+    // READY in tube-a, added in this order: pop order is b-pri1, d-pri1-early, a-pri5, c-default.
+    add(NewTask::new("tube-a", "a-pri5").body("a").priority(5)).await;
+    add(NewTask::new("tube-a", "b-pri1").body("b").priority(1)).await;
+    add(NewTask::new("tube-a", "c-default").body("c")).await;
+    add(NewTask::new("tube-a", "d-pri1").body("d").priority(1)).await;
+    // Two buried tasks, one with a new priority, buried in this order.
+    for (id, priority) in [("buried-1", Some(7)), ("buried-2", None)] {
+        add(NewTask::new("tube-a", id)
+            .body(vec![0u8, 159, 146, 150])
+            .priority(0))
+        .await;
+        let d = q
+            .pop("tube-a", PopOptions::default())
+            .await
+            .unwrap()
+            .pop()
+            .unwrap();
+        assert_eq!(d.id, id);
+        let mut options = BuryOptions::default().receipt(d.receipt);
+        options.priority = priority;
+        q.bury("tube-a", id, options).await.expect("bury");
+    }
+    add(NewTask::new("paused", "held").body("p")).await;
+    q.pause("paused", None).await.unwrap();
+    q.pause("paused-until", Some(3_600_000)).await.unwrap();
+    let s: &dyn Storage = storage;
+    s.put_meta("push", "target-1", b"{\"url\":\"http://x\"}".to_vec())
+        .await
+        .unwrap();
+    s.put_meta("push", "gone", b"x".to_vec()).await.unwrap();
+    let mut last = 0;
+    for _ in 0..3 {
+        last = q.next_job_id().await.unwrap();
+    }
+    for i in 0..storage.shard_count() {
+        embedded::snapshot_shard(storage, i, true).await.unwrap();
+    }
+    // After the snapshots: log records of every new kind.
+    s.put_meta("push", "target-2", vec![1, 2, 255])
+        .await
+        .unwrap();
+    s.delete_meta("push", "gone").await.unwrap();
+    add(NewTask::new("paused", "held-2").body("p2").priority(2)).await;
+    for _ in 0..2 {
+        last = q.next_job_id().await.unwrap();
+    }
+    last
 }
 
 async fn write_fixture(fixture: &Path) {
@@ -219,20 +393,34 @@ async fn write_fixture(fixture: &Path) {
     let _ = std::fs::remove_dir_all(&data);
     std::fs::create_dir_all(&data).unwrap();
     let clock = ManualClock::new(START);
-    let q = open(&data, &clock).await;
+    let (q, storage) = open_storage(&data, &clock).await;
     let receipt = write_tasks(&q, &clock).await;
+    let last_job_id = write_v2_extras(&q, &storage).await;
     let mut stats = serde_json::Map::new();
-    for topic in TOPICS {
+    for topic in all_topics() {
         stats.insert(
             topic.into(),
             serde_json::to_value(q.stats(topic).await.unwrap()).unwrap(),
         );
     }
+    let tasks = all_views_v2(&q, &all_topics()).await;
+    let first_buried = q.peek("tube-a", State::Dead).await.unwrap().unwrap().id;
+    let meta: Vec<Value> = storage
+        .list_meta("push")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(k, v)| json!([k, v]))
+        .collect();
     let expected = json!({
         "clock_ms": clock.now_ms(),
-        "tasks": all_views(&q).await,
+        "tasks": tasks,
         "stats": stats,
         "active_receipt": receipt,
+        "tube_a_pop_order": ["b-pri1", "d-pri1", "a-pri5", "c-default"],
+        "tube_a_first_buried": first_buried,
+        "meta_push": meta,
+        "last_job_id": last_job_id,
     });
     q.shutdown().await.unwrap();
     // Lock files belong to a running process, not to the format.

@@ -2,13 +2,14 @@
 //! making changes, printing each one only after it was acknowledged, until it is killed.
 //!
 //! Usage: `delayq-crash-writer <data-dir> <always|interval|never> <round>`. Output lines:
-//! `A <id>` (added, due in ten minutes), `F <id>` (popped and finished).
+//! `A <id> <priority>` (added, due in ten minutes), `F <id>` (popped and finished), `B <id>`
+//! (popped and buried), `J <n>` (a job id handed out), `M <key>` (a meta value stored).
 
 use std::io::Write;
 use std::sync::Arc;
 
 use delayq::storage::embedded::{self, EmbeddedOptions};
-use delayq::{NewTask, PopOptions, Queue, StorageContext, SystemClock};
+use delayq::{BuryOptions, NewTask, PopOptions, Queue, StorageContext, SystemClock};
 use delayq_log::FsyncPolicy;
 
 fn main() {
@@ -46,13 +47,33 @@ fn main() {
         for i in 0u64.. {
             let id = format!("r{round}-{i}");
             // A task due in ten minutes: after any restart within the test it must still be DELAYED.
+            let priority = (i % 5) as u32;
             queue
-                .add(NewTask::new("crash", id.clone()).delay_ms(600_000))
+                .add(
+                    NewTask::new("crash", id.clone())
+                        .delay_ms(600_000)
+                        .priority(priority),
+                )
                 .await
                 .expect("add");
-            writeln!(out, "A {id}")
+            writeln!(out, "A {id} {priority}")
                 .and_then(|_| out.flush())
                 .expect("stdout");
+            let job = queue.next_job_id().await.expect("job id");
+            writeln!(out, "J {job}")
+                .and_then(|_| out.flush())
+                .expect("stdout");
+            if i % 10 == 0 {
+                let key = format!("r{round}-k{i}");
+                queue
+                    .storage()
+                    .put_meta("crash", &key, key.as_bytes().to_vec())
+                    .await
+                    .expect("put meta");
+                writeln!(out, "M {key}")
+                    .and_then(|_| out.flush())
+                    .expect("stdout");
+            }
             if i % 2 == 0 {
                 let fid = format!("r{round}-f{i}");
                 queue
@@ -66,11 +87,21 @@ fn main() {
                     .expect("pop")
                     .pop()
                 {
-                    queue
-                        .finish(&d.topic, &d.id, Some(&d.receipt))
-                        .await
-                        .expect("finish");
-                    writeln!(out, "F {}", d.id)
+                    // Every fourth one is buried instead: it must stay DEAD.
+                    let line = if i % 8 == 0 {
+                        queue
+                            .bury(&d.topic, &d.id, BuryOptions::default().receipt(d.receipt))
+                            .await
+                            .expect("bury");
+                        format!("B {}", d.id)
+                    } else {
+                        queue
+                            .finish(&d.topic, &d.id, Some(&d.receipt))
+                            .await
+                            .expect("finish");
+                        format!("F {}", d.id)
+                    };
+                    writeln!(out, "{line}")
                         .and_then(|_| out.flush())
                         .expect("stdout");
                 }

@@ -1,23 +1,39 @@
 //! The binary form of the embedded backend's log and snapshot records.
 //!
-//! Two kinds of record: `Put` (a task's whole record after a change) and `Remove` (a task's
-//! record is gone). Integers are LEB128 varints, strings are a varint length and UTF-8 bytes.
-//! Decoding never panics: damaged input is a [`CodecError`] naming what was being read.
+//! Kinds of record: `Put` (a task's whole record after a change), `Remove` (a task's record
+//! is gone), `Pause` (a topic's pause changed), `MetaPut`/`MetaDelete` (the meta store) and
+//! `JobIds` (a block of job ids reserved). Integers are LEB128 varints, strings and bytes are a
+//! varint length and the bytes. Decoding never panics: damaged input is a [`CodecError`]
+//! naming what was being read.
 //!
 //! ```text
-//! Put:    0x01 topic id body state retries ttr max_retries(zigzag) due created updated
-//!         deadline receipt(u64 LE) extra?(0|1 [backoff? last_error? history])
-//! Remove: 0x02 topic id
+//! Put v1:     0x01 topic id body state retries ttr max_retries(zigzag) due created updated
+//!             deadline receipt(u64 LE) extra?(0|1 [backoff? last_error? history])
+//! Remove:     0x02 topic id
+//! Put v2:     0x03 <as Put v1 up to receipt> priority seq extra?(...)
+//! Pause:      0x04 topic 0 (not paused) | 1 (until resumed) | 2 until
+//! MetaPut:    0x05 namespace key value
+//! MetaDelete: 0x06 namespace key
+//! JobIds:     0x07 reserved
 //! ```
+//!
+//! Format version 2 writes `Put v2` and the kinds after it; it still reads `Put v1` (written
+//! by version 1), whose tasks get the default priority and an insertion sequence from replay
+//! order (docs/storage.md, "Upgrading a data directory").
 
 use std::collections::VecDeque;
 
-use delayq_core::{Attempt, Backoff, MaxRetries, State};
+use delayq_core::{Attempt, Backoff, MaxRetries, Pause, State};
 
 use crate::storage::engine::record::{Extra, Record};
 
-const PUT: u8 = 1;
+const PUT_V1: u8 = 1;
 const REMOVE: u8 = 2;
+const PUT: u8 = 3;
+const PAUSE: u8 = 4;
+const META_PUT: u8 = 5;
+const META_DELETE: u8 = 6;
+const JOB_IDS: u8 = 7;
 
 /// A decoded record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,6 +51,34 @@ pub enum Change<'a> {
         topic: &'a str,
         /// The id.
         id: &'a str,
+    },
+    /// The topic's pause is now this.
+    Pause {
+        /// The topic.
+        topic: &'a str,
+        /// The pause.
+        pause: Pause,
+    },
+    /// A meta value is stored.
+    MetaPut {
+        /// The namespace.
+        namespace: &'a str,
+        /// The key.
+        key: &'a str,
+        /// The value.
+        value: &'a [u8],
+    },
+    /// A meta value is gone.
+    MetaDelete {
+        /// The namespace.
+        namespace: &'a str,
+        /// The key.
+        key: &'a str,
+    },
+    /// Job ids up to this may have been handed out.
+    JobIds {
+        /// The highest reserved id.
+        reserved: u64,
     },
 }
 
@@ -102,6 +146,8 @@ pub fn encode_put(out: &mut Vec<u8>, topic: &str, r: &Record) {
     put_varint(out, r.updated_at_ms);
     put_varint(out, r.deadline_ms);
     out.extend_from_slice(&r.receipt.to_le_bytes());
+    put_varint(out, u64::from(r.priority));
+    put_varint(out, r.seq());
     match r.extra.as_deref() {
         None => out.push(0),
         Some(extra) => {
@@ -121,6 +167,41 @@ pub fn encode_put(out: &mut Vec<u8>, topic: &str, r: &Record) {
             }
         }
     }
+}
+
+/// Appends the `Pause` form of a topic's pause to `out`.
+pub fn encode_pause(out: &mut Vec<u8>, topic: &str, pause: Pause) {
+    out.push(PAUSE);
+    put_str(out, topic);
+    match (pause.paused, pause.until_ms) {
+        (false, _) => out.push(0),
+        (true, None) => out.push(1),
+        (true, Some(until)) => {
+            out.push(2);
+            put_varint(out, until);
+        }
+    }
+}
+
+/// Appends the `MetaPut` form to `out`.
+pub fn encode_meta_put(out: &mut Vec<u8>, namespace: &str, key: &str, value: &[u8]) {
+    out.push(META_PUT);
+    put_str(out, namespace);
+    put_str(out, key);
+    put_bytes(out, value);
+}
+
+/// Appends the `MetaDelete` form to `out`.
+pub fn encode_meta_delete(out: &mut Vec<u8>, namespace: &str, key: &str) {
+    out.push(META_DELETE);
+    put_str(out, namespace);
+    put_str(out, key);
+}
+
+/// Appends the `JobIds` form to `out`.
+pub fn encode_job_ids(out: &mut Vec<u8>, reserved: u64) {
+    out.push(JOB_IDS);
+    put_varint(out, reserved);
 }
 
 /// Appends the `Remove` form for (topic, id) to `out`.
@@ -191,6 +272,14 @@ impl<'a> Reader<'a> {
         }
     }
 
+    fn end(&self) -> Result<(), CodecError> {
+        if self.pos == self.bytes.len() {
+            Ok(())
+        } else {
+            Err(self.err("end of record"))
+        }
+    }
+
     fn u64_le(&mut self, what: &'static str) -> Result<u64, CodecError> {
         let end = self.pos + 8;
         let bytes = self
@@ -205,8 +294,9 @@ impl<'a> Reader<'a> {
 /// Decodes one record.
 pub fn decode(bytes: &[u8]) -> Result<Change<'_>, CodecError> {
     let mut r = Reader { bytes, pos: 0 };
-    match r.u8("record kind")? {
-        PUT => {
+    let kind = r.u8("record kind")?;
+    match kind {
+        PUT_V1 | PUT => {
             let topic = r.str("topic")?;
             let id = r.str("id")?;
             let body = r.bytes("body")?;
@@ -220,6 +310,14 @@ pub fn decode(bytes: &[u8]) -> Result<Change<'_>, CodecError> {
             let updated_at_ms = r.varint("updated")?;
             let deadline_ms = r.varint("deadline")?;
             let receipt = r.u64_le("receipt")?;
+            let (priority, seq) = if kind == PUT {
+                let priority =
+                    u32::try_from(r.varint("priority")?).map_err(|_| r.err("priority"))?;
+                (priority, r.varint("sequence")?)
+            } else {
+                // Version 1 had no priority; the sequence comes from replay order.
+                (delayq_core::DEFAULT_PRIORITY, 0)
+            };
             let extra = match r.u8("extra flag")? {
                 0 => None,
                 1 => {
@@ -251,27 +349,66 @@ pub fn decode(bytes: &[u8]) -> Result<Change<'_>, CodecError> {
             if r.pos != bytes.len() {
                 return Err(r.err("end of record"));
             }
-            Ok(Change::Put {
-                topic,
-                record: Record {
-                    topic: 0,
-                    id: id.into(),
-                    body: body.into(),
-                    // TODO(issue 11): priority is not in the log yet (format version 2).
-                    priority: delayq_core::DEFAULT_PRIORITY,
-                    state,
-                    retries,
-                    ttr_ms,
-                    max_retries: max_retries.into(),
-                    due_ms,
-                    created_at_ms,
-                    updated_at_ms,
-                    deadline_ms,
-                    receipt,
-                    timer: None,
-                    extra,
+            let mut record = Record {
+                topic: 0,
+                id: id.into(),
+                body: body.into(),
+                priority,
+                seq_lo: 0,
+                seq_hi: 0,
+                state,
+                retries,
+                ttr_ms,
+                max_retries: max_retries.into(),
+                due_ms,
+                created_at_ms,
+                updated_at_ms,
+                deadline_ms,
+                receipt,
+                timer: None,
+                extra,
+            };
+            record.set_seq(seq);
+            Ok(Change::Put { topic, record })
+        }
+        PAUSE => {
+            let topic = r.str("topic")?;
+            let pause = match r.u8("pause")? {
+                0 => Pause::default(),
+                1 => Pause {
+                    paused: true,
+                    until_ms: None,
                 },
+                2 => Pause {
+                    paused: true,
+                    until_ms: Some(r.varint("pause end")?),
+                },
+                _ => return Err(r.err("pause")),
+            };
+            r.end()?;
+            Ok(Change::Pause { topic, pause })
+        }
+        META_PUT => {
+            let namespace = r.str("meta namespace")?;
+            let key = r.str("meta key")?;
+            let value = r.bytes("meta value")?;
+            r.end()?;
+            Ok(Change::MetaPut {
+                namespace,
+                key,
+                value,
             })
+        }
+        META_DELETE => {
+            let namespace = r.str("meta namespace")?;
+            let key = r.str("meta key")?;
+            r.end()?;
+            Ok(Change::MetaDelete { namespace, key })
+        }
+        JOB_IDS => {
+            let reserved = r.varint("job ids")?;
+            r.end()?;
+            Ok(Change::JobIds { reserved })
         }
         REMOVE => {
             let topic = r.str("topic")?;
@@ -294,7 +431,9 @@ mod tests {
             topic: 0,
             id: "order-1".into(),
             body: "{\"x\":\"é\"}".as_bytes().into(),
-            priority: delayq_core::DEFAULT_PRIORITY,
+            priority: 7,
+            seq_lo: 0x1234_5678,
+            seq_hi: 0x9a,
             state: State::Active,
             retries: 2,
             ttr_ms: 30_000,

@@ -10,7 +10,8 @@
 //! up to about the interval; with `never`, whatever the OS had not written back.
 //!
 //! What is logged: every operation's change as the task's whole record (`Put`) or its removal
-//! (`Remove`), and ttr expiries. What is not: the promotion of a due task to READY and the end
+//! (`Remove`), and ttr expiries; a topic's pause; changes of the meta store and job id
+//! reservations (both in shard 0, which holds what belongs to the whole directory). What is not: the promotion of a due task to READY and the end
 //! of a record's retention — both follow from time alone, so recovery re-derives them: a
 //! DELAYED task whose due passed while the process was down fires right after start, an
 //! ACTIVE task whose ttr passed is redelivered, a retained record whose retention passed goes.
@@ -30,6 +31,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use delayq_core::Pause;
 use delayq_log::{FsyncPolicy, Log, LogOptions, Replayed, Ticket};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
@@ -106,7 +108,13 @@ struct Meta {
     shards: usize,
 }
 
-const FORMAT: u32 = 1;
+/// The data format this build writes. Version 1 (no priorities, pauses, meta or job ids) is
+/// read too: opening such a directory rewrites its `delayq.meta` to version 2 before anything
+/// is written, as version 1 builds cannot read version 2 records.
+const FORMAT: u32 = 2;
+
+/// The oldest data format this build reads.
+const OLDEST_FORMAT: u32 = 1;
 
 /// What recovery found, for logs and `delayq data check`.
 #[derive(Debug, Clone, Default)]
@@ -229,12 +237,13 @@ fn read_or_create_meta(options: &EmbeddedOptions) -> Result<Meta> {
         Ok(bytes) => {
             let meta: Meta = serde_json::from_slice(&bytes)
                 .map_err(|e| storage_error("reading the data directory's layout", &path, e))?;
-            if meta.format != FORMAT {
+            if !(OLDEST_FORMAT..=FORMAT).contains(&meta.format) {
                 return Err(storage_error(
                     "reading the data directory's layout",
                     &path,
                     format!(
-                        "data format {} is not supported (this build reads format {FORMAT})",
+                        "data format {} is not supported (this build reads formats \
+                         {OLDEST_FORMAT} to {FORMAT})",
                         meta.format
                     ),
                 ));
@@ -246,6 +255,19 @@ fn read_or_create_meta(options: &EmbeddedOptions) -> Result<Meta> {
                     "the shard count is 0",
                 ));
             }
+            if meta.format < FORMAT {
+                // Upgrade: the logs are read as they are; from now on version 2 records are
+                // appended, so the layout says version 2 before anything is written.
+                let upgraded = Meta {
+                    format: FORMAT,
+                    ..meta
+                };
+                write_meta(dir, &path, &upgraded).map_err(|e| {
+                    storage_error("upgrading the data directory's layout", &path, e)
+                })?;
+                tracing::info!(dir = %dir.display(), from = meta.format, to = FORMAT, "upgraded the data directory's format");
+                return Ok(upgraded);
+            }
             Ok(meta)
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -253,16 +275,8 @@ fn read_or_create_meta(options: &EmbeddedOptions) -> Result<Meta> {
                 format: FORMAT,
                 shards: options.shards.max(1),
             };
-            let tmp = dir.join(format!("{META_FILE}.tmp"));
-            let write = || -> std::io::Result<()> {
-                use std::io::Write;
-                let mut f = std::fs::File::create(&tmp)?;
-                f.write_all(&serde_json::to_vec(&meta).expect("meta serializes"))?;
-                f.sync_all()?;
-                std::fs::rename(&tmp, &path)?;
-                std::fs::File::open(dir)?.sync_all()
-            };
-            write().map_err(|e| storage_error("creating the data directory's layout", &path, e))?;
+            write_meta(dir, &path, &meta)
+                .map_err(|e| storage_error("creating the data directory's layout", &path, e))?;
             Ok(meta)
         }
         Err(e) => Err(storage_error(
@@ -271,6 +285,17 @@ fn read_or_create_meta(options: &EmbeddedOptions) -> Result<Meta> {
             e,
         )),
     }
+}
+
+/// Writes `delayq.meta` atomically (temporary file, fsync, rename, fsync of the directory).
+fn write_meta(dir: &Path, path: &Path, meta: &Meta) -> std::io::Result<()> {
+    use std::io::Write;
+    let tmp = dir.join(format!("{META_FILE}.tmp"));
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(&serde_json::to_vec(meta).expect("meta serializes"))?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    std::fs::File::open(dir)?.sync_all()
 }
 
 fn open_shard(
@@ -305,6 +330,14 @@ fn open_shard(
         match codec::decode(bytes) {
             Ok(Change::Put { topic, record }) => shard.restore(topic, record, now),
             Ok(Change::Remove { topic, id }) => shard.restore_removal(topic, id),
+            Ok(Change::Pause { topic, pause }) => shard.restore_pause(topic, pause),
+            Ok(Change::MetaPut {
+                namespace,
+                key,
+                value,
+            }) => shard.restore_meta(namespace, key, Some(value.to_vec())),
+            Ok(Change::MetaDelete { namespace, key }) => shard.restore_meta(namespace, key, None),
+            Ok(Change::JobIds { reserved }) => shard.restore_job_ids(reserved),
             Err(e) => {
                 let place = seq.map_or("the snapshot".to_owned(), |s| format!("record {s}"));
                 return Err(format!("{place}: {e}"));
@@ -390,6 +423,26 @@ impl Journal for LogJournal {
         self.ends.push(self.buf.len());
     }
 
+    fn pause(&mut self, topic: &str, pause: Pause) {
+        codec::encode_pause(&mut self.buf, topic, pause);
+        self.ends.push(self.buf.len());
+    }
+
+    fn put_meta(&mut self, namespace: &str, key: &str, value: &[u8]) {
+        codec::encode_meta_put(&mut self.buf, namespace, key, value);
+        self.ends.push(self.buf.len());
+    }
+
+    fn delete_meta(&mut self, namespace: &str, key: &str) {
+        codec::encode_meta_delete(&mut self.buf, namespace, key);
+        self.ends.push(self.buf.len());
+    }
+
+    fn job_ids(&mut self, reserved: u64) {
+        codec::encode_job_ids(&mut self.buf, reserved);
+        self.ends.push(self.buf.len());
+    }
+
     fn commit(&mut self) -> Option<LogTicket> {
         if self.ends.is_empty() {
             return None;
@@ -468,6 +521,18 @@ pub async fn snapshot_shard(engine: &EmbeddedStorage, index: usize, force: bool)
         let mut ends = Vec::with_capacity(shard.len());
         for (topic, record) in shard.records() {
             codec::encode_put(&mut buf, topic, record);
+            ends.push(buf.len());
+        }
+        for (topic, pause) in shard.pauses() {
+            codec::encode_pause(&mut buf, topic, pause);
+            ends.push(buf.len());
+        }
+        for (namespace, key, value) in shard.meta_entries() {
+            codec::encode_meta_put(&mut buf, namespace, key, value);
+            ends.push(buf.len());
+        }
+        if shard.job_ids_reserved() > 0 {
+            codec::encode_job_ids(&mut buf, shard.job_ids_reserved());
             ends.push(buf.len());
         }
         shard.journal.since_snapshot = 0;

@@ -23,10 +23,12 @@ pub(crate) mod shard;
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use async_trait::async_trait;
-use delayq_core::{AddOutcome, Delivery, Millis, Page, State, TaskInfo, TaskSpec, TopicStats};
+use delayq_core::{
+    AddOutcome, BuryOptions, Delivery, Millis, Page, Pause, State, TaskInfo, TaskSpec, TopicStats,
+};
 use parking_lot::Mutex;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
@@ -54,6 +56,18 @@ pub trait Journal: Send + 'static {
 
     /// The record of (topic, id) is gone.
     fn remove(&mut self, topic: &str, id: &str);
+
+    /// The pause of `topic` is now `pause` (not paused: resumed).
+    fn pause(&mut self, topic: &str, pause: Pause);
+
+    /// The meta value of (`namespace`, `key`) is now `value`.
+    fn put_meta(&mut self, namespace: &str, key: &str, value: &[u8]);
+
+    /// The meta value of (`namespace`, `key`) is gone.
+    fn delete_meta(&mut self, namespace: &str, key: &str);
+
+    /// Job ids up to `reserved` may have been handed out.
+    fn job_ids(&mut self, reserved: u64);
 
     /// Ends one operation's changes; returns what to wait for, if anything was written.
     fn commit(&mut self) -> Option<Self::Ticket>;
@@ -84,6 +98,14 @@ impl Journal for NoJournal {
 
     fn remove(&mut self, _topic: &str, _id: &str) {}
 
+    fn pause(&mut self, _topic: &str, _pause: Pause) {}
+
+    fn put_meta(&mut self, _namespace: &str, _key: &str, _value: &[u8]) {}
+
+    fn delete_meta(&mut self, _namespace: &str, _key: &str) {}
+
+    fn job_ids(&mut self, _reserved: u64) {}
+
     fn commit(&mut self) -> Option<()> {
         None
     }
@@ -110,8 +132,21 @@ pub struct Engine<J: Journal> {
 impl<J: Journal> Engine<J> {
     /// Builds an engine over ready-made shards (empty, or restored from disk) and starts one
     /// driver per shard. Must be called inside a tokio runtime.
-    pub(crate) fn start(ctx: StorageContext, shards: Vec<Shard<J>>) -> Arc<Self> {
+    pub(crate) fn start(ctx: StorageContext, mut shards: Vec<Shard<J>>) -> Arc<Self> {
         assert!(!shards.is_empty(), "an engine needs at least one shard");
+        // One insertion counter for every shard, past every sequence restored, so pops over
+        // topics of several shards compare insertion across them.
+        let seq = Arc::new(AtomicU64::new(
+            shards.iter().map(Shard::seq_next).max().unwrap_or(1),
+        ));
+        let mut pauses = Vec::new();
+        for s in &mut shards {
+            s.share_seq(Arc::clone(&seq));
+            pauses.extend(
+                s.pauses()
+                    .filter_map(|(t, p)| p.until_ms.map(|u| (t.to_owned(), u))),
+            );
+        }
         let (stop, _) = watch::channel(false);
         let engine = Arc::new(Engine {
             shards: shards
@@ -140,7 +175,23 @@ impl<J: Journal> Engine<J> {
             })
             .collect();
         *engine.drivers.lock() = drivers;
+        for (topic, until) in pauses {
+            engine.wake_at_pause_end(topic, until);
+        }
         engine
+    }
+
+    /// Wakes the consumers parked on `topic` when its pause ends at `until` (a pause replaced
+    /// or resumed meanwhile makes this a wasted wake-up, which parked consumers tolerate).
+    fn wake_at_pause_end(&self, topic: String, until: Millis) {
+        let ctx = self.ctx.clone();
+        let mut stop = self.stop.subscribe();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = ctx.clock.sleep_until(until) => ctx.waiters.notify(&topic, usize::MAX),
+                _ = stop.wait_for(|s| *s) => {}
+            }
+        });
     }
 
     /// The context the engine runs with.
@@ -164,8 +215,20 @@ impl<J: Journal> Engine<J> {
         topic: &str,
         op: impl FnOnce(&mut Shard<J>, Millis) -> Result<R>,
     ) -> Result<R> {
+        // On a durability failure the change is applied in memory and others may already see
+        // it; only its durability failed, so a restart may or may not bring it back: the
+        // outcome is unknown.
+        self.with_shard_index(self.shard_index(topic), op).await
+    }
+
+    /// Runs `op` on shard `index`, like [`Engine::with_shard`].
+    async fn with_shard_index<R>(
+        &self,
+        index: usize,
+        op: impl FnOnce(&mut Shard<J>, Millis) -> Result<R>,
+    ) -> Result<R> {
         self.check_open()?;
-        let cell = &self.shards[self.shard_index(topic)];
+        let cell = &self.shards[index];
         let (result, ticket) = {
             let mut shard = cell.state.lock();
             shard.journal.check()?;
@@ -176,8 +239,6 @@ impl<J: Journal> Engine<J> {
             (result, ticket)
         };
         if let Some(ticket) = ticket {
-            // The change is applied in memory and others may already see it; only its
-            // durability failed, so a restart may or may not bring it back.
             J::wait(ticket).await.map_err(Error::outcome_unknown)?;
         }
         result
@@ -369,6 +430,147 @@ impl<J: Journal> Storage for Engine<J> {
         .await
     }
 
+    async fn pop_any(
+        &self,
+        topics: &[String],
+        max: usize,
+        auto_finish: bool,
+    ) -> Result<Vec<Delivery>> {
+        self.check_open()?;
+        let clock = &*self.ctx.clock;
+        // The topics grouped by shard.
+        let mut groups: Vec<(usize, Vec<&str>)> = Vec::new();
+        for t in topics {
+            let s = self.shard_index(t);
+            match groups.iter_mut().find(|(i, _)| *i == s) {
+                Some((_, g)) => g.push(t),
+                None => groups.push((s, vec![t])),
+            }
+        }
+        if let [(index, group)] = groups.as_slice() {
+            // One shard: one lock gives the exact order.
+            return self
+                .with_shard_index(*index, |s, now| {
+                    Ok(s.pop_any(group, max, auto_finish, window_start(clock, now)))
+                })
+                .await;
+        }
+        // Several shards: look at each shard's best head, take from the best shard, repeat.
+        // A head taken by someone else in between only means that shard gives its next best
+        // (or nothing, and the loop looks again): the order holds up to such races.
+        let mut out = Vec::new();
+        while out.len() < max {
+            let now = clock.now_ms();
+            let best = groups
+                .iter()
+                .filter_map(|(index, group)| {
+                    let shard = self.shards[*index].state.lock();
+                    group
+                        .iter()
+                        .filter_map(|t| shard.head(t, now))
+                        .min()
+                        .map(|head| (head, *index))
+                })
+                .min();
+            let Some((_, index)) = best else {
+                break;
+            };
+            let group = &groups.iter().find(|(i, _)| *i == index).expect("a group").1;
+            let got = self
+                .with_shard_index(index, |s, now| {
+                    Ok(s.pop_any(group, 1, auto_finish, window_start(clock, now)))
+                })
+                .await;
+            match got {
+                Ok(got) => out.extend(got),
+                // What was taken already is handed out; the error waits for the next call.
+                Err(_) if !out.is_empty() => break,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
+    }
+
+    async fn bury(&self, topic: &str, id: &str, options: BuryOptions) -> Result<()> {
+        self.with_shard(topic, |s, now| s.bury(topic, id, options, now))
+            .await
+    }
+
+    async fn reschedule(&self, topic: &str, id: &str, due_ms: Millis) -> Result<State> {
+        self.with_shard(topic, |s, now| s.reschedule(topic, id, due_ms, now))
+            .await
+    }
+
+    async fn kick(&self, topic: &str, max: u64) -> Result<u64> {
+        self.with_shard(topic, |s, now| Ok(s.kick(topic, max, now)))
+            .await
+    }
+
+    async fn kick_job(&self, topic: &str, id: &str) -> Result<()> {
+        self.with_shard(topic, |s, now| s.kick_job(topic, id, now))
+            .await
+    }
+
+    async fn pause(&self, topic: &str, until_ms: Option<Millis>) -> Result<()> {
+        self.with_shard(topic, |s, _| {
+            s.pause(topic, until_ms);
+            Ok(())
+        })
+        .await?;
+        if let Some(until) = until_ms {
+            self.wake_at_pause_end(topic.to_owned(), until);
+        }
+        Ok(())
+    }
+
+    async fn resume(&self, topic: &str) -> Result<()> {
+        let was_paused = self
+            .with_shard(topic, |s, now| Ok(s.resume(topic, now)))
+            .await?;
+        if was_paused {
+            self.ctx.waiters.notify(topic, usize::MAX);
+        }
+        Ok(())
+    }
+
+    async fn peek(&self, topic: &str, state: State) -> Result<Option<TaskInfo>> {
+        self.read(topic, |s| s.peek(topic, state))
+    }
+
+    async fn locate(&self, id: &str) -> Result<Vec<String>> {
+        self.check_open()?;
+        let mut all = Vec::new();
+        for cell in self.shards.iter() {
+            all.extend(cell.state.lock().locate(id));
+        }
+        all.sort();
+        Ok(all)
+    }
+
+    async fn next_job_id(&self) -> Result<u64> {
+        let (id, reserved) = self.with_shard_index(0, |s, _| Ok(s.next_job_id())).await?;
+        self.shards[0].state.lock().job_ids_durable(reserved);
+        Ok(id)
+    }
+
+    async fn put_meta(&self, namespace: &str, key: &str, value: Vec<u8>) -> Result<()> {
+        self.with_shard_index(0, |s, _| {
+            s.put_meta(namespace, key, value);
+            Ok(())
+        })
+        .await
+    }
+
+    async fn list_meta(&self, namespace: &str) -> Result<Vec<(String, Vec<u8>)>> {
+        self.check_open()?;
+        Ok(self.shards[0].state.lock().list_meta(namespace))
+    }
+
+    async fn delete_meta(&self, namespace: &str, key: &str) -> Result<bool> {
+        self.with_shard_index(0, |s, _| Ok(s.delete_meta(namespace, key)))
+            .await
+    }
+
     async fn finish(&self, topic: &str, id: &str, receipt: Option<&str>) -> Result<()> {
         self.with_shard(topic, |s, now| s.finish(topic, id, receipt, now))
             .await
@@ -424,14 +626,16 @@ impl<J: Journal> Storage for Engine<J> {
     }
 
     async fn stats(&self, topic: &str) -> Result<TopicStats> {
-        self.read(topic, |s| s.stats(topic))
+        let now = self.ctx.clock.now_ms();
+        self.read(topic, |s| s.stats(topic, now))
     }
 
     async fn topics(&self) -> Result<Vec<(String, TopicStats)>> {
         self.check_open()?;
+        let now = self.ctx.clock.now_ms();
         let mut all = Vec::new();
         for cell in self.shards.iter() {
-            all.extend(cell.state.lock().topics());
+            all.extend(cell.state.lock().topics(now));
         }
         all.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(all)

@@ -1,9 +1,11 @@
 //! The engine's state machine checked against a simple model written from docs/design.md §2.
 //!
-//! Proptest generates sequences of operations (add with each duplicate policy, pop, finish,
-//! release, touch, cancel, requeue, delete, and time passing) on a handful of ids; after every
-//! step the engine's answer (success or error kind) and every task's state, retries and due
-//! time must equal the model's. The shard is driven synchronously with an explicit `now`, so
+//! Proptest generates sequences of operations (add with each duplicate policy and a priority,
+//! pop, finish, release, touch, cancel, requeue, delete, bury, reschedule, kick, kick-job,
+//! pause, resume, and time passing) on a handful of ids; after every step the engine's answer
+//! (success or error kind) and every task's state, retries, priority and due time must equal
+//! the model's, every pop must take exactly the model's next task (priority, due, insertion),
+//! and the peeks must show the model's heads. The shard is driven synchronously with an explicit `now`, so
 //! the run is exact and deterministic. It lives inside the crate because the shard is the
 //! engine's own business, not part of the library's API.
 
@@ -11,7 +13,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use delayq_core::validate::{Limits, TaskDefaults, validate_task};
-use delayq_core::{AddOutcome, Backoff, MaxRetries, NewTask, OnDuplicate, ReleaseOptions, State};
+use delayq_core::{
+    AddOutcome, Backoff, BuryOptions, MaxRetries, NewTask, OnDuplicate, Pause, ReleaseOptions,
+    State,
+};
 use proptest::prelude::*;
 
 use super::NoJournal;
@@ -31,7 +36,27 @@ enum Step {
         max_retries: i8,
         backoff: Option<u64>,
         policy: u8,
+        priority: u32,
     },
+    Bury {
+        id: u8,
+        receipt: Receipt,
+        priority: Option<u32>,
+    },
+    Reschedule {
+        id: u8,
+        delay: u64,
+    },
+    Kick {
+        max: u64,
+    },
+    KickJob {
+        id: u8,
+    },
+    Pause {
+        for_ms: Option<u64>,
+    },
+    Resume,
     Pop {
         count: usize,
     },
@@ -77,8 +102,15 @@ fn step() -> impl Strategy<Value = Step> {
         Just(Receipt::Omitted)
     ];
     prop_oneof![
-        3 => (id.clone(), 0u64..300, -1i8..3, proptest::option::of(1u64..200), 0u8..3)
-            .prop_map(|(id, delay, max_retries, backoff, policy)| Step::Add { id, delay, max_retries, backoff, policy }),
+        3 => (id.clone(), prop_oneof![Just(0u64), 0u64..300], -1i8..3, proptest::option::of(1u64..200), 0u8..3, 0u32..3)
+            .prop_map(|(id, delay, max_retries, backoff, policy, priority)| Step::Add { id, delay, max_retries, backoff, policy, priority }),
+        1 => (id.clone(), receipt.clone(), proptest::option::of(0u32..3))
+            .prop_map(|(id, receipt, priority)| Step::Bury { id, receipt, priority }),
+        1 => (id.clone(), prop_oneof![Just(0u64), 0u64..300]).prop_map(|(id, delay)| Step::Reschedule { id, delay }),
+        1 => (0u64..3).prop_map(|max| Step::Kick { max }),
+        1 => id.clone().prop_map(|id| Step::KickJob { id }),
+        1 => proptest::option::of(1u64..300).prop_map(|for_ms| Step::Pause { for_ms }),
+        1 => Just(Step::Resume),
         3 => (1usize..4).prop_map(|count| Step::Pop { count }),
         2 => (id.clone(), receipt.clone()).prop_map(|(id, receipt)| Step::Finish { id, receipt }),
         2 => (id.clone(), receipt.clone(), proptest::option::of(0u64..200))
@@ -96,6 +128,11 @@ fn step() -> impl Strategy<Value = Step> {
 struct ModelTask {
     state: State,
     due: u64,
+    priority: u32,
+    /// Insertion order (a replace is a new insertion).
+    seq: u64,
+    /// When it last entered DEAD.
+    dead_at: u64,
     retries: u32,
     max_retries: i64,
     backoff: Option<u64>,
@@ -110,6 +147,8 @@ struct ModelTask {
 struct Model {
     now: u64,
     tasks: BTreeMap<String, ModelTask>,
+    seq: u64,
+    pause: Pause,
 }
 
 type Outcome = Result<(), ErrorKind>;
@@ -121,6 +160,7 @@ impl Model {
         t.stale = t.receipt.take();
         if t.max_retries >= 0 && i64::from(t.retries) >= t.max_retries {
             t.state = State::Dead;
+            t.dead_at = now;
             return;
         }
         t.retries += 1;
@@ -161,6 +201,24 @@ impl Model {
         }
     }
 
+    /// The task a pop takes next: READY by (priority, due, insertion).
+    fn next_ready(&self) -> Option<&str> {
+        self.tasks
+            .iter()
+            .filter(|(_, t)| t.state == State::Ready)
+            .min_by_key(|(_, t)| (t.priority, t.due, t.seq))
+            .map(|(id, _)| id.as_str())
+    }
+
+    /// The DEAD task kicked next: oldest buried first, then insertion.
+    fn next_dead(&self) -> Option<&str> {
+        self.tasks
+            .iter()
+            .filter(|(_, t)| t.state == State::Dead)
+            .min_by_key(|(_, t)| (t.dead_at, t.seq))
+            .map(|(id, _)| id.as_str())
+    }
+
     /// Checks an operation on an existing ACTIVE task with a receipt choice.
     fn check_active(&self, id: &str, receipt: Receipt) -> Result<(), ErrorKind> {
         let t = self.tasks.get(id).ok_or(ErrorKind::NotFound)?;
@@ -182,6 +240,17 @@ fn receipt_arg(model: &Model, id: &str, receipt: Receipt) -> Option<String> {
         Receipt::Stale => t.stale.clone().or(t.receipt.clone()),
         Receipt::Omitted => None,
     }
+}
+
+/// What the model expects of an operation on an ACTIVE task (finish, release, touch, bury).
+fn active_op_want(model: &Model, id: &str, receipt: Receipt, given: &Option<String>) -> Outcome {
+    model.check_active(id, receipt).and_then(|_| {
+        if receipt_mismatch(model, id, given) {
+            Err(ErrorKind::Conflict)
+        } else {
+            Ok(())
+        }
+    })
 }
 
 /// A receipt that is given and is not the current attempt's.
@@ -216,6 +285,7 @@ fn run(steps: Vec<Step>) {
                 max_retries,
                 backoff,
                 policy,
+                priority,
             } => {
                 let id = format!("id{id}");
                 let policy =
@@ -224,6 +294,7 @@ fn run(steps: Vec<Step>) {
                     .delay_ms(delay)
                     .ttr_ms(100)
                     .max_retries(MaxRetries::try_from(i64::from(max_retries)).unwrap())
+                    .priority(priority)
                     .on_duplicate(policy);
                 if let Some(ms) = backoff {
                     task = task.backoff(Backoff::Fixed { ms });
@@ -248,6 +319,12 @@ fn run(steps: Vec<Step>) {
                                     State::Delayed
                                 },
                                 due: now + delay,
+                                priority,
+                                seq: {
+                                    model.seq += 1;
+                                    model.seq
+                                },
+                                dead_at: 0,
                                 retries: 0,
                                 max_retries: i64::from(max_retries),
                                 backoff,
@@ -275,22 +352,18 @@ fn run(steps: Vec<Step>) {
                     .values()
                     .filter(|t| t.state == State::Ready)
                     .count();
+                let ready = if model.pause.holds(now) { 0 } else { ready };
                 assert_eq!(got.len(), ready.min(count), "step {n}: pop count");
                 for d in got {
-                    // Earliest due first: nothing ready in the model may be due before it.
-                    let min_due = model
-                        .tasks
-                        .values()
-                        .filter(|t| t.state == State::Ready)
-                        .map(|t| t.due)
-                        .min();
+                    // Exactly the model's next: priority, then due, then insertion.
+                    let want = model.next_ready().map(str::to_owned);
+                    assert_eq!(Some(&d.id), want.as_ref(), "step {n}: pop order");
                     let t = model
                         .tasks
                         .get_mut(&d.id)
                         .expect("popped a task the model has");
-                    assert_eq!(t.state, State::Ready, "step {n}: popped {} not ready", d.id);
-                    assert_eq!(Some(t.due), min_due, "step {n}: not earliest due");
                     assert_eq!(d.retries, t.retries);
+                    assert_eq!(d.priority, t.priority);
                     t.state = State::Active;
                     t.deadline = now + t.ttr;
                     t.stale = t.receipt.take().or(t.stale.take());
@@ -304,13 +377,7 @@ fn run(steps: Vec<Step>) {
                 let got = shard
                     .finish(TOPIC, &id, r.as_deref(), now)
                     .map_err(|e| e.kind());
-                let want = model.check_active(&id, receipt).and_then(|_| {
-                    if receipt_mismatch(&model, &id, &r) {
-                        Err(ErrorKind::Conflict)
-                    } else {
-                        Ok(())
-                    }
-                });
+                let want = active_op_want(&model, &id, receipt, &r);
                 if want.is_ok() {
                     model.end(&id, State::Finished);
                 }
@@ -326,13 +393,7 @@ fn run(steps: Vec<Step>) {
                     .release(TOPIC, &id, options, now)
                     .map(|_| ())
                     .map_err(|e| e.kind());
-                let want = model.check_active(&id, receipt).and_then(|_| {
-                    if receipt_mismatch(&model, &id, &r) {
-                        Err(ErrorKind::Conflict)
-                    } else {
-                        Ok(())
-                    }
-                });
+                let want = active_op_want(&model, &id, receipt, &r);
                 if want.is_ok() {
                     model.fail(&id, delay);
                 }
@@ -345,13 +406,7 @@ fn run(steps: Vec<Step>) {
                     .touch(TOPIC, &id, r.as_deref(), now)
                     .map(|_| ())
                     .map_err(|e| e.kind());
-                let want = model.check_active(&id, receipt).and_then(|_| {
-                    if receipt_mismatch(&model, &id, &r) {
-                        Err(ErrorKind::Conflict)
-                    } else {
-                        Ok(())
-                    }
-                });
+                let want = active_op_want(&model, &id, receipt, &r);
                 if want.is_ok() {
                     let t = model.tasks.get_mut(&id).unwrap();
                     t.deadline = now + t.ttr;
@@ -396,6 +451,133 @@ fn run(steps: Vec<Step>) {
                 };
                 (got, want)
             }
+            Step::Bury {
+                id,
+                receipt,
+                priority,
+            } => {
+                let id = format!("id{id}");
+                let r = receipt_arg(&model, &id, receipt);
+                let mut options = BuryOptions::default();
+                options.receipt = r.clone();
+                options.priority = priority;
+                let got = shard.bury(TOPIC, &id, options, now).map_err(|e| e.kind());
+                let want = active_op_want(&model, &id, receipt, &r);
+                if want.is_ok() {
+                    let t = model.tasks.get_mut(&id).unwrap();
+                    t.stale = t.receipt.take();
+                    t.state = State::Dead;
+                    t.dead_at = now;
+                    if let Some(p) = priority {
+                        t.priority = p;
+                    }
+                    let info = shard.get(TOPIC, &id).unwrap();
+                    assert_eq!(info.last_error.as_deref(), Some("buried"));
+                }
+                (got, want)
+            }
+            Step::Reschedule { id, delay } => {
+                let id = format!("id{id}");
+                let got = shard
+                    .reschedule(TOPIC, &id, now + delay, now)
+                    .map_err(|e| e.kind());
+                let want = match model.tasks.get(&id).map(|t| t.state) {
+                    None => Err(ErrorKind::NotFound),
+                    Some(State::Delayed | State::Ready) => Ok(if delay == 0 {
+                        State::Ready
+                    } else {
+                        State::Delayed
+                    }),
+                    Some(_) => Err(ErrorKind::Conflict),
+                };
+                if let Ok(state) = want {
+                    let t = model.tasks.get_mut(&id).unwrap();
+                    t.state = state;
+                    t.due = now + delay;
+                }
+                (got.map(|_| ()), want.map(|_| ()))
+            }
+            Step::Kick { max } => {
+                let got = shard.kick(TOPIC, max, now);
+                let dead = model
+                    .tasks
+                    .values()
+                    .filter(|t| t.state == State::Dead)
+                    .count() as u64;
+                let mut moved = 0;
+                if dead > 0 {
+                    while moved < max {
+                        let Some(id) = model.next_dead().map(str::to_owned) else {
+                            break;
+                        };
+                        let t = model.tasks.get_mut(&id).unwrap();
+                        t.state = State::Ready;
+                        t.retries = 0;
+                        moved += 1;
+                    }
+                } else {
+                    // Earliest due first; ties may go either way, so the model moves the
+                    // tasks the engine says it moved after checking they are the earliest.
+                    let mut dues: Vec<u64> = model
+                        .tasks
+                        .values()
+                        .filter(|t| t.state == State::Delayed)
+                        .map(|t| t.due)
+                        .collect();
+                    dues.sort_unstable();
+                    let take = dues.len().min(max as usize);
+                    let cutoff = dues.get(take.wrapping_sub(1)).copied();
+                    for (id, t) in model.tasks.iter_mut() {
+                        if t.state != State::Delayed {
+                            continue;
+                        }
+                        let now_state = shard.get(TOPIC, id).unwrap().state;
+                        if now_state == State::Ready {
+                            assert!(Some(t.due) <= cutoff, "step {n}: kicked a later task");
+                            t.state = State::Ready;
+                            t.due = now;
+                            moved += 1;
+                        }
+                    }
+                    assert_eq!(moved, take as u64, "step {n}: kicked delayed");
+                }
+                assert_eq!(got, moved, "step {n}: kick count");
+                (Ok(()), Ok(()))
+            }
+            Step::KickJob { id } => {
+                let id = format!("id{id}");
+                let got = shard.kick_job(TOPIC, &id, now).map_err(|e| e.kind());
+                let want = match model.tasks.get(&id).map(|t| t.state) {
+                    None => Err(ErrorKind::NotFound),
+                    Some(State::Dead | State::Delayed) => Ok(()),
+                    Some(_) => Err(ErrorKind::Conflict),
+                };
+                if want.is_ok() {
+                    let t = model.tasks.get_mut(&id).unwrap();
+                    if t.state == State::Dead {
+                        t.retries = 0;
+                    } else {
+                        t.due = now;
+                    }
+                    t.state = State::Ready;
+                }
+                (got, want)
+            }
+            Step::Pause { for_ms } => {
+                let until = for_ms.map(|ms| now + ms);
+                shard.pause(TOPIC, until);
+                model.pause = Pause {
+                    paused: true,
+                    until_ms: until,
+                };
+                (Ok(()), Ok(()))
+            }
+            Step::Resume => {
+                let was = shard.resume(TOPIC, now);
+                assert_eq!(was, model.pause.holds(now), "step {n}: resume");
+                model.pause = Pause::default();
+                (Ok(()), Ok(()))
+            }
             Step::Advance { ms } => {
                 model.advance(ms);
                 while shard.fire(model.now, 1_024) == 1_024 {}
@@ -409,8 +591,8 @@ fn run(steps: Vec<Step>) {
                 .get(TOPIC, id)
                 .unwrap_or_else(|e| panic!("step {n}: {id} missing: {e}"));
             assert_eq!(
-                (info.state, info.retries),
-                (t.state, t.retries),
+                (info.state, info.retries, info.priority),
+                (t.state, t.retries, t.priority),
                 "step {n}: {id} after {step:?}"
             );
             if matches!(t.state, State::Delayed | State::Ready) {
@@ -420,8 +602,32 @@ fn run(steps: Vec<Step>) {
                 assert!(t.due > model.now, "never early: {id} delayed past its due");
             }
         }
-        let stats = shard.stats(TOPIC);
+        let stats = shard.stats(TOPIC, model.now);
+        assert_eq!(stats.pause, model.pause.at(model.now), "step {n}: pause");
         assert_eq!(stats.total as usize, model.tasks.len(), "step {n}: total");
+        // The peeks show the model's heads.
+        let peek = |state| shard.peek(TOPIC, state).map(|i| i.id);
+        assert_eq!(
+            peek(State::Ready).as_deref(),
+            model.next_ready(),
+            "step {n}: peek ready"
+        );
+        assert_eq!(
+            peek(State::Dead).as_deref(),
+            model.next_dead(),
+            "step {n}: peek dead"
+        );
+        let earliest = model
+            .tasks
+            .values()
+            .filter(|t| t.state == State::Delayed)
+            .map(|t| t.due)
+            .min();
+        assert_eq!(
+            shard.peek(TOPIC, State::Delayed).map(|i| i.due_ms),
+            earliest,
+            "step {n}: peek delayed"
+        );
         for state in State::ALL {
             let want = model.tasks.values().filter(|t| t.state == state).count() as u64;
             assert_eq!(stats.count(state), want, "step {n}: count of {state}");

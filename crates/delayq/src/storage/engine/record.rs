@@ -22,6 +22,11 @@ pub struct Record {
     pub(crate) body: Box<[u8]>,
     /// Lower first (docs/design.md §2 rule 11).
     pub(crate) priority: u32,
+    /// The low 32 bits of the insertion sequence (see [`Record::seq`]).
+    pub(crate) seq_lo: u32,
+    /// The high 16 bits of the insertion sequence. Split so the record stays within the
+    /// padding it already had: 48 bits outlast any engine (2.8e14 adds).
+    pub(crate) seq_hi: u16,
     /// The state.
     pub(crate) state: State,
     /// Redeliveries so far.
@@ -57,7 +62,39 @@ pub(crate) struct Extra {
     pub(crate) history: VecDeque<Attempt>,
 }
 
+/// The largest insertion sequence a record can hold (48 bits).
+pub(crate) const SEQ_MAX: u64 = (1 << 48) - 1;
+
 impl Record {
+    /// The insertion sequence: assigned once when the task is added (from one counter shared
+    /// by every shard of the engine) and kept for life, so FIFO among equal priority and due
+    /// means "added first" (docs/design.md §2 rule 11), also across topics of different shards.
+    pub fn seq(&self) -> u64 {
+        u64::from(self.seq_hi) << 32 | u64::from(self.seq_lo)
+    }
+
+    /// Sets the insertion sequence (masked to 48 bits).
+    pub fn set_seq(&mut self, seq: u64) {
+        let seq = seq & SEQ_MAX;
+        self.seq_lo = seq as u32;
+        self.seq_hi = (seq >> 32) as u16;
+    }
+
+    /// The key of the READY order: priority, then due, then insertion, packed in two words
+    /// (32 + 48 + 48 bits; dues past the year 10889 compare as equal, then by insertion).
+    pub fn ready_key(&self) -> (u64, u64) {
+        let due = self.due_ms.min(SEQ_MAX);
+        (
+            u64::from(self.priority) << 32 | due >> 16,
+            (due & 0xFFFF) << 48 | self.seq(),
+        )
+    }
+
+    /// The key of the DEAD order: when the task entered DEAD, then insertion.
+    pub fn dead_key(&self) -> (u64, u64) {
+        (self.updated_at_ms, self.seq())
+    }
+
     /// The retry schedule, if any.
     pub fn backoff(&self) -> Option<&Backoff> {
         self.extra.as_ref().and_then(|e| e.backoff.as_ref())

@@ -12,18 +12,27 @@
 //! | FINISHED, CANCELLED | end of retention         | the record is removed        |
 //! | READY, DEAD         | none                     |                              |
 //!
-//! Per topic, every state has a `BTreeSet<(due, record)>`: READY's gives pop its
-//! earliest-due-first order (docs/design.md §2 rule 11), DELAYED's gives `next_due_ms`, and the sizes
-//! are the stats counters, so stats never scan.
+//! Per topic, every state has a `BTreeSet<(due, record)>`: DELAYED's gives `next_due_ms` and
+//! kick's earliest-due-first order, all of them give `list` its due order, and the sizes are
+//! the stats counters, so stats never scan. Two more orderings hold what pops and peeks need:
+//! READY by (priority, due, insertion) — the pop order of docs/design.md §2 rule 11 — and
+//! DEAD by (when buried, insertion) — the order of kick and peek-buried. Insertion is a
+//! sequence number every record gets when it is added, from a counter shared by the shards of
+//! one engine, so that a pop over topics of several shards compares heads in one order.
+//!
+//! A topic also carries its pause (rule 14): a paused topic takes adds and promotes due tasks,
+//! but pops give nothing until the pause ends (at its end, computed at read, or on resume).
+//! Shard 0 also holds what belongs to the whole engine: the job id counter and the meta store.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use delayq_core::lifecycle::{self, AfterFailure, Op};
 use delayq_core::wheel::{Expired, Wheel};
 use delayq_core::{
-    AddOutcome, Delivery, Millis, OnDuplicate, Page, State, TaskDefaults, TaskInfo, TaskSpec,
-    TopicStats,
+    AddOutcome, BuryOptions, Delivery, Millis, OnDuplicate, Page, Pause, State, TaskDefaults,
+    TaskInfo, TaskSpec, TopicStats,
 };
 use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
 use slab::Slab;
@@ -43,10 +52,16 @@ struct Topic {
     ids: HashTable<u32>,
     /// Per state, (due, record) in due order.
     by_state: [BTreeSet<(Millis, u32)>; 6],
+    /// READY records in pop order: ([`Record::ready_key`], record).
+    ready: BTreeSet<(u64, u64, u32)>,
+    /// DEAD records, oldest buried first: ([`Record::dead_key`], record).
+    dead: BTreeSet<(u64, u64, u32)>,
+    /// The topic's pause as set; [`Pause::at`] says whether it still holds.
+    pause: Pause,
 }
 
 impl Topic {
-    fn stats(&self) -> TopicStats {
+    fn stats(&self, now: Millis) -> TopicStats {
         let mut stats = TopicStats::default();
         for state in State::ALL {
             let n = self.by_state[state as usize].len() as i64;
@@ -55,6 +70,7 @@ impl Topic {
         stats.next_due_ms = self.by_state[State::Delayed as usize]
             .first()
             .map(|(due, _)| *due);
+        stats.pause = self.pause.at(now);
         stats
     }
 
@@ -80,9 +96,23 @@ pub(crate) struct Shard<J> {
     wake_driver: bool,
     /// Topics that got ready tasks during the current operation, one entry per task.
     became_ready: Vec<Arc<str>>,
+    /// The insertion sequence counter (the next value), shared by the engine's shards.
+    seq: Arc<AtomicU64>,
+    /// Shard 0 only: the settings stored beside the tasks, by (namespace, key).
+    meta: BTreeMap<(Box<str>, Box<str>), Vec<u8>>,
+    /// Shard 0 only: the next job id to hand out.
+    job_next: u64,
+    /// Shard 0 only: the highest job id logged as reserved; ids up to it may be in use.
+    job_reserved: u64,
+    /// Shard 0 only: the highest reservation known to be durable.
+    job_durable: u64,
     /// The durability hook.
     pub(crate) journal: J,
 }
+
+/// How many job ids one logged reservation covers: a log record per 1 024 ids, and after a
+/// crash the counter resumes past the whole block (ids skip, never repeat).
+pub(crate) const JOB_ID_BLOCK: u64 = 1_024;
 
 impl<J: Journal> Shard<J> {
     /// An empty shard whose wheel starts at `now`. `seed` makes receipts differ between shards
@@ -108,6 +138,11 @@ impl<J: Journal> Shard<J> {
             armed_until: Millis::MAX,
             wake_driver: false,
             became_ready: Vec::new(),
+            seq: Arc::new(AtomicU64::new(1)),
+            meta: BTreeMap::new(),
+            job_next: 1,
+            job_reserved: 0,
+            job_durable: 0,
             journal,
         }
     }
@@ -128,8 +163,27 @@ impl<J: Journal> Shard<J> {
             armed_until: self.armed_until,
             wake_driver: self.wake_driver,
             became_ready: self.became_ready,
+            seq: self.seq,
+            meta: self.meta,
+            job_next: self.job_next,
+            job_reserved: self.job_reserved,
+            job_durable: self.job_durable,
             journal,
         }
+    }
+
+    /// The next insertion sequence this shard would hand out.
+    pub fn seq_next(&self) -> u64 {
+        self.seq.load(Ordering::Acquire)
+    }
+
+    /// Makes this shard draw insertion sequences from `seq` (the engine's shared counter).
+    pub fn share_seq(&mut self, seq: Arc<AtomicU64>) {
+        self.seq = seq;
+    }
+
+    fn next_seq(&self) -> u64 {
+        self.seq.fetch_add(1, Ordering::AcqRel)
     }
 
     // ---- bookkeeping ------------------------------------------------------------------
@@ -148,6 +202,9 @@ impl<J: Journal> Shard<J> {
             name: Arc::clone(&name),
             ids: HashTable::new(),
             by_state: Default::default(),
+            ready: BTreeSet::new(),
+            dead: BTreeSet::new(),
+            pause: Pause::default(),
         });
         self.topic_index.insert(name, idx);
         idx
@@ -174,6 +231,17 @@ impl<J: Journal> Shard<J> {
         let r = &self.records[idx as usize];
         let t = &mut self.topics[r.topic as usize];
         t.by_state[r.state as usize].remove(&(r.due_ms, idx));
+        match r.state {
+            State::Ready => {
+                let (a, b) = r.ready_key();
+                t.ready.remove(&(a, b, idx));
+            }
+            State::Dead => {
+                let (a, b) = r.dead_key();
+                t.dead.remove(&(a, b, idx));
+            }
+            _ => {}
+        }
     }
 
     fn link(&mut self, idx: u32) {
@@ -184,6 +252,17 @@ impl<J: Journal> Shard<J> {
         }
         let t = &mut self.topics[r.topic as usize];
         t.by_state[r.state as usize].insert((r.due_ms, idx));
+        match r.state {
+            State::Ready => {
+                let (a, b) = r.ready_key();
+                t.ready.insert((a, b, idx));
+            }
+            State::Dead => {
+                let (a, b) = r.dead_key();
+                t.dead.insert((a, b, idx));
+            }
+            _ => {}
+        }
     }
 
     fn disarm(&mut self, idx: u32) {
@@ -310,11 +389,13 @@ impl<J: Journal> Shard<J> {
         };
         let topic = self.topic_idx_or_create(&spec.topic);
         let state = lifecycle::scheduled_state(spec.due_ms, now);
-        let record = Record {
+        let mut record = Record {
             topic,
             id: spec.id.into_boxed_str(),
             body: spec.body.into_boxed_slice(),
             priority: spec.priority,
+            seq_lo: 0,
+            seq_hi: 0,
             // Linked below through `transition`, which sets the real state.
             state,
             retries: 0,
@@ -333,6 +414,7 @@ impl<J: Journal> Shard<J> {
                 })
             }),
         };
+        record.set_seq(self.next_seq());
         self.insert_record(record, now);
         Ok(outcome)
     }
@@ -353,7 +435,8 @@ impl<J: Journal> Shard<J> {
         idx
     }
 
-    /// Takes up to `max` ready tasks of `topic`, earliest due first.
+    /// Takes up to `max` ready tasks of `topic` in pop order (priority, due, insertion);
+    /// nothing while the topic is paused.
     pub fn pop(
         &mut self,
         topic: &str,
@@ -361,21 +444,53 @@ impl<J: Journal> Shard<J> {
         auto_finish: bool,
         now: Millis,
     ) -> Vec<Delivery> {
-        let Some(t) = self.topic_idx(topic) else {
-            return Vec::new();
-        };
+        self.pop_any(&[topic], max, auto_finish, now)
+    }
+
+    /// The READY head of `topic` that a pop would take at `now` (none while paused), by its
+    /// [`Record::ready_key`].
+    pub fn head(&self, topic: &str, now: Millis) -> Option<(u64, u64)> {
+        let t = &self.topics[self.topic_idx(topic)? as usize];
+        if t.pause.holds(now) {
+            return None;
+        }
+        t.ready.first().map(|&(a, b, _)| (a, b))
+    }
+
+    /// Takes up to `max` ready tasks over `topics` (all of this shard), best head first each
+    /// time: one pop order across them (beanstalkd's watch list).
+    pub fn pop_any(
+        &mut self,
+        topics: &[&str],
+        max: usize,
+        auto_finish: bool,
+        now: Millis,
+    ) -> Vec<Delivery> {
+        let mut live: Vec<u32> = topics
+            .iter()
+            .filter_map(|name| self.topic_idx(name))
+            .filter(|&t| !self.topics[t as usize].pause.holds(now))
+            .collect();
+        live.sort_unstable();
+        live.dedup();
         let mut out = Vec::with_capacity(max.min(64));
         while out.len() < max {
-            let Some(&(due, idx)) = self.topics[t as usize].by_state[State::Ready as usize].first()
+            let Some((t, idx)) = live
+                .iter()
+                .filter_map(|&t| self.topics[t as usize].ready.first().map(|h| (*h, t)))
+                .min()
+                .map(|((_, _, idx), t)| (t, idx))
             else {
                 break;
             };
+            let due = self.records[idx as usize].due_ms;
             let receipt = self.next_receipt();
             let r = &mut self.records[idx as usize];
             r.receipt = receipt;
             r.deadline_ms = now.saturating_add(r.ttr_ms);
             self.transition(idx, State::Active, due, now);
-            out.push(self.records[idx as usize].delivery(topic));
+            let name = Arc::clone(&self.topics[t as usize].name);
+            out.push(self.records[idx as usize].delivery(&name));
             if auto_finish {
                 self.transition(idx, State::Finished, due, now);
             }
@@ -513,6 +628,210 @@ impl<J: Journal> Shard<J> {
         dead.len() as u64
     }
 
+    /// ACTIVE → DEAD: the consumer buries the task (rule 13). The reason is kept as the last
+    /// error ("buried" unless given), the attempt goes into the history, and a given priority
+    /// replaces the task's.
+    pub fn bury(&mut self, topic: &str, id: &str, options: BuryOptions, now: Millis) -> Result<()> {
+        let idx = self.find_or_404(topic, id)?;
+        self.check(idx, Op::Bury, options.receipt.as_deref())?;
+        let mut error = options.error.unwrap_or_else(|| "buried".to_owned());
+        delayq_core::validate::truncate_utf8(&mut error, self.max_error_bytes);
+        self.unlink(idx);
+        let r = &mut self.records[idx as usize];
+        if let Some(priority) = options.priority {
+            r.priority = priority;
+        }
+        r.push_failure(now, "buried", Some(error));
+        let due = r.due_ms;
+        self.metrics.observe_dead();
+        self.enter(idx, State::Dead, due, now);
+        self.journal_put(idx);
+        Ok(())
+    }
+
+    /// DELAYED/READY → due at `due_ms`: READY when it has passed, else DELAYED (rule 15).
+    pub fn reschedule(
+        &mut self,
+        topic: &str,
+        id: &str,
+        due_ms: Millis,
+        now: Millis,
+    ) -> Result<State> {
+        let idx = self.find_or_404(topic, id)?;
+        self.check(idx, Op::Reschedule, None)?;
+        let state = lifecycle::scheduled_state(due_ms, now);
+        self.transition(idx, state, due_ms, now);
+        self.journal_put(idx);
+        Ok(state)
+    }
+
+    /// beanstalkd's `kick`: up to `max` DEAD tasks → READY, oldest buried first, retries
+    /// reset; if the topic has no DEAD task, up to `max` DELAYED tasks → READY, earliest due
+    /// first, due now. Returns how many moved.
+    pub fn kick(&mut self, topic: &str, max: u64, now: Millis) -> u64 {
+        let Some(t) = self.topic_idx(topic) else {
+            return 0;
+        };
+        let take = usize::try_from(max).unwrap_or(usize::MAX);
+        let t = &self.topics[t as usize];
+        if !t.dead.is_empty() {
+            let dead: Vec<u32> = t.dead.iter().take(take).map(|&(_, _, idx)| idx).collect();
+            for &idx in &dead {
+                self.requeue_idx(idx, now);
+            }
+            return dead.len() as u64;
+        }
+        let delayed: Vec<u32> = t.by_state[State::Delayed as usize]
+            .iter()
+            .take(take)
+            .map(|&(_, idx)| idx)
+            .collect();
+        for &idx in &delayed {
+            self.kick_delayed(idx, now);
+        }
+        delayed.len() as u64
+    }
+
+    fn kick_delayed(&mut self, idx: u32, now: Millis) {
+        self.transition(idx, State::Ready, now, now);
+        self.journal_put(idx);
+    }
+
+    /// beanstalkd's `kick-job`: one DEAD task (retries reset) or DELAYED task (due now) →
+    /// READY.
+    pub fn kick_job(&mut self, topic: &str, id: &str, now: Millis) -> Result<()> {
+        let idx = self.find_or_404(topic, id)?;
+        self.check(idx, Op::Kick, None)?;
+        if self.records[idx as usize].state == State::Dead {
+            self.requeue_idx(idx, now);
+        } else {
+            self.kick_delayed(idx, now);
+        }
+        Ok(())
+    }
+
+    /// Pauses `topic` until `until_ms` (or until resumed); a topic with no records may be
+    /// paused and is then listed with its pause.
+    pub fn pause(&mut self, topic: &str, until_ms: Option<Millis>) {
+        let t = self.topic_idx_or_create(topic);
+        let pause = Pause {
+            paused: true,
+            until_ms,
+        };
+        self.topics[t as usize].pause = pause;
+        self.journal.pause(topic, pause);
+    }
+
+    /// Ends the pause of `topic`. Returns whether it was paused at `now`.
+    pub fn resume(&mut self, topic: &str, now: Millis) -> bool {
+        let Some(t) = self.topic_idx(topic) else {
+            return false;
+        };
+        let t = &mut self.topics[t as usize];
+        let was = t.pause.holds(now);
+        if t.pause != Pause::default() {
+            t.pause = Pause::default();
+            self.journal.pause(topic, Pause::default());
+        }
+        was
+    }
+
+    /// The next task of `topic` in `state` without taking it: READY in pop order, DELAYED
+    /// earliest due, DEAD oldest buried, the other states earliest due.
+    pub fn peek(&self, topic: &str, state: State) -> Option<TaskInfo> {
+        let t = &self.topics[self.topic_idx(topic)? as usize];
+        let idx = match state {
+            State::Ready => t.ready.first().map(|&(_, _, idx)| idx),
+            State::Dead => t.dead.first().map(|&(_, _, idx)| idx),
+            other => t.by_state[other as usize].first().map(|&(_, idx)| idx),
+        }?;
+        Some(self.records[idx as usize].info(topic))
+    }
+
+    /// The topics of this shard holding a task with this id.
+    pub fn locate(&self, id: &str) -> Vec<String> {
+        let hash = self.hasher.hash_one(id);
+        self.topics
+            .iter()
+            .filter(|t| {
+                t.ids
+                    .find(hash, |&r| &*self.records[r as usize].id == id)
+                    .is_some()
+            })
+            .map(|t| t.name.to_string())
+            .collect()
+    }
+
+    /// Hands out the next job id (shard 0) and the reservation that covers it, which the
+    /// caller reports with [`Shard::job_ids_durable`] once its operation is durable.
+    ///
+    /// A reservation of the next block is logged when the current one is used up. Until a
+    /// reservation is known durable, every id handed out from it logs it again, so the
+    /// operation that hands out an id waits for a durable reservation covering it: a crash
+    /// can never bring back a counter below an id that was handed out.
+    pub fn next_job_id(&mut self) -> (u64, u64) {
+        if self.job_next > self.job_reserved {
+            self.job_reserved = self.job_next.saturating_add(JOB_ID_BLOCK - 1);
+            self.journal.job_ids(self.job_reserved);
+        } else if self.job_next > self.job_durable {
+            self.journal.job_ids(self.job_reserved);
+        }
+        let id = self.job_next;
+        self.job_next += 1;
+        (id, self.job_reserved)
+    }
+
+    /// Notes that job id reservations up to `reserved` are durable.
+    pub fn job_ids_durable(&mut self, reserved: u64) {
+        self.job_durable = self.job_durable.max(reserved);
+    }
+
+    /// The highest job id reserved so far (for snapshots).
+    pub fn job_ids_reserved(&self) -> u64 {
+        self.job_reserved
+    }
+
+    /// Stores a meta value (shard 0).
+    pub fn put_meta(&mut self, namespace: &str, key: &str, value: Vec<u8>) {
+        self.journal.put_meta(namespace, key, &value);
+        self.meta.insert((namespace.into(), key.into()), value);
+    }
+
+    /// Every (key, value) of `namespace`, in key order (shard 0).
+    pub fn list_meta(&self, namespace: &str) -> Vec<(String, Vec<u8>)> {
+        let start: (Box<str>, Box<str>) = (namespace.into(), "".into());
+        self.meta
+            .range(start..)
+            .take_while(|((ns, _), _)| &**ns == namespace)
+            .map(|((_, k), v)| (k.to_string(), v.clone()))
+            .collect()
+    }
+
+    /// Removes a meta value (shard 0); whether it was there.
+    pub fn delete_meta(&mut self, namespace: &str, key: &str) -> bool {
+        let k: (Box<str>, Box<str>) = (namespace.into(), key.into());
+        let was = self.meta.remove(&k).is_some();
+        if was {
+            self.journal.delete_meta(namespace, key);
+        }
+        was
+    }
+
+    /// Every meta entry, for a snapshot.
+    pub fn meta_entries(&self) -> impl Iterator<Item = (&str, &str, &[u8])> {
+        self.meta
+            .iter()
+            .map(|((ns, k), v)| (&**ns, &**k, v.as_slice()))
+    }
+
+    /// Every topic's pause that is set, for a snapshot.
+    pub fn pauses(&self) -> impl Iterator<Item = (&str, Pause)> {
+        self.topics
+            .iter()
+            .filter(|t| t.pause.paused)
+            .map(|t| (&*t.name, t.pause))
+    }
+
     /// Removes a record in any state.
     pub fn delete(&mut self, topic: &str, id: &str) -> Result<()> {
         let idx = self.find_or_404(topic, id)?;
@@ -561,19 +880,19 @@ impl<J: Journal> Shard<J> {
         out
     }
 
-    /// The counters of one topic.
-    pub fn stats(&self, topic: &str) -> TopicStats {
+    /// The counters of one topic, with its pause as it stands at `now`.
+    pub fn stats(&self, topic: &str, now: Millis) -> TopicStats {
         self.topic_idx(topic)
-            .map(|t| self.topics[t as usize].stats())
+            .map(|t| self.topics[t as usize].stats(now))
             .unwrap_or_default()
     }
 
-    /// Every topic with records, with its counters.
-    pub fn topics(&self) -> Vec<(String, TopicStats)> {
+    /// Every topic with records or a pause in force, with its counters.
+    pub fn topics(&self, now: Millis) -> Vec<(String, TopicStats)> {
         self.topics
             .iter()
-            .filter(|t| t.total() > 0)
-            .map(|t| (t.name.to_string(), t.stats()))
+            .filter(|t| t.total() > 0 || t.pause.holds(now))
+            .map(|t| (t.name.to_string(), t.stats(now)))
             .collect()
     }
 
@@ -616,10 +935,23 @@ impl<J: Journal> Shard<J> {
     /// Puts back a record read from durable storage, as it was; timers and orderings are
     /// rebuilt, and anything whose time passed while the process was down happens on the next
     /// [`Shard::fire`].
+    ///
+    /// A record without an insertion sequence (0: written by format version 1) keeps the one of
+    /// the record it replaces, or gets the next one, so replay order stands for insertion
+    /// order. The shard's counter moves past every sequence restored.
     pub fn restore(&mut self, topic: &str, mut record: Record, now: Millis) {
+        let mut seq = record.seq();
         if let Some(old) = self.find(topic, &record.id) {
+            if seq == 0 {
+                seq = self.records[old as usize].seq();
+            }
             self.remove_record(old);
         }
+        if seq == 0 {
+            seq = self.next_seq();
+        }
+        record.set_seq(seq);
+        self.seq.fetch_max(seq + 1, Ordering::AcqRel);
         if record.state.is_terminal() && record.deadline_ms <= now {
             return; // its retention passed while the process was down
         }
@@ -640,6 +972,38 @@ impl<J: Journal> Shard<J> {
         self.link(idx);
         // Nobody can be waiting yet; don't collect a wake-up per restored ready task.
         self.became_ready.clear();
+    }
+
+    /// Puts back a topic's pause read from durable storage.
+    pub fn restore_pause(&mut self, topic: &str, pause: Pause) {
+        if pause.paused {
+            let t = self.topic_idx_or_create(topic);
+            self.topics[t as usize].pause = pause;
+        } else if let Some(t) = self.topic_idx(topic) {
+            self.topics[t as usize].pause = pause;
+        }
+    }
+
+    /// Puts back a meta change read from durable storage (`None`: removed).
+    pub fn restore_meta(&mut self, namespace: &str, key: &str, value: Option<Vec<u8>>) {
+        let k: (Box<str>, Box<str>) = (namespace.into(), key.into());
+        match value {
+            Some(v) => {
+                self.meta.insert(k, v);
+            }
+            None => {
+                self.meta.remove(&k);
+            }
+        }
+    }
+
+    /// Puts back a job id reservation read from durable storage: ids resume past it.
+    pub fn restore_job_ids(&mut self, reserved: u64) {
+        if reserved > self.job_reserved {
+            self.job_reserved = reserved;
+            self.job_durable = reserved;
+            self.job_next = reserved.saturating_add(1);
+        }
     }
 
     /// Removes a record read from durable storage as deleted.
