@@ -285,7 +285,7 @@ impl Queue {
     /// consumer parked on several topics never strands a ready task of one of them.
     async fn long_poll(&self, topics: &[String], options: PopOptions) -> Result<Vec<Delivery>> {
         let waiters = &self.inner.ctx.waiters;
-        let parked: Vec<_> = topics.iter().map(|t| waiters.park(t)).collect();
+        let parked = waiters.park_all(topics);
         let mut closed = self.inner.closed_tx.subscribe();
         let timeout = self.inner.ctx.clock.sleep_for(options.timeout_ms);
         tokio::pin!(timeout);

@@ -19,6 +19,8 @@ use tokio::sync::Notify;
 #[derive(Debug, Default)]
 pub struct Waiters {
     topics: RwLock<HashMap<Box<str>, Arc<TopicWaiters>>>,
+    /// Parked consumers: one parked on several topics ([`Waiters::park_all`]) counts once.
+    consumers: AtomicUsize,
 }
 
 /// The parked consumers of one topic.
@@ -36,6 +38,8 @@ pub struct Parked {
     waiters: Arc<Waiters>,
     name: Box<str>,
     topic: Arc<TopicWaiters>,
+    /// Whether this registration is the one that counts its consumer.
+    counted: bool,
 }
 
 impl Parked {
@@ -48,6 +52,9 @@ impl Parked {
 
 impl Drop for Parked {
     fn drop(&mut self) {
+        if self.counted {
+            self.waiters.consumers.fetch_sub(1, Ordering::AcqRel);
+        }
         if self.topic.parked.fetch_sub(1, Ordering::AcqRel) == 1 {
             let mut topics = self.waiters.topics.write();
             // Re-check under the write lock: another consumer may have parked meanwhile.
@@ -70,6 +77,23 @@ impl Waiters {
 
     /// Parks a consumer on `topic` until the returned guard is dropped.
     pub fn park(self: &Arc<Self>, topic: &str) -> Parked {
+        self.register(topic, true)
+    }
+
+    /// Parks one consumer on every topic of `topics` (a pop over several topics) until the
+    /// returned guards are dropped; it counts as one parked consumer.
+    pub fn park_all(self: &Arc<Self>, topics: &[String]) -> Vec<Parked> {
+        topics
+            .iter()
+            .enumerate()
+            .map(|(i, t)| self.register(t, i == 0))
+            .collect()
+    }
+
+    fn register(self: &Arc<Self>, topic: &str, counted: bool) -> Parked {
+        if counted {
+            self.consumers.fetch_add(1, Ordering::AcqRel);
+        }
         let found = {
             let topics = self.topics.read();
             topics.get(topic).map(|t| {
@@ -87,6 +111,7 @@ impl Waiters {
             waiters: Arc::clone(self),
             name: Box::from(topic),
             topic: topic_waiters,
+            counted,
         }
     }
 
@@ -103,13 +128,9 @@ impl Waiters {
         }
     }
 
-    /// How many consumers are parked over all topics.
+    /// How many consumers are parked over all topics (one parked on several counts once).
     pub fn parked(&self) -> usize {
-        self.topics
-            .read()
-            .values()
-            .map(|t| t.parked.load(Ordering::Acquire))
-            .sum()
+        self.consumers.load(Ordering::Acquire)
     }
 
     /// How many topics have parked consumers.
@@ -142,6 +163,14 @@ mod tests {
             0,
             "no entry left behind by arbitrary topic names"
         );
+        let several = w.park_all(&["x".to_owned(), "y".to_owned(), "z".to_owned()]);
+        assert_eq!(
+            (w.topics(), w.parked()),
+            (3, 1),
+            "one consumer on three topics"
+        );
+        drop(several);
+        assert_eq!((w.topics(), w.parked()), (0, 0));
     }
 
     #[tokio::test]

@@ -68,6 +68,7 @@ enum Step {
         id: u8,
         receipt: Receipt,
         delay: Option<u64>,
+        priority: Option<u32>,
     },
     Touch {
         id: u8,
@@ -113,8 +114,8 @@ fn step() -> impl Strategy<Value = Step> {
         1 => Just(Step::Resume),
         3 => (1usize..4).prop_map(|count| Step::Pop { count }),
         2 => (id.clone(), receipt.clone()).prop_map(|(id, receipt)| Step::Finish { id, receipt }),
-        2 => (id.clone(), receipt.clone(), proptest::option::of(0u64..200))
-            .prop_map(|(id, receipt, delay)| Step::Release { id, receipt, delay }),
+        2 => (id.clone(), receipt.clone(), proptest::option::of(0u64..200), proptest::option::of(0u32..3))
+            .prop_map(|(id, receipt, delay, priority)| Step::Release { id, receipt, delay, priority }),
         1 => (id.clone(), receipt).prop_map(|(id, receipt)| Step::Touch { id, receipt }),
         1 => id.clone().prop_map(|id| Step::Cancel { id }),
         1 => id.clone().prop_map(|id| Step::Requeue { id }),
@@ -383,18 +384,27 @@ fn run(steps: Vec<Step>) {
                 }
                 (got, want)
             }
-            Step::Release { id, receipt, delay } => {
+            Step::Release {
+                id,
+                receipt,
+                delay,
+                priority,
+            } => {
                 let id = format!("id{id}");
                 let r = receipt_arg(&model, &id, receipt);
                 let mut options = ReleaseOptions::default();
                 options.receipt = r.clone();
                 options.delay_ms = delay;
+                options.priority = priority;
                 let got = shard
                     .release(TOPIC, &id, options, now)
                     .map(|_| ())
                     .map_err(|e| e.kind());
                 let want = active_op_want(&model, &id, receipt, &r);
                 if want.is_ok() {
+                    if let Some(p) = priority {
+                        model.tasks.get_mut(&id).unwrap().priority = p;
+                    }
                     model.fail(&id, delay);
                 }
                 (got, want)

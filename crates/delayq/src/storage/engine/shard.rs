@@ -564,6 +564,10 @@ impl<J: Journal> Shard<J> {
     ) -> Result<State> {
         let idx = self.find_or_404(topic, id)?;
         self.check(idx, Op::Release, options.receipt.as_deref())?;
+        if let Some(priority) = options.priority {
+            // ACTIVE is in no priority ordering: the new priority counts from the next state.
+            self.records[idx as usize].priority = priority;
+        }
         let state = self.fail(idx, now, options.delay_ms, "released", options.error);
         self.journal_put(idx);
         Ok(state)
