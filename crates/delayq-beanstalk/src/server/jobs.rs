@@ -53,6 +53,9 @@ struct Inner {
     alias_of: HashMap<JobRef, u64>,
     /// `kick` counts of `stats-job` (the storage does not count kicks).
     kicks: HashMap<u64, u64>,
+    /// The delay of the last put or release, in seconds, as `stats-job` shows it (the storage
+    /// forgets it once a kick makes the task ready).
+    delays: HashMap<u64, u64>,
 }
 
 /// The job-id side of the listener.
@@ -77,6 +80,7 @@ impl Jobs {
         let mut inner = self.inner.lock();
         inner.topic_of.remove(&id);
         inner.kicks.remove(&id);
+        inner.delays.remove(&id);
         if let Some(r) = inner.aliases.remove(&id) {
             inner.alias_of.remove(&r);
         }
@@ -85,6 +89,16 @@ impl Jobs {
     /// Counts a kick of job `id`.
     pub fn count_kick(&self, id: u64) {
         *self.inner.lock().kicks.entry(id).or_default() += 1;
+    }
+
+    /// Notes the delay a put or release gave job `id`.
+    pub fn note_delay(&self, id: u64, secs: u64) {
+        self.inner.lock().delays.insert(id, secs);
+    }
+
+    /// The delay noted for job `id`.
+    pub fn delay(&self, id: u64) -> Option<u64> {
+        self.inner.lock().delays.get(&id).copied()
     }
 
     /// The kicks of job `id` counted here.

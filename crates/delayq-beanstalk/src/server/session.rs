@@ -182,6 +182,8 @@ where
         let command = match Command::parse(line, self.shared.options.max_job_size) {
             Ok(c) => c,
             Err(ParseError::JobTooBig { skip }) => {
+                // beanstalkd counts a put whose numbers it could read.
+                self.count(Cmd::Put);
                 // beanstalkd answers once the body has been skipped.
                 if self.read_exact_after_line(skip as usize).await?.is_none() {
                     return Ok(Flow::Stop);
@@ -190,6 +192,9 @@ where
                 return Ok(Flow::Continue);
             }
             Err(e) => {
+                if crate::proto::counts_as_put(line) {
+                    self.count(Cmd::Put);
+                }
                 self.reply(e.into());
                 return Ok(Flow::Continue);
             }
@@ -207,13 +212,22 @@ where
                     return Ok(Flow::Stop);
                 };
                 self.set_producer();
+                // beanstalkd numbers the job before it reads the body, so a put refused for
+                // its body or for drain mode still uses up an id; so does this one.
+                let id = match self.shared.queue.next_job_id().await {
+                    Ok(id) => id,
+                    Err(e) => {
+                        self.reply(put_error(&e));
+                        return Ok(Flow::Continue);
+                    }
+                };
                 if &body[n..] != b"\r\n" {
                     Reply::ExpectedCrlf
                 } else if self.shared.draining.load(Ordering::Acquire) {
                     Reply::Draining
                 } else {
                     body.truncate(n);
-                    self.put(pri, delay, ttr, body).await
+                    self.put(id, pri, delay, ttr, body).await
                 }
             }
             Command::Use(tube) => {
@@ -300,10 +314,7 @@ where
             }
             Command::Kick(bound) => {
                 self.count(Cmd::Kick);
-                match self.shared.queue.kick(&self.used, u64::from(bound)).await {
-                    Ok(n) => Reply::KickedCount(n as u32),
-                    Err(e) => internal("kick", &e),
-                }
+                self.kick(bound).await
             }
             Command::KickJob(id) => {
                 self.count(Cmd::Kick);
@@ -360,7 +371,7 @@ where
         }
     }
 
-    async fn put(&mut self, pri: u32, delay: u32, ttr: u32, body: Vec<u8>) -> Reply {
+    async fn put(&mut self, first_id: u64, pri: u32, delay: u32, ttr: u32, body: Vec<u8>) -> Reply {
         let queue = &self.shared.queue;
         let limits = &queue.context().limits;
         // beanstalkd raises a ttr under a second to one; delayq's limits cap both durations
@@ -370,11 +381,8 @@ where
         let delay_ms = (u64::from(delay) * 1_000).min(limits.max_delay_ms);
         // A number that an HTTP producer already took as an id is skipped; a few tries are
         // plenty, since the counter never repeats.
+        let mut id = first_id;
         for _ in 0..8 {
-            let id = match queue.next_job_id().await {
-                Ok(id) => id,
-                Err(e) => return put_error(&e),
-            };
             let task = NewTask::new(self.used.clone(), super::format_job_id(id))
                 .body(body.clone())
                 .priority(pri)
@@ -385,12 +393,18 @@ where
             match queue.add(task).await {
                 Ok(_) => {
                     self.shared.jobs.note(id, &self.used);
+                    self.shared.jobs.note_delay(id, u64::from(delay));
                     self.shared.tubes.with(&self.used, |t| t.total_jobs += 1);
                     let c = &self.shared.counters;
                     c.total_jobs.fetch_add(1, Ordering::Relaxed);
                     return Reply::Inserted(id);
                 }
-                Err(e) if e.kind() == ErrorKind::Duplicate => continue,
+                Err(e) if e.kind() == ErrorKind::Duplicate => {
+                    id = match queue.next_job_id().await {
+                        Ok(id) => id,
+                        Err(e) => return put_error(&e),
+                    };
+                }
                 Err(e) => return put_error(&e),
             }
         }
@@ -610,7 +624,10 @@ where
         }
         match queue.release(&h.topic, &h.task_id, options).await {
             Ok(State::Dead) => Reply::Buried,
-            Ok(_) => Reply::Released,
+            Ok(_) => {
+                self.shared.jobs.note_delay(id, u64::from(delay));
+                Reply::Released
+            }
             Err(e) if is_gone(&e) => Reply::NotFound,
             Err(e) => internal("release", &e),
         }
@@ -660,6 +677,34 @@ where
         }
     }
 
+    /// `kick n`; the kicked jobs' `kicks` of `stats-job` are counted by looking at the
+    /// candidates (the first page of buried, else delayed, jobs) before and after.
+    async fn kick(&mut self, bound: u32) -> Reply {
+        let queue = self.shared.queue.clone();
+        let candidates = match kick_candidates(&queue, &self.used).await {
+            Ok(c) => c,
+            Err(e) => return internal("kick", &e),
+        };
+        let n = match queue.kick(&self.used, u64::from(bound)).await {
+            Ok(n) => n,
+            Err(e) => return internal("kick", &e),
+        };
+        let mut counted = 0;
+        for task_id in candidates {
+            if counted == n {
+                break;
+            }
+            if let Ok(info) = queue.get(&self.used, &task_id).await
+                && info.state == State::Ready
+                && let Ok(id) = self.shared.jobs.job_id(&queue, &self.used, &task_id).await
+            {
+                self.shared.jobs.count_kick(id);
+                counted += 1;
+            }
+        }
+        Reply::KickedCount(n as u32)
+    }
+
     async fn kick_job(&mut self, id: u64) -> Reply {
         let queue = self.shared.queue.clone();
         match self.shared.jobs.find(&queue, id).await {
@@ -706,7 +751,10 @@ where
             state,
             pri: info.priority,
             age: secs(now - info.created_at_ms as i64).max(0),
-            delay: secs(info.delay_ms as i64),
+            delay: match self.shared.jobs.delay(id) {
+                Some(d) => d as i64,
+                None => secs(info.delay_ms as i64),
+            },
             ttr: secs(info.ttr_ms as i64),
             time_left,
             file: 0,
@@ -924,6 +972,19 @@ fn internal(op: &str, e: &delayq::Error) -> Reply {
     }
     tracing::warn!(op, error = %e, "beanstalk command failed");
     Reply::InternalError
+}
+
+/// The ids a `kick` may move: the buried tasks of `topic`, or if it has none its delayed
+/// ones (one page).
+async fn kick_candidates(queue: &delayq::Queue, topic: &str) -> delayq::Result<Vec<String>> {
+    let page_size = queue.context().limits.max_page_size;
+    for state in [State::Dead, State::Delayed] {
+        let page = queue.list(topic, Some(state), 1, page_size).await?;
+        if !page.items.is_empty() {
+            return Ok(page.items.into_iter().map(|t| t.id).collect());
+        }
+    }
+    Ok(Vec::new())
 }
 
 /// READY jobs of `topic` with a priority under 1024 (beanstalkd's "urgent"), counted from the
