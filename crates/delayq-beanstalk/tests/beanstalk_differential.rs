@@ -83,7 +83,11 @@ async fn transcript(addr: std::net::SocketAddr, steps: &[Step]) -> Vec<String> {
     let conns = steps.iter().map(|s| s.conn).max().unwrap_or(0) + 1;
     let mut clients = Vec::new();
     for _ in 0..conns {
-        clients.push(Client::connect(addr).await);
+        let mut client = Client::connect(addr).await;
+        // An answered command: the server has taken the connection in (its counts include
+        // it) before any step runs. Not part of the transcript.
+        assert_eq!(client.cmd("list-tube-used").await, "USING default");
+        clients.push(client);
     }
     let mut out = Vec::new();
     for step in steps {
@@ -401,7 +405,9 @@ fn random_sequence(seed: u64, len: usize) -> Vec<Step> {
                 // Distinct priorities: beanstalkd breaks ties by job id, delayq by due then
                 // insertion, which differ after a release (docs/beanstalk.md).
                 let pri = puts * 10 + rng.below(5);
-                let delay = if rng.below(5) == 0 { 100 } else { 0 };
+                // Distinct delays, for the same reason: delayq breaks a tie of due times by
+                // record slot in peek-delayed today (reported to the engine's owner).
+                let delay = if rng.below(5) == 0 { 100 + puts } else { 0 };
                 let body = format!("job-{puts}-{}", rng.below(1000));
                 raw(
                     conn,
