@@ -110,7 +110,11 @@ async fn compare(name: &str, steps: &[Step]) {
             let mut report = format!("{name} ({mode:?}) differs from beanstalkd:\n");
             for (i, step) in steps.iter().enumerate() {
                 let sent = String::from_utf8_lossy(&step.send);
-                let mark = if want.get(i) != got.get(i) { "!!" } else { "  " };
+                let mark = if want.get(i) != got.get(i) {
+                    "!!"
+                } else {
+                    "  "
+                };
                 report.push_str(&format!(
                     "{mark} [{}] {:?}\n     beanstalkd: {:?}\n     delayq:     {:?}\n",
                     step.conn,
@@ -128,7 +132,10 @@ async fn compare(name: &str, steps: &[Step]) {
 fn hand_written() -> Vec<(&'static str, Vec<Step>)> {
     let long_tube = "t".repeat(200);
     vec![
-        ("unknown command", vec![c(0, "bogus"), c(0, ""), c(0, "PUT 1 0 1 1"), c(0, "stats")]),
+        (
+            "unknown command",
+            vec![c(0, "bogus"), c(0, ""), c(0, "PUT 1 0 1 1"), c(0, "stats")],
+        ),
         (
             "put and peek",
             vec![
@@ -361,7 +368,10 @@ fn hand_written() -> Vec<(&'static str, Vec<Step>)> {
                 c(0, "stats-job x"),
             ],
         ),
-        ("quit", vec![raw(0, b"quitx\r\n", 1000), raw(0, b"stats\r\n", 1000)]),
+        (
+            "quit",
+            vec![raw(0, b"quitx\r\n", 1000), raw(0, b"stats\r\n", 1000)],
+        ),
     ]
 }
 
@@ -417,7 +427,10 @@ fn random_sequence(seed: u64, len: usize) -> Vec<Step> {
             }
             5 | 6 => c(conn, "reserve-with-timeout 0"),
             7 => c(conn, &format!("delete {id}")),
-            8 => c(conn, &format!("release {id} {} 0", 1000 + rng.below(1000) * 10 + puts)),
+            8 => c(
+                conn,
+                &format!("release {id} {} 0", 1000 + rng.below(1000) * 10 + puts),
+            ),
             9 => c(conn, &format!("bury {id} {}", rng.below(100))),
             10 => c(conn, &format!("kick {}", rng.below(3))),
             11 => c(conn, &format!("kick-job {id}")),
@@ -433,8 +446,12 @@ fn random_sequence(seed: u64, len: usize) -> Vec<Step> {
             18 => c(conn, &format!("stats-tube {tube}")),
             _ => c(
                 conn,
-                ["list-tubes", "list-tubes-watched", "list-tube-used", "touch 1"]
-                    [rng.below(4) as usize],
+                [
+                    "list-tubes",
+                    "list-tubes-watched",
+                    "list-tube-used",
+                    "touch 1",
+                ][rng.below(4) as usize],
             ),
         };
         steps.push(step);

@@ -36,15 +36,20 @@ impl Delayq {
     }
 
     pub async fn start_with(mode: Mode, options: BeanstalkOptions) -> Delayq {
+        let dir = (mode == Mode::Embedded).then(|| tempfile::tempdir().unwrap());
+        Delayq::start_in(dir, options).await
+    }
+
+    /// A listener on the embedded storage in `dir`, or in memory without one.
+    pub async fn start_in(dir: Option<tempfile::TempDir>, options: BeanstalkOptions) -> Delayq {
         let ctx = StorageContext::new(std::sync::Arc::new(SystemClock::new()));
-        let (queue, dir) = match mode {
-            Mode::Memory => (Queue::memory_with(ctx), None),
-            Mode::Embedded => {
-                let dir = tempfile::tempdir().unwrap();
+        let queue = match &dir {
+            None => Queue::memory_with(ctx),
+            Some(dir) => {
                 let (storage, _) = embedded::start(ctx.clone(), EmbeddedOptions::new(dir.path()))
                     .await
                     .unwrap();
-                (Queue::new(storage, ctx), Some(dir))
+                Queue::new(storage, ctx)
             }
         };
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -63,12 +68,18 @@ impl Delayq {
 
     /// Closes the listener (held jobs go back) and stops the queue.
     pub async fn stop(self) {
+        let _ = self.stop_keep().await;
+    }
+
+    /// Like [`Delayq::stop`], handing back the data directory for a restart.
+    pub async fn stop_keep(self) -> Option<tempfile::TempDir> {
         self.control.close();
         tokio::time::timeout(Duration::from_secs(10), self.task)
             .await
             .expect("the listener closes")
             .unwrap();
         self.queue.shutdown().await.unwrap();
+        self._dir
     }
 }
 
@@ -173,7 +184,10 @@ impl Client {
         let line = String::from_utf8_lossy(&self.buf[..end]).into_owned();
         let word = line.split(' ').next().unwrap_or("");
         let data_len = match word {
-            "RESERVED" | "FOUND" | "OK" => line.rsplit(' ').next().and_then(|n| n.parse::<usize>().ok()),
+            "RESERVED" | "FOUND" | "OK" => line
+                .rsplit(' ')
+                .next()
+                .and_then(|n| n.parse::<usize>().ok()),
             _ => None,
         };
         match data_len {
