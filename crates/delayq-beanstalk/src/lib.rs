@@ -21,4 +21,7 @@
 pub mod proto;
 pub mod server;
 
+/// The beanstalkd version whose protocol this crate speaks, shown as `version` by `stats`.
+pub const PROTOCOL_VERSION: &str = "1.12";
+
 pub use server::{BeanstalkAddr, BeanstalkError, BeanstalkOptions, BeanstalkServer, Control};

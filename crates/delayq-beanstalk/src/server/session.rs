@@ -855,7 +855,9 @@ where
             current_waiting: c.current_waiting.load(Ordering::Relaxed),
             total_connections: c.total_connections.load(Ordering::Relaxed),
             pid: u64::from(std::process::id()),
-            version: format!("delayq {}", env!("CARGO_PKG_VERSION")),
+            // The protocol version spoken: clients gate commands on it (fivebeans checks
+            // `>= 1.8` before kick-job), so it must read like beanstalkd's.
+            version: crate::PROTOCOL_VERSION.to_owned(),
             rusage_utime: utime,
             rusage_stime: stime,
             uptime: self.shared.started.elapsed().as_secs(),
@@ -1036,8 +1038,9 @@ fn hostname() -> String {
         .unwrap_or_else(|_| "localhost".into())
 }
 
+/// The kernel's version string, as beanstalkd's `os` (uname's `version`) shows it.
 fn os_release() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+    std::fs::read_to_string("/proc/sys/kernel/version")
         .map(|h| h.trim().to_owned())
         .unwrap_or_else(|_| std::env::consts::OS.into())
 }
