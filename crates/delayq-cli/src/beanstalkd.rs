@@ -50,7 +50,11 @@ pub struct BeanstalkdArgs {
     #[arg(short = 'V', action = ArgAction::Count)]
     pub verbose: u8,
     /// Where delayq's HTTP API listens (a free loopback port by default).
-    #[arg(long = "http-listen", value_name = "ADDR", default_value = "127.0.0.1:0")]
+    #[arg(
+        long = "http-listen",
+        value_name = "ADDR",
+        default_value = "127.0.0.1:0"
+    )]
     pub http_listen: String,
     /// Store the jobs in Redis instead (`redis://...`), like `delayq serve --redis`.
     #[arg(long = "redis", value_name = "URL", conflicts_with = "binlog_dir")]
@@ -126,8 +130,8 @@ mod tests {
     }
 
     fn serve_args(argv: &[&str]) -> String {
-        let cli = Cli::try_parse_from(std::iter::once("beanstalkd").chain(argv.iter().copied()))
-            .unwrap();
+        let cli =
+            Cli::try_parse_from(std::iter::once("beanstalkd").chain(argv.iter().copied())).unwrap();
         cli.args.serve_args().join(" ")
     }
 

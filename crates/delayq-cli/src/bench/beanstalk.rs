@@ -99,7 +99,11 @@ impl Conn {
             return Err(CliError::usage("the server closed the connection"));
         }
         if let Some(rest) = self.line.strip_prefix("RESERVED ")
-            && let Some(n) = rest.trim_end().rsplit(' ').next().and_then(|n| n.parse::<usize>().ok())
+            && let Some(n) = rest
+                .trim_end()
+                .rsplit(' ')
+                .next()
+                .and_then(|n| n.parse::<usize>().ok())
         {
             let mut data = vec![0u8; n + 2];
             self.r.read_exact(&mut data).await.map_err(io)?;
@@ -227,7 +231,10 @@ async fn collect(
         jobs += n;
         all.add(&h).ok();
     }
-    let seconds = started.elapsed().max(Duration::from_micros(1)).as_secs_f64();
+    let seconds = started
+        .elapsed()
+        .max(Duration::from_micros(1))
+        .as_secs_f64();
     Ok(Phase {
         name,
         jobs,
