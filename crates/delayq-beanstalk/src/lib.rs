@@ -14,7 +14,14 @@
 //! - [`proto::Reply`] writes every answer, and [`proto::stats`] the YAML documents of `stats`,
 //!   `stats-tube`, `stats-job` and `list-tubes*`, with beanstalkd 1.12's keys in its order.
 //!
-//! The listener that maps these commands onto a delayq `Queue` (tubes → topics, job ids,
-//! reservations held per connection) builds on this module.
+//! [`server`] is the listener that maps these commands onto a delayq `Queue` (tubes →
+//! topics, job ids → task ids, reservations held per connection); docs/beanstalk.md
+//! describes it for users.
 
 pub mod proto;
+pub mod server;
+
+/// The beanstalkd version whose protocol this crate speaks, shown as `version` by `stats`.
+pub const PROTOCOL_VERSION: &str = "1.12";
+
+pub use server::{BeanstalkAddr, BeanstalkError, BeanstalkOptions, BeanstalkServer, Control};

@@ -72,6 +72,9 @@ pub enum Command {
     Resume(TopicArgs),
     /// Measure a running server end to end (loopback only).
     Bench(BenchArgs),
+    /// Run delayq with beanstalkd's command line (-l, -p, -b, -f, -F, -z, -V): a drop-in
+    /// beanstalkd speaking its protocol.
+    Beanstalkd(crate::beanstalkd::BeanstalkdArgs),
     /// Check or repair an embedded data directory (the server must not be running).
     #[command(subcommand)]
     Data(DataCommand),

@@ -26,8 +26,8 @@ use crate::output;
 /// Runs a client command (every command but `serve`), printing to `out`.
 pub async fn run(command: Command, out: &mut dyn Write) -> Result<(), CliError> {
     match command {
-        Command::Serve(_) => Err(CliError::usage(
-            "`serve` runs the server; it is not a client command",
+        Command::Serve(_) | Command::Beanstalkd(_) => Err(CliError::usage(
+            "`serve` and `beanstalkd` run the server; they are not client commands",
         )),
         Command::Add(args) => {
             let conn = Connection::from_args(&args.client)?;

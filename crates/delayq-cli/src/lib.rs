@@ -8,10 +8,12 @@
 //! - [`commands`]: one client command each, printing tables or `--json`.
 //! - [`import`]: `delayq add --file`, JSON lines in batches.
 //! - [`bench`]: `delayq bench`, the end-to-end load generator.
+//! - [`beanstalkd`]: `delayq beanstalkd`, beanstalkd's flags mapped to `delayq serve`.
 //! - [`output`], [`duration`]: rendering for people, and durations as people write them.
 //! - [`error`]: [`CliError`] and the exit codes.
 
 pub mod args;
+pub mod beanstalkd;
 pub mod bench;
 pub mod commands;
 pub mod config;

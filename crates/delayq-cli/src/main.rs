@@ -1,6 +1,7 @@
 //! The `delayq` binary: parses the command line and hands over to the libraries.
 //!
-//! `delayq serve` runs `delayq_server::serve` until SIGTERM or Ctrl-C; every other command is
+//! `delayq serve` runs `delayq_server::serve` until SIGTERM or Ctrl-C (`delayq beanstalkd`
+//! too, with its flags turned into serve's); every other command is
 //! run by `delayq_cli::run`. Errors are printed once, as `error: ...`, and decide the exit
 //! code: 0 success, 1 an API or usage error, 2 the server cannot be reached.
 
@@ -32,6 +33,28 @@ fn main() -> ExitCode {
                 ExitCode::from(EXIT_ERROR)
             }
         },
+        Command::Beanstalkd(args) => {
+            // The same settings `delayq serve` would get from these flags.
+            let argv = ["delayq".to_owned(), "serve".to_owned()]
+                .into_iter()
+                .chain(args.serve_args());
+            match Cli::try_parse_from(argv) {
+                Ok(Cli {
+                    command: Command::Serve(args),
+                }) => match serve(&args) {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(err) => {
+                        eprintln!("error: {err:#}");
+                        ExitCode::from(EXIT_ERROR)
+                    }
+                },
+                Ok(_) => ExitCode::from(EXIT_ERROR),
+                Err(err) => {
+                    let _ = err.print();
+                    ExitCode::from(EXIT_ERROR)
+                }
+            }
+        }
         command => {
             let runtime = match runtime() {
                 Ok(runtime) => runtime,

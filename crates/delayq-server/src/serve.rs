@@ -7,6 +7,13 @@
 //! flushes the storage. [`shutdown_signal`] is the usual shutdown future: SIGTERM or Ctrl-C.
 //! The listener itself (the connection cap, the timeouts for slow clients, HTTPS) is in
 //! `listener.rs` and `tls.rs`.
+//!
+//! With `--beanstalk-listen`, `run` also binds the beanstalkd protocol listener
+//! (`delayq-beanstalk`) beside the HTTP one, over the same queue. At shutdown it enters drain
+//! mode with the HTTP side (a `put` is answered `DRAINING`), keeps serving the other commands
+//! while requests in flight finish, then closes: every connection gives back the jobs it holds
+//! before the queue is shut down. SIGUSR1 puts it in drain mode for good, as it does
+//! beanstalkd.
 
 mod listener;
 mod tls;
@@ -69,6 +76,9 @@ pub enum ServerError {
     /// Logging could not be set up.
     #[error("setting up logging: {0}")]
     Logging(String),
+    /// The beanstalk listener could not start.
+    #[error(transparent)]
+    Beanstalk(#[from] delayq_beanstalk::BeanstalkError),
 }
 
 /// Builds the queue the configuration asks for. This is the one place that picks the storage
@@ -195,6 +205,26 @@ pub async fn run(
             return Err(e);
         }
     };
+    let beanstalk = match &config.beanstalk {
+        Some(b) => {
+            let options =
+                delayq_beanstalk::BeanstalkOptions::default().max_job_size(b.max_job_size);
+            match delayq_beanstalk::BeanstalkServer::bind(&b.listen, queue.clone(), options).await {
+                Ok(server) => Some(server),
+                Err(e) => {
+                    let _ = queue.shutdown().await;
+                    return Err(e.into());
+                }
+            }
+        }
+        None => None,
+    };
+    let beanstalk = beanstalk.map(|server| {
+        let control = server.control();
+        tracing::info!(addr = ?server.local_addr().map(|a| a.to_string()), "beanstalk protocol is listening");
+        drain_on_sigusr1(control.clone());
+        (control, tokio::spawn(server.run()))
+    });
     let scheme = if tls.is_some() { "https" } else { "http" };
     let state = AppState::new(queue.clone(), config);
     let router = app(state.clone());
@@ -220,6 +250,9 @@ pub async fn run(
         None => {
             tracing::info!("shutting down: no new connections, finishing requests in flight");
             state.begin_drain();
+            if let Some((control, _)) = &beanstalk {
+                control.drain();
+            }
             let _ = stop_tx.send(true);
             let grace = Duration::from_millis(config.shutdown_timeout_ms);
             match tokio::time::timeout(grace, &mut server).await {
@@ -235,6 +268,14 @@ pub async fn run(
             }
         }
     };
+    if let Some((control, task)) = beanstalk {
+        // Every beanstalk connection gives back the jobs it holds while the queue still runs.
+        control.close();
+        let grace = Duration::from_millis(config.shutdown_timeout_ms.max(1_000));
+        if tokio::time::timeout(grace, task).await.is_err() {
+            tracing::warn!("beanstalk connections still open after the shutdown timeout");
+        }
+    }
     let flushed = queue
         .shutdown()
         .await
@@ -254,6 +295,25 @@ fn flatten(
         addr,
         source: std::io::Error::other(e.to_string()),
     })
+}
+
+/// Puts the beanstalk listener in drain mode on SIGUSR1, as beanstalkd does.
+fn drain_on_sigusr1(control: delayq_beanstalk::Control) {
+    #[cfg(unix)]
+    tokio::spawn(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::user_defined1()) {
+            Ok(mut sig) => {
+                if sig.recv().await.is_some() {
+                    tracing::info!("received SIGUSR1: beanstalk drain mode");
+                    control.drain();
+                }
+            }
+            Err(e) => tracing::error!(error = %e, "cannot listen for SIGUSR1"),
+        }
+    });
+    #[cfg(not(unix))]
+    let _ = control;
 }
 
 /// Completes on SIGTERM or Ctrl-C (SIGINT). If a handler cannot be installed, that signal is

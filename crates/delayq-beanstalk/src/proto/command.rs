@@ -250,6 +250,22 @@ impl Command {
     }
 }
 
+/// Whether beanstalkd counts `line` in `cmd-put`: a `put` whose four numbers it could read,
+/// even when it is then refused (`JOB_TOO_BIG`, trailing bytes).
+pub fn counts_as_put(line: &[u8]) -> bool {
+    let Some(rest) = line.strip_prefix(b"put ") else {
+        return false;
+    };
+    let read = || -> Result<(), ParseError> {
+        let (_, rest) = Args(rest).u32()?;
+        let (_, rest) = rest.u32()?;
+        let (_, rest) = rest.u32()?;
+        rest.u32()?;
+        Ok(())
+    };
+    !line.contains(&0) && read().is_ok()
+}
+
 fn parse_put(args: Args<'_>, max_job_size: u32) -> Result<Command, ParseError> {
     let (pri, rest) = args.u32()?;
     let (delay, rest) = rest.u32()?;

@@ -15,7 +15,7 @@ mod line;
 mod reply;
 pub mod stats;
 
-pub use command::{Command, ParseError};
+pub use command::{Command, ParseError, counts_as_put};
 pub use line::{LineEvent, LineReader};
 pub use reply::Reply;
 

@@ -15,6 +15,8 @@
 //!   and compute lateness = the moment the task arrives at the worker − its `due_ms`. This
 //!   includes the server's firing *and* the HTTP pop path and the client's own scheduling, so
 //!   it is an upper bound of the firing lateness the target is about.
+//! - [`beanstalk`]: put, then reserve + delete, over the beanstalkd protocol of any server
+//!   that speaks it (`--server HOST:PORT`), to compare delayq with beanstalkd.
 //! - `ceiling`: only the `/healthz` ceiling, to compare the bench's client with `wrk`
 //!   (`scripts/bench-http`).
 //!
@@ -27,6 +29,7 @@
 //! own machine, not to load someone else's.
 
 pub mod add;
+pub mod beanstalk;
 pub mod http;
 pub mod lateness;
 pub mod load;
@@ -125,6 +128,9 @@ pub enum Which {
     Ceiling(CeilingBench),
     /// All of them, with their defaults (about a minute).
     All(AllBench),
+    /// put, then reserve + delete, over the beanstalkd protocol (`--server HOST:PORT` of
+    /// delayq's beanstalk listener or of beanstalkd itself).
+    Beanstalk(beanstalk::BeanstalkBench),
 }
 
 /// `delayq bench ceiling`.
@@ -486,6 +492,16 @@ pub struct BenchReport {
 
 /// Runs `delayq bench`.
 pub async fn run(args: BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
+    if let Which::Beanstalk(bench) = &args.which {
+        let addr = beanstalk_addr(&args.client.server).await?;
+        let report = beanstalk::run(addr, bench).await?;
+        let text = if args.client.json {
+            serde_json::to_string_pretty(&report).unwrap_or_default() + "\n"
+        } else {
+            beanstalk::render(&report)
+        };
+        return out.write_all(text.as_bytes()).map_err(CliError::Output);
+    }
     let (url, addr) = check_loopback(&args.client.server).await?;
     let client = bench_client(&url, args.client.token.clone())?;
     client.healthz().await?;
@@ -522,6 +538,8 @@ pub async fn run(args: BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
             )?;
             ctx.ceiling(bench.clients, MAX_DURATION_MS).await?;
         }
+        // Answered above, before any HTTP is spoken.
+        Which::Beanstalk(_) => {}
         Which::All(all) => {
             let add = add::AddBench {
                 duration: all.duration,
@@ -567,6 +585,25 @@ fn bench_client(url: &Url, token: Option<String>) -> Result<Client, CliError> {
 
 /// Refuses any server that is not on a loopback address; returns its URL and the address the
 /// light client connects to.
+/// The `HOST:PORT` of a beanstalk server, which must be on loopback.
+async fn beanstalk_addr(server: &str) -> Result<SocketAddr, CliError> {
+    if server.contains("://") {
+        return Err(CliError::usage(format!(
+            "delayq bench beanstalk needs --server HOST:PORT of a beanstalk listener, not {server}"
+        )));
+    }
+    let addrs: Vec<SocketAddr> = tokio::net::lookup_host(server)
+        .await
+        .map_err(|err| CliError::usage(format!("cannot resolve {server}: {err}")))?
+        .collect();
+    match addrs.first() {
+        Some(first) if addrs.iter().all(|a| a.ip().is_loopback()) => Ok(*first),
+        _ => Err(CliError::usage(format!(
+            "delayq bench only measures a loopback server; {server} is not one"
+        ))),
+    }
+}
+
 async fn check_loopback(server: &str) -> Result<(Url, SocketAddr), CliError> {
     let url = Url::parse(server)
         .map_err(|err| CliError::usage(format!("invalid --server {server:?}: {err}")))?;

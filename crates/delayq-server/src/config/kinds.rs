@@ -197,6 +197,30 @@ impl Kind for Retries {
     }
 }
 
+/// The beanstalk listener's address: an IP address and port, or `unix:PATH`.
+pub(crate) struct BeanstalkListen;
+
+impl Kind for BeanstalkListen {
+    type Value = delayq_beanstalk::BeanstalkAddr;
+
+    fn accepts(&self) -> String {
+        "an IP address and port, like 127.0.0.1:11300, or unix:PATH".into()
+    }
+
+    fn value_name(&self) -> String {
+        "ADDR".into()
+    }
+
+    fn read_text(&self, text: &str) -> Result<Self::Value, Rejected> {
+        delayq_beanstalk::BeanstalkAddr::parse(text.trim())
+            .map_err(|_| Rejected::text(text, self.accepts()))
+    }
+
+    fn show(&self, value: &Self::Value) -> String {
+        value.to_string()
+    }
+}
+
 /// An IP address and port to listen on.
 pub(crate) struct Addr;
 

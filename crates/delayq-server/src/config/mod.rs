@@ -206,6 +206,28 @@ pub struct ServerConfig {
     pub redis_wait_replicas: u32,
     /// With Redis: how long to wait for them, in ms.
     pub redis_wait_timeout_ms: u64,
+    /// The beanstalkd protocol listener; `None` when off.
+    pub beanstalk: Option<BeanstalkConfig>,
+}
+
+/// The beanstalkd protocol listener's settings (docs/beanstalk.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BeanstalkConfig {
+    /// Where it listens.
+    pub listen: delayq_beanstalk::BeanstalkAddr,
+    /// The largest job body a `put` may send.
+    pub max_job_size: u32,
+}
+
+impl BeanstalkConfig {
+    /// A listener on `listen` with beanstalkd's default job size limit.
+    pub fn new(listen: delayq_beanstalk::BeanstalkAddr) -> Self {
+        BeanstalkConfig {
+            listen,
+            max_job_size: delayq_beanstalk::proto::DEFAULT_MAX_JOB_SIZE,
+        }
+    }
 }
 
 impl Default for ServerConfig {
@@ -316,6 +338,21 @@ impl ServerConfig {
                 s.origin.max_body_bytes.name(),
             )));
         }
+        if s.beanstalk_listen.is_some() && s.beanstalk_max_job_size as usize > limits.max_body_bytes
+        {
+            return Err(ConfigError::Conflict(format!(
+                "the beanstalk job size limit ({} bytes, {}) is larger than the task body limit \
+                 ({} bytes, {}); raise the body limit too",
+                s.beanstalk_max_job_size,
+                s.origin.beanstalk_max_job_size.name(),
+                limits.max_body_bytes,
+                s.origin.max_body_bytes.name(),
+            )));
+        }
+        let beanstalk = s.beanstalk_listen.clone().map(|listen| BeanstalkConfig {
+            listen,
+            max_job_size: s.beanstalk_max_job_size,
+        });
         let tls = tls(&s)?;
         let tokens = tokens(&s)?;
         Ok(ServerConfig {
@@ -330,6 +367,7 @@ impl ServerConfig {
             shutdown_timeout_ms: s.shutdown_timeout_ms,
             redis_wait_replicas: s.redis_wait_replicas,
             redis_wait_timeout_ms: s.redis_wait_timeout_ms,
+            beanstalk,
         })
     }
 }

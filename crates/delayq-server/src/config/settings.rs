@@ -17,7 +17,8 @@ use delayq::core::validate::TEN_YEARS_MS;
 use delayq::{Limits, MaxRetries, TaskDefaults};
 
 use super::kinds::{
-    Addr, Choice, FsPath, FsyncMode, Int, Kind, Optional, RedisUrl, Retries, StorageKind, Tokens,
+    Addr, BeanstalkListen, Choice, FsPath, FsyncMode, Int, Kind, Optional, RedisUrl, Retries,
+    StorageKind, Tokens,
 };
 use super::sources::{Names, Sources};
 use super::{ConfigError, LogFormat, TokenConfig};
@@ -163,6 +164,14 @@ settings! {
     /// Address to listen on.
     listen: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, DEFAULT_PORT));
         "listen", "DELAYQ_LISTEN", "listen", Addr;
+    /// Also speak beanstalkd's text protocol (1.12) on this address (`IP:PORT` or
+    /// `unix:PATH`); off unless given. See docs/beanstalk.md.
+    beanstalk_listen: Option<delayq_beanstalk::BeanstalkAddr> = None;
+        "beanstalk-listen", "DELAYQ_BEANSTALK_LISTEN", "beanstalk.listen", Optional(BeanstalkListen);
+    /// The largest job body a beanstalk `put` may send (beanstalkd's `-z`); never above
+    /// `--max-body-bytes`.
+    beanstalk_max_job_size: u32 = delayq_beanstalk::proto::DEFAULT_MAX_JOB_SIZE;
+        "beanstalk-max-job-size", "DELAYQ_BEANSTALK_MAX_JOB_SIZE", "beanstalk.max_job_size", Int::bytes(0, 64 * MIB);
     /// Storage backend: `embedded` (durable), `memory` (nothing survives a restart), or
     /// `redis` (also given by `--redis` alone).
     storage: StorageKind = StorageKind::Embedded;

@@ -1,0 +1,374 @@
+//! The beanstalkd listener: sockets, one task per connection, and the state they share.
+//!
+//! [`BeanstalkServer::bind`] binds a TCP address (sockets get `TCP_NODELAY`, as beanstalkd
+//! sets it) or a Unix socket (`unix:PATH`), and [`BeanstalkServer::run`] accepts connections
+//! until it is told to stop, spawning one [`session`] per connection. Every session drives the
+//! same [`delayq::Queue`]; what beanstalkd keeps that delayq's storage does not (the tubes
+//! connections use and watch, the command counters of `stats`, the job-id aliases of tasks
+//! whose ids are not numbers) lives in [`Shared`], in process memory, like beanstalkd's own.
+//!
+//! Shutdown has two steps. [`Control::drain`] puts the server in drain mode (beanstalkd's
+//! SIGUSR1): a `put` is answered `DRAINING`, everything else works, so workers can finish
+//! what they hold. [`Control::close`] then stops accepting, and every session gives back the
+//! jobs its connection still holds (as beanstalkd does when a connection closes) and ends.
+
+mod jobs;
+mod session;
+mod tubes;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
+
+use delayq::Queue;
+use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::proto::DEFAULT_MAX_JOB_SIZE;
+use crate::proto::stats::CommandCounts;
+
+pub use jobs::{JobRef, format_job_id, parse_task_id};
+
+/// Where the listener listens: a TCP address or a Unix socket path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BeanstalkAddr {
+    /// A TCP address.
+    Tcp(SocketAddr),
+    /// A Unix domain socket at this path (`unix:PATH`).
+    Unix(PathBuf),
+}
+
+impl BeanstalkAddr {
+    /// Parses `HOST:PORT` (an IP address and a port) or `unix:PATH`.
+    pub fn parse(text: &str) -> Result<BeanstalkAddr, String> {
+        if let Some(path) = text.strip_prefix("unix:") {
+            if path.is_empty() {
+                return Err("unix: needs a socket path after it".into());
+            }
+            return Ok(BeanstalkAddr::Unix(PathBuf::from(path)));
+        }
+        text.parse::<SocketAddr>()
+            .map(BeanstalkAddr::Tcp)
+            .map_err(|_| format!("{text:?} is neither IP:PORT nor unix:PATH"))
+    }
+}
+
+impl std::fmt::Display for BeanstalkAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BeanstalkAddr::Tcp(addr) => write!(f, "{addr}"),
+            BeanstalkAddr::Unix(path) => write!(f, "unix:{}", path.display()),
+        }
+    }
+}
+
+/// The listener's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BeanstalkOptions {
+    /// The largest job body a `put` may send (beanstalkd's `-z`, 65 535 by default).
+    pub max_job_size: u32,
+}
+
+impl Default for BeanstalkOptions {
+    fn default() -> Self {
+        BeanstalkOptions {
+            max_job_size: DEFAULT_MAX_JOB_SIZE,
+        }
+    }
+}
+
+impl BeanstalkOptions {
+    /// Sets the largest job body.
+    pub fn max_job_size(mut self, bytes: u32) -> Self {
+        self.max_job_size = bytes;
+        self
+    }
+}
+
+/// Why the listener could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BeanstalkError {
+    /// The address cannot be bound.
+    #[error("binding the beanstalk listen address {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: BeanstalkAddr,
+        /// Why it failed.
+        source: std::io::Error,
+    },
+}
+
+/// Command counters and connection counts of `stats`.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub cmd: [AtomicU64; CMD_COUNT],
+    pub total_jobs: AtomicU64,
+    pub total_connections: AtomicU64,
+    pub current_connections: AtomicU64,
+    pub current_producers: AtomicU64,
+    pub current_workers: AtomicU64,
+    pub current_waiting: AtomicU64,
+}
+
+/// The commands `stats` counts, in its order.
+#[derive(Debug, Clone, Copy)]
+#[repr(usize)]
+pub(crate) enum Cmd {
+    Put,
+    Peek,
+    PeekReady,
+    PeekDelayed,
+    PeekBuried,
+    Reserve,
+    ReserveWithTimeout,
+    Delete,
+    Release,
+    Use,
+    Watch,
+    Ignore,
+    Bury,
+    Kick,
+    Touch,
+    Stats,
+    StatsJob,
+    StatsTube,
+    ListTubes,
+    ListTubeUsed,
+    ListTubesWatched,
+    PauseTube,
+}
+
+const CMD_COUNT: usize = 22;
+
+impl Counters {
+    pub fn count(&self, cmd: Cmd) {
+        self.cmd[cmd as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn commands(&self) -> CommandCounts {
+        let c = |cmd: Cmd| self.cmd[cmd as usize].load(Ordering::Relaxed);
+        CommandCounts {
+            put: c(Cmd::Put),
+            peek: c(Cmd::Peek),
+            peek_ready: c(Cmd::PeekReady),
+            peek_delayed: c(Cmd::PeekDelayed),
+            peek_buried: c(Cmd::PeekBuried),
+            reserve: c(Cmd::Reserve),
+            reserve_with_timeout: c(Cmd::ReserveWithTimeout),
+            delete: c(Cmd::Delete),
+            release: c(Cmd::Release),
+            use_: c(Cmd::Use),
+            watch: c(Cmd::Watch),
+            ignore: c(Cmd::Ignore),
+            bury: c(Cmd::Bury),
+            kick: c(Cmd::Kick),
+            touch: c(Cmd::Touch),
+            stats: c(Cmd::Stats),
+            stats_job: c(Cmd::StatsJob),
+            stats_tube: c(Cmd::StatsTube),
+            list_tubes: c(Cmd::ListTubes),
+            list_tube_used: c(Cmd::ListTubeUsed),
+            list_tubes_watched: c(Cmd::ListTubesWatched),
+            pause_tube: c(Cmd::PauseTube),
+        }
+    }
+}
+
+/// What every session of one listener shares.
+pub(crate) struct Shared {
+    pub queue: Queue,
+    pub options: BeanstalkOptions,
+    pub draining: Arc<AtomicBool>,
+    pub counters: Counters,
+    pub tubes: tubes::Tubes,
+    pub jobs: jobs::Jobs,
+    pub started: Instant,
+    /// A random id of this instance, as `stats` shows it.
+    pub instance: String,
+}
+
+/// Tells a running listener to drain or to close.
+#[derive(Debug, Clone)]
+pub struct Control {
+    draining: Arc<AtomicBool>,
+    close: watch::Sender<bool>,
+}
+
+impl Control {
+    /// Drain mode: `put` is refused with `DRAINING` from now on; the rest works.
+    pub fn drain(&self) {
+        self.draining.store(true, Ordering::Release);
+    }
+
+    /// Whether drain mode is on.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
+    /// Stops accepting connections; every session gives its jobs back and ends.
+    /// [`BeanstalkServer::run`] returns once they all have.
+    pub fn close(&self) {
+        self.drain();
+        self.close.send_replace(true);
+    }
+}
+
+enum Sockets {
+    Tcp(TcpListener),
+    Unix(UnixListener, PathBuf),
+}
+
+/// A bound beanstalkd listener.
+pub struct BeanstalkServer {
+    sockets: Sockets,
+    shared: Arc<Shared>,
+    control: Control,
+}
+
+impl std::fmt::Debug for BeanstalkServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BeanstalkServer")
+            .field("addr", &self.local_addr())
+            .finish_non_exhaustive()
+    }
+}
+
+impl BeanstalkServer {
+    /// Binds `addr`. A Unix socket path that exists is removed first (a stale socket of a
+    /// previous run), as beanstalkd does.
+    pub async fn bind(
+        addr: &BeanstalkAddr,
+        queue: Queue,
+        options: BeanstalkOptions,
+    ) -> Result<BeanstalkServer, BeanstalkError> {
+        let bind_err = |source| BeanstalkError::Bind {
+            addr: addr.clone(),
+            source,
+        };
+        let sockets = match addr {
+            BeanstalkAddr::Tcp(a) => Sockets::Tcp(TcpListener::bind(a).await.map_err(bind_err)?),
+            BeanstalkAddr::Unix(path) => {
+                if std::fs::symlink_metadata(path).is_ok() {
+                    std::fs::remove_file(path).map_err(bind_err)?;
+                }
+                Sockets::Unix(UnixListener::bind(path).map_err(bind_err)?, path.clone())
+            }
+        };
+        Ok(BeanstalkServer::from_sockets(sockets, queue, options))
+    }
+
+    /// Serves on a TCP listener the caller bound (tests, socket activation).
+    pub fn from_tcp(listener: TcpListener, queue: Queue, options: BeanstalkOptions) -> Self {
+        BeanstalkServer::from_sockets(Sockets::Tcp(listener), queue, options)
+    }
+
+    fn from_sockets(sockets: Sockets, queue: Queue, options: BeanstalkOptions) -> Self {
+        let draining = Arc::new(AtomicBool::new(false));
+        let shared = Arc::new(Shared {
+            queue,
+            options,
+            draining: Arc::clone(&draining),
+            counters: Counters::default(),
+            tubes: tubes::Tubes::new(),
+            jobs: jobs::Jobs::default(),
+            started: Instant::now(),
+            instance: instance_id(),
+        });
+        BeanstalkServer {
+            sockets,
+            shared,
+            control: Control {
+                draining,
+                close: watch::Sender::new(false),
+            },
+        }
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> Option<BeanstalkAddr> {
+        match &self.sockets {
+            Sockets::Tcp(l) => l.local_addr().ok().map(BeanstalkAddr::Tcp),
+            Sockets::Unix(_, path) => Some(BeanstalkAddr::Unix(path.clone())),
+        }
+    }
+
+    /// The handle that drains and closes this listener.
+    pub fn control(&self) -> Control {
+        self.control.clone()
+    }
+
+    /// Accepts connections until [`Control::close`], then waits for every session to give back
+    /// its jobs and end.
+    pub async fn run(self) {
+        let mut closed = self.control.close.subscribe();
+        let mut sessions = JoinSet::new();
+        loop {
+            let accepted = tokio::select! {
+                _ = closed.wait_for(|c| *c) => break,
+                // Reap ended sessions as they end, so the set does not grow.
+                Some(_) = sessions.join_next(), if !sessions.is_empty() => continue,
+                a = accept(&self.sockets) => a,
+            };
+            match accepted {
+                Ok(Conn::Tcp(stream)) => {
+                    // beanstalkd sets TCP_NODELAY: replies are small and must not wait.
+                    let _ = stream.set_nodelay(true);
+                    let (r, w) = stream.into_split();
+                    sessions.spawn(session::run(
+                        Arc::clone(&self.shared),
+                        r,
+                        w,
+                        self.control.close.subscribe(),
+                    ));
+                }
+                Ok(Conn::Unix(stream)) => {
+                    let (r, w) = stream.into_split();
+                    sessions.spawn(session::run(
+                        Arc::clone(&self.shared),
+                        r,
+                        w,
+                        self.control.close.subscribe(),
+                    ));
+                }
+                Err(e) => {
+                    // Out of file descriptors and the like: wait a moment, as the HTTP
+                    // listener does, instead of spinning.
+                    tracing::warn!(error = %e, "beanstalk listener: accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            }
+        }
+        while sessions.join_next().await.is_some() {}
+        if let Sockets::Unix(_, path) = &self.sockets {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+enum Conn {
+    Tcp(tokio::net::TcpStream),
+    Unix(tokio::net::UnixStream),
+}
+
+async fn accept(sockets: &Sockets) -> std::io::Result<Conn> {
+    match sockets {
+        Sockets::Tcp(l) => l.accept().await.map(|(s, _)| Conn::Tcp(s)),
+        Sockets::Unix(l, _) => l.accept().await.map(|(s, _)| Conn::Unix(s)),
+    }
+}
+
+/// 16 hex digits that differ between processes and runs (beanstalkd's `id` is random too).
+fn instance_id() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let x = delayq::core::hash::splitmix64(nanos ^ (u64::from(std::process::id()) << 40));
+    format!("{x:016x}")
+}
