@@ -292,6 +292,7 @@ fn open_active(
         let active = Active {
             file,
             path: newest.path.clone(),
+            len: newest.bytes,
         };
         return Ok((active, newest.bytes));
     }
@@ -383,5 +384,6 @@ pub(crate) fn create_segment(
     file.write_all(&head).ctx(IoOp::WriteSegment, &path)?;
     file.sync_data().ctx(IoOp::SyncSegment, &path)?;
     options.storage.sync_dir(dir).ctx(IoOp::SyncDir, dir)?;
-    Ok((Active { file, path }, head.len() as u64))
+    let len = head.len() as u64;
+    Ok((Active { file, path, len }, len))
 }

@@ -7,13 +7,16 @@
 //! [`RedisSentinel`] a master, a replica and 3 sentinels, for failover tests.
 //!
 //! [`history`] records what clients did and saw, and checks delayq's promises over it.
+//! [`SmallFs`] is a small tmpfs of the test's own, to fill up for real.
 
 mod cluster;
 pub mod history;
 mod sentinel;
+mod small_fs;
 
 pub use cluster::RedisCluster;
 pub use sentinel::RedisSentinel;
+pub use small_fs::SmallFs;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

@@ -377,6 +377,9 @@ impl Journal for LogJournal {
                 "an earlier write failed; the data directory needs attention (see the log)",
             ));
         }
+        if let Some(stall) = self.log.stalled() {
+            return Err(out_of_space(self.log.dir(), &stall));
+        }
         Ok(())
     }
 
@@ -421,6 +424,11 @@ impl Journal for LogJournal {
             Err(e) => Err(e),
         };
         outcome.map_err(|e| {
+            if e.kind() == delayq_log::ErrorKind::OutOfSpace {
+                // Not fatal: the log keeps the records and writes them once space returns.
+                tracing::warn!(dir = %ticket.dir.display(), error = %e, "no space to write the log; changes are refused until space is freed");
+                return out_of_space(&ticket.dir, &e);
+            }
             ticket.failed.store(true, Ordering::Release);
             tracing::error!(dir = %ticket.dir.display(), error = %e, "a log write failed; refusing further changes");
             storage_error("writing the log", &ticket.dir, e)
@@ -432,6 +440,30 @@ impl Journal for LogJournal {
             .sync()
             .map_err(|e| storage_error("making the log durable", self.log.dir(), e))
     }
+}
+
+/// The answer to a change while a shard's log is stalled for lack of space: a retryable
+/// [`Error::Unavailable`] whose operation names the file relative to the data directory (the
+/// client may see it; the full path goes to the server's log) and whose cause is the OS error.
+fn out_of_space(shard_dir: &Path, stall: &delayq_log::LogError) -> Error {
+    let data_dir = shard_dir.parent().unwrap_or(shard_dir);
+    let (file, cause) = match stall.io_failure() {
+        Some(f) => (
+            f.path()
+                .strip_prefix(data_dir)
+                .unwrap_or(f.path())
+                .display()
+                .to_string(),
+            f.io_error().to_string(),
+        ),
+        None => (shard_dir.display().to_string(), stall.to_string()),
+    };
+    Error::unavailable(
+        format!(
+            "writing the log file {file} of the data directory (no space left; writes resume by themselves once space is freed)"
+        ),
+        cause,
+    )
 }
 
 /// Snapshots every shard that asked for one, when woken, until told to stop.
@@ -451,6 +483,11 @@ async fn snapshotter(
         for index in 0..engine.shard_count() {
             if let Err(e) = snapshot_shard(&engine, index, false).await {
                 tracing::error!(shard = index, error = %e, "snapshot failed; the log keeps growing until one succeeds");
+                // Ask again with the shard's next change rather than after another threshold.
+                engine.with_shard_at(index, |shard| {
+                    let journal = &mut shard.journal;
+                    journal.since_snapshot = journal.since_snapshot.max(journal.snapshot_min_bytes);
+                });
             }
         }
     }
