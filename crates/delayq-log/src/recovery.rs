@@ -132,6 +132,15 @@ pub(crate) fn recover<E>(
         });
     }
     let next_seq = replayed.next_seq;
+    // A skipped snapshot held the records up to its covered seq; when the segments do not
+    // reach that far, some of them were only in it, and opening without them would lose
+    // them silently (found by fuzzing: a damaged snapshot with no segment beside it).
+    let skipped_covers = listing.snapshots.last().map_or(0, |(c, _)| *c);
+    if skipped_covers >= next_seq
+        && let Some(damage) = report.skipped_snapshots.first()
+    {
+        return Err(OpenError::Corrupt(damage.clone()));
+    }
     report.last_seq = next_seq - 1;
 
     remove_obsolete(
