@@ -20,7 +20,9 @@
 //! - [`state`]: state codes and names on the wire.
 //! - [`limits`]: the API's defaults and maxima.
 //! - [`number`]: strict readers of numbers and bodies.
+//! - [`body`]: bodies as bytes, written as text or base64.
 
+pub mod body;
 pub mod envelope;
 pub mod limits;
 pub mod number;
@@ -29,6 +31,7 @@ pub mod response;
 pub mod state;
 pub mod task;
 
+pub use body::{BodyEncoding, decode_body, encode_body};
 pub use delayq_core::{AddOutcome, Attempt, Backoff, MaxRetries, Millis, OnDuplicate, State};
 pub use envelope::{Envelope, ErrorData};
 pub use limits::{DEFAULT_PAGE_SIZE, DEFAULT_POP_TIMEOUT_MS, MAX_PAGE_SIZE};

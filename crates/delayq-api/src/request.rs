@@ -9,6 +9,7 @@ use delayq_core::{Backoff, InvalidField, MaxRetries, NewTask, OnDuplicate, State
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use crate::body::{BodyEncoding, decode_body, encode_body};
 use crate::limits::DEFAULT_PAGE_SIZE;
 use crate::number::{BodyText, Count, Ms};
 use crate::state::state_names;
@@ -26,16 +27,24 @@ pub fn batch_field(index: usize, field: &str) -> String {
 /// One task to add (`POST /add`, or an element of `tasks`).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 pub struct AddTaskRequest {
-    /// The queue: `[A-Za-z0-9._:-]{1,128}`.
+    /// The queue: `[A-Za-z0-9._:+/;$()-]{1,200}`.
     #[schema(example = "order-auto-cancel")]
     pub topic: String,
     /// The caller's id, unique in the topic: `[A-Za-z0-9._:@/+=-]{1,256}`.
     #[schema(example = "cancel-123")]
     pub id: String,
-    /// The payload, text (a JSON object or array is stored as its JSON text).
+    /// The payload: text (a JSON object or array is stored as its JSON text), or base64 of
+    /// any bytes with `body_encoding: "base64"`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>, example = "{\"order_id\":\"123\"}")]
     pub body: Option<BodyText>,
+    /// How `body` is written: `text` (default) or `base64`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body_encoding: Option<BodyEncoding>,
+    /// Lower first, 0 to 4294967295 (default 1024).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(example = 1024)]
+    pub priority: Option<u32>,
     /// Due this many ms after arrival (default 0). Excludes `run_at_ms`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<u64>, example = 900000)]
@@ -66,7 +75,10 @@ impl AddTaskRequest {
     pub fn into_new_task(self) -> Result<NewTask, InvalidField> {
         let mut task = NewTask::new(self.topic, self.id);
         if let Some(body) = self.body {
-            task = task.body(body.0);
+            task = task.body(decode_body(body.0, self.body_encoding, "body")?);
+        }
+        if let Some(priority) = self.priority {
+            task = task.priority(priority);
         }
         match (self.delay_ms, self.run_at_ms) {
             (Some(_), Some(_)) => {
@@ -101,10 +113,13 @@ impl From<&NewTask> for AddTaskRequest {
             When::Delay(ms) => (Some(Ms(ms)), None),
             When::At(at) => (None, Some(Ms(at))),
         };
+        let (body, body_encoding) = encode_body(task.body.clone());
         AddTaskRequest {
             topic: task.topic.clone(),
             id: task.id.clone(),
-            body: Some(BodyText(task.body.clone())),
+            body: Some(BodyText(body)),
+            body_encoding,
+            priority: task.priority,
             delay_ms,
             run_at_ms,
             ttr_ms: task.ttr_ms.map(Ms),

@@ -14,6 +14,7 @@ use delayq_core::{Attempt, Backoff, State, TaskInfo};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use crate::body::{BodyEncoding, encode_body};
 use crate::state;
 
 /// How Go writes a zero `time.Time`: seqdelay's `active_at` of a task never handed out.
@@ -26,8 +27,13 @@ pub struct TaskFields {
     pub id: String,
     /// The topic.
     pub topic: String,
-    /// The payload.
+    /// The payload: text, or base64 when `body_encoding` says so.
     pub body: String,
+    /// `base64` when the body's bytes are not UTF-8; absent for text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body_encoding: Option<BodyEncoding>,
+    /// Lower first.
+    pub priority: u32,
     /// When the task is (or was) due, epoch ms.
     pub due_ms: u64,
     /// The delay it was added with, ms.
@@ -54,10 +60,13 @@ pub struct TaskFields {
 
 impl From<TaskInfo> for TaskFields {
     fn from(t: TaskInfo) -> Self {
+        let (body, body_encoding) = encode_body(t.body);
         TaskFields {
             id: t.id,
             topic: t.topic,
-            body: t.body,
+            body,
+            body_encoding,
+            priority: t.priority,
             due_ms: t.due_ms,
             delay_ms: t.delay_ms,
             ttr_ms: t.ttr_ms,
@@ -220,8 +229,13 @@ pub struct TaskDelivery {
     pub id: String,
     /// The topic.
     pub topic: String,
-    /// The payload.
+    /// The payload: text, or base64 when `body_encoding` says so.
     pub body: String,
+    /// `base64` when the body's bytes are not UTF-8; absent for text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body_encoding: Option<BodyEncoding>,
+    /// Lower first.
+    pub priority: u32,
     /// Redeliveries before this attempt.
     pub retries: u32,
     /// The token of this attempt, for finish/release/touch.
@@ -234,10 +248,13 @@ pub struct TaskDelivery {
 
 impl From<delayq_core::Delivery> for TaskDelivery {
     fn from(d: delayq_core::Delivery) -> Self {
+        let (body, body_encoding) = encode_body(d.body);
         TaskDelivery {
             id: d.id,
             topic: d.topic,
-            body: d.body,
+            body,
+            body_encoding,
+            priority: d.priority,
             retries: d.retries,
             receipt: d.receipt,
             due_ms: d.due_ms,
@@ -256,6 +273,7 @@ mod tests {
             id: "a".into(),
             topic: "t".into(),
             body: "x".into(),
+            priority: 7,
             state,
             due_ms: 1_800_000_060_000,
             delay_ms: 60_000,

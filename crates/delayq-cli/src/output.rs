@@ -208,6 +208,7 @@ mod tests {
             id: "o-1".into(),
             topic: "orders".into(),
             body: "{\"order\":1}".into(),
+            priority: delayq::DEFAULT_PRIORITY,
             state,
             due_ms: 1_000 + 900_000,
             delay_ms: 900_000,

@@ -39,8 +39,8 @@ pub async fn add_then_get(h: &Harness) {
     assert_eq!(outcome, AddOutcome::Added);
     let t = h.queue.get(T, "a").await.unwrap();
     assert_eq!(
-        (t.topic.as_str(), t.id.as_str(), t.body.as_str()),
-        (T, "a", "body of a")
+        (t.topic.as_str(), t.id.as_str(), t.body.as_slice()),
+        (T, "a", &b"body of a"[..])
     );
     assert_eq!(t.state, State::Delayed);
     assert_eq!(
@@ -444,7 +444,7 @@ pub async fn dead_keeps_error_and_history(h: &Harness) {
     fail_until_dead(h, "a").await;
     let info = h.queue.get(T, "a").await.unwrap();
     assert_eq!(info.state, State::Dead);
-    assert_eq!(info.body, "body of a");
+    assert_eq!(info.body, b"body of a");
     assert_eq!(info.last_error.as_deref(), Some("fail 3"));
     let errors: Vec<_> = info
         .history
@@ -535,8 +535,8 @@ pub async fn duplicates_reject_replace_keep(h: &Harness) {
     assert_eq!(kept, AddOutcome::Existed);
     let info = h.queue.get(T, "a").await.unwrap();
     assert_eq!(
-        (info.body.as_str(), info.due_ms),
-        ("body of a", START_MS + 1_000)
+        (info.body.as_slice(), info.due_ms),
+        (&b"body of a"[..], START_MS + 1_000)
     );
     let replaced = h
         .queue
@@ -549,7 +549,10 @@ pub async fn duplicates_reject_replace_keep(h: &Harness) {
         .unwrap();
     assert_eq!(replaced, AddOutcome::Replaced);
     let info = h.queue.get(T, "a").await.unwrap();
-    assert_eq!((info.body.as_str(), info.due_ms), ("new", START_MS + 2_000));
+    assert_eq!(
+        (info.body.as_slice(), info.due_ms),
+        (&b"new"[..], START_MS + 2_000)
+    );
     h.advance(1_000); // the old schedule is gone
     tokio::time::sleep(Duration::from_millis(30)).await;
     assert!(h.pop_now(T, 1).await.is_empty());

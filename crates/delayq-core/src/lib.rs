@@ -23,7 +23,7 @@ pub mod wheel;
 pub use backoff::Backoff;
 pub use lifecycle::{AfterFailure, Op, Refusal};
 pub use task::{
-    AddOutcome, Attempt, Delivery, MaxRetries, Millis, NewTask, OnDuplicate, Page, ReleaseOptions,
-    State, TaskInfo, TopicStats, When,
+    AddOutcome, Attempt, BuryOptions, DEFAULT_PRIORITY, Delivery, MaxRetries, Millis, NewTask,
+    OnDuplicate, Page, Pause, Priority, ReleaseOptions, State, TaskInfo, TopicStats, When,
 };
 pub use validate::{InvalidField, Limits, TaskDefaults, TaskSpec};

@@ -21,6 +21,12 @@ pub enum Op {
     Cancel,
     /// DEAD → READY.
     Requeue,
+    /// ACTIVE → DEAD with the reason "buried" (rule 13).
+    Bury,
+    /// DELAYED/READY → a new due (rule 15).
+    Reschedule,
+    /// DEAD or DELAYED → READY (beanstalkd's kick-job).
+    Kick,
 }
 
 impl Op {
@@ -32,6 +38,9 @@ impl Op {
             Op::Touch => "touch",
             Op::Cancel => "cancel",
             Op::Requeue => "requeue",
+            Op::Bury => "bury",
+            Op::Reschedule => "reschedule",
+            Op::Kick => "kick",
         }
     }
 }
@@ -55,9 +64,11 @@ pub enum Refusal {
 /// Checks that `op` applies to a task in `state` (rules 7 and 8).
 pub fn check_op(state: State, op: Op) -> Result<(), Refusal> {
     let allowed = match op {
-        Op::Finish | Op::Release | Op::Touch => state == State::Active,
+        Op::Finish | Op::Release | Op::Touch | Op::Bury => state == State::Active,
         Op::Cancel => matches!(state, State::Delayed | State::Ready | State::Active),
         Op::Requeue => state == State::Dead,
+        Op::Reschedule => matches!(state, State::Delayed | State::Ready),
+        Op::Kick => matches!(state, State::Dead | State::Delayed),
     };
     if allowed {
         Ok(())
@@ -131,16 +142,37 @@ mod tests {
     #[test]
     fn which_op_applies_in_which_state() {
         use State::*;
-        // One row per state: finish, release, touch, cancel, requeue.
+        // One row per state: finish, release, touch, cancel, requeue, bury, reschedule, kick.
         let table = [
-            (Delayed, [false, false, false, true, false]),
-            (Ready, [false, false, false, true, false]),
-            (Active, [true, true, true, true, false]),
-            (Finished, [false, false, false, false, false]),
-            (Cancelled, [false, false, false, false, false]),
-            (Dead, [false, false, false, false, true]),
+            (
+                Delayed,
+                [false, false, false, true, false, false, true, true],
+            ),
+            (
+                Ready,
+                [false, false, false, true, false, false, true, false],
+            ),
+            (Active, [true, true, true, true, false, true, false, false]),
+            (
+                Finished,
+                [false, false, false, false, false, false, false, false],
+            ),
+            (
+                Cancelled,
+                [false, false, false, false, false, false, false, false],
+            ),
+            (Dead, [false, false, false, false, true, false, false, true]),
         ];
-        let ops = [Op::Finish, Op::Release, Op::Touch, Op::Cancel, Op::Requeue];
+        let ops = [
+            Op::Finish,
+            Op::Release,
+            Op::Touch,
+            Op::Cancel,
+            Op::Requeue,
+            Op::Bury,
+            Op::Reschedule,
+            Op::Kick,
+        ];
         for (state, allowed) in table {
             for (op, ok) in ops.into_iter().zip(allowed) {
                 assert_eq!(check_op(state, op).is_ok(), ok, "{op:?} in {state:?}");

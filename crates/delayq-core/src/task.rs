@@ -10,6 +10,13 @@ use crate::backoff::Backoff;
 /// Epoch milliseconds: every instant in delayq is one of these (docs/design.md §2 rule 12).
 pub type Millis = u64;
 
+/// A task's priority: lower numbers are handed out first (docs/design.md §1, §2 rule 11).
+pub type Priority = u32;
+
+/// The priority of a task whose producer gave none: beanstalkd's convention, below which a
+/// task counts as "urgent".
+pub const DEFAULT_PRIORITY: Priority = 1024;
+
 /// The state of a task (docs/design.md §2). The numeric codes are seqdelay's and appear in the JSON API.
 ///
 /// Deliberately exhaustive: the six states are the contract, and every backend must handle
@@ -173,8 +180,10 @@ pub struct NewTask {
     pub topic: String,
     /// The caller's id, unique inside the topic.
     pub id: String,
-    /// Opaque payload.
-    pub body: String,
+    /// Opaque payload: any bytes.
+    pub body: Vec<u8>,
+    /// Lower first; `None` takes [`DEFAULT_PRIORITY`].
+    pub priority: Option<Priority>,
     /// When the task becomes due.
     pub when: When,
     /// Time to run: how long a consumer may hold the task.
@@ -198,8 +207,14 @@ impl NewTask {
     }
 
     /// Sets the body.
-    pub fn body(mut self, body: impl Into<String>) -> Self {
+    pub fn body(mut self, body: impl Into<Vec<u8>>) -> Self {
         self.body = body.into();
+        self
+    }
+
+    /// Sets the priority (lower first).
+    pub fn priority(mut self, priority: Priority) -> Self {
+        self.priority = Some(priority);
         self
     }
 
@@ -250,6 +265,8 @@ pub struct ReleaseOptions {
     pub delay_ms: Option<u64>,
     /// What went wrong, kept as the task's last error.
     pub error: Option<String>,
+    /// A new priority for the task (beanstalkd's `release <id> <pri> <delay>`).
+    pub priority: Option<Priority>,
 }
 
 impl ReleaseOptions {
@@ -270,8 +287,70 @@ impl ReleaseOptions {
         self.error = Some(error.into());
         self
     }
+
+    /// Give the task this priority from now on.
+    pub fn priority(mut self, priority: Priority) -> Self {
+        self.priority = Some(priority);
+        self
+    }
 }
 
+/// How a consumer buries the task it holds (ACTIVE → DEAD with the reason "buried",
+/// docs/design.md §2 rule 13).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BuryOptions {
+    /// The receipt of the attempt being buried; a stale one is a conflict.
+    pub receipt: Option<String>,
+    /// Why, kept as the task's last error (default "buried").
+    pub error: Option<String>,
+    /// A new priority for the task (beanstalkd's `bury <id> <pri>`).
+    pub priority: Option<Priority>,
+}
+
+impl BuryOptions {
+    /// Bury with this receipt.
+    pub fn receipt(mut self, receipt: impl Into<String>) -> Self {
+        self.receipt = Some(receipt.into());
+        self
+    }
+
+    /// Record this reason instead of "buried".
+    pub fn error(mut self, error: impl Into<String>) -> Self {
+        self.error = Some(error.into());
+        self
+    }
+
+    /// Give the task this priority from now on.
+    pub fn priority(mut self, priority: Priority) -> Self {
+        self.priority = Some(priority);
+        self
+    }
+}
+
+/// Whether a topic hands out its ready tasks (docs/design.md §2 rule 14).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pause {
+    /// Whether the topic is paused now.
+    pub paused: bool,
+    /// When the pause ends by itself; `None` while paused means until resumed.
+    pub until_ms: Option<Millis>,
+}
+
+impl Pause {
+    /// The pause as it stands at `now`: a pause whose end has passed is over.
+    pub fn at(self, now: Millis) -> Pause {
+        match self.until_ms {
+            Some(until) if self.paused && until <= now => Pause::default(),
+            _ => self,
+        }
+    }
+
+    /// Whether the topic hands nothing out at `now`.
+    pub fn holds(self, now: Millis) -> bool {
+        self.at(now).paused
+    }
+}
 /// What `add` did with one task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -293,7 +372,9 @@ pub struct Delivery {
     /// The task's topic.
     pub topic: String,
     /// The payload.
-    pub body: String,
+    pub body: Vec<u8>,
+    /// The task's priority.
+    pub priority: Priority,
     /// How many times the task was redelivered before this attempt.
     pub retries: u32,
     /// The token of this attempt; finish, release and touch may pass it.
@@ -302,6 +383,13 @@ pub struct Delivery {
     pub due_ms: Millis,
     /// How long this consumer may hold the task.
     pub ttr_ms: u64,
+}
+
+impl Delivery {
+    /// The body as text, when it is UTF-8.
+    pub fn body_text(&self) -> Option<&str> {
+        std::str::from_utf8(&self.body).ok()
+    }
 }
 
 /// One past attempt of a task, kept for its history.
@@ -328,7 +416,9 @@ pub struct TaskInfo {
     /// The task's topic.
     pub topic: String,
     /// The payload.
-    pub body: String,
+    pub body: Vec<u8>,
+    /// The task's priority.
+    pub priority: Priority,
     /// The state.
     pub state: State,
     /// When the task is (or was) due.
@@ -355,6 +445,13 @@ pub struct TaskInfo {
     pub history: Vec<Attempt>,
 }
 
+impl TaskInfo {
+    /// The body as text, when it is UTF-8.
+    pub fn body_text(&self) -> Option<&str> {
+        std::str::from_utf8(&self.body).ok()
+    }
+}
+
 /// Counters of one topic (docs/design.md §3 `/stats`). Maintained on every change, never computed by a scan.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TopicStats {
@@ -374,6 +471,8 @@ pub struct TopicStats {
     pub total: u64,
     /// The earliest due time among delayed tasks.
     pub next_due_ms: Option<Millis>,
+    /// Whether the topic is paused, and until when.
+    pub pause: Pause,
 }
 
 impl TopicStats {
@@ -416,6 +515,10 @@ impl TopicStats {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
+        // Partitions of one topic share its pause; should they ever disagree, the pause wins.
+        if other.pause.paused && !self.pause.paused {
+            self.pause = other.pause;
+        }
     }
 }
 
@@ -484,6 +587,30 @@ mod tests {
         }
         assert!(!MaxRetries::Limited(0).allows(0));
         assert!(MaxRetries::Unlimited.allows(u32::MAX - 1));
+    }
+
+    #[test]
+    fn pause_ends_by_itself() {
+        let forever = Pause {
+            paused: true,
+            until_ms: None,
+        };
+        let until_10 = Pause {
+            paused: true,
+            until_ms: Some(10),
+        };
+        // (pause, now, holds)
+        let table = [
+            (Pause::default(), 0, false),
+            (forever, u64::MAX, true),
+            (until_10, 9, true),
+            (until_10, 10, false),
+            (until_10, 11, false),
+        ];
+        for (pause, now, holds) in table {
+            assert_eq!(pause.holds(now), holds, "{pause:?} at {now}");
+        }
+        assert_eq!(until_10.at(10), Pause::default());
     }
 
     #[test]

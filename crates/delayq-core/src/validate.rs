@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::backoff::Backoff;
-use crate::task::{MaxRetries, Millis, NewTask, OnDuplicate, When};
+use crate::task::{DEFAULT_PRIORITY, MaxRetries, Millis, NewTask, OnDuplicate, Priority, When};
 
 /// Ten years of milliseconds (365.25-day years): the longest delay docs/design.md §2 rule 12 accepts.
 pub const TEN_YEARS_MS: u64 = 315_576_000_000;
@@ -127,7 +127,9 @@ pub struct TaskSpec {
     /// The id, valid per [`check_id`].
     pub id: String,
     /// The payload.
-    pub body: String,
+    pub body: Vec<u8>,
+    /// Lower first.
+    pub priority: Priority,
     /// When the task was received.
     pub created_at_ms: Millis,
     /// When it becomes due (absolute).
@@ -142,27 +144,28 @@ pub struct TaskSpec {
     pub on_duplicate: OnDuplicate,
 }
 
-/// Checks a topic name: `[A-Za-z0-9._:-]{1,128}`.
+/// The longest topic name: beanstalkd's longest tube name, so every tube is a topic.
+pub const MAX_TOPIC_LEN: usize = 200;
+
+/// Checks a topic name: `[A-Za-z0-9._:+/;$()-]{1,200}`, the union of delayq's first charset
+/// and beanstalkd's tube names (docs/design.md §1, §7).
 pub fn check_topic(topic: &str) -> Result<(), InvalidField> {
-    check_name("topic", topic, 128, |b| {
-        b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-')
-    })
+    check_name("topic", topic, MAX_TOPIC_LEN, TOPIC_EXTRA_CHARS)
 }
+
+/// The characters besides ASCII letters and digits a topic may hold.
+const TOPIC_EXTRA_CHARS: &str = "._:+/;$()-";
+
+/// The characters besides ASCII letters and digits an id may hold.
+const ID_EXTRA_CHARS: &str = "._:@/+=-";
 
 /// Checks a task id: `[A-Za-z0-9._:@/+=-]{1,256}`.
 pub fn check_id(id: &str) -> Result<(), InvalidField> {
-    check_name("id", id, 256, |b| {
-        b.is_ascii_alphanumeric()
-            || matches!(b, b'.' | b'_' | b':' | b'@' | b'/' | b'+' | b'=' | b'-')
-    })
+    check_name("id", id, 256, ID_EXTRA_CHARS)
 }
 
-fn check_name(
-    field: &str,
-    value: &str,
-    max: usize,
-    allowed: fn(u8) -> bool,
-) -> Result<(), InvalidField> {
+fn check_name(field: &str, value: &str, max: usize, extra: &str) -> Result<(), InvalidField> {
+    let allowed = |b: u8| b.is_ascii_alphanumeric() || extra.as_bytes().contains(&b);
     if value.is_empty() {
         return Err(InvalidField::new(field, "must not be empty"));
     }
@@ -177,8 +180,7 @@ fn check_name(
         return Err(InvalidField::new(
             field,
             format!(
-                "has the character {ch:?} at byte {bad}; allowed are letters, digits and {}",
-                if field == "topic" { "._:-" } else { "._:@/+=-" }
+                "has the character {ch:?} at byte {bad}; allowed are letters, digits and {extra}"
             ),
         ));
     }
@@ -248,6 +250,7 @@ pub fn validate_task(
         topic: task.topic,
         id: task.id,
         body: task.body,
+        priority: task.priority.unwrap_or(DEFAULT_PRIORITY),
         created_at_ms: now,
         due_ms,
         ttr_ms,
@@ -320,16 +323,19 @@ mod tests {
 
     #[test]
     fn topic_and_id_charsets() {
-        let long_topic = "t".repeat(129);
+        let long_topic = "t".repeat(201);
         let long_id = "i".repeat(257);
-        let table: [(&str, &str, bool); 10] = [
+        let table: [(&str, &str, bool); 12] = [
             ("orders", "order-1", true),
             ("a.b_c:d-e", "x@y/z+w=v.1_2:3-4", true),
+            // Every character of a beanstalkd tube name.
+            ("tube+/;$()-._", "1", true),
+            ("orders{7}", "x", false),
             ("", "x", false),
             ("orders", "", false),
             ("or ders", "x", false),
             ("orders", "a b", false),
-            ("orders/", "x", false),
+            ("orders#", "x", false),
             ("örders", "x", false),
             (&long_topic, "x", false),
             ("orders", &long_id, false),
@@ -338,15 +344,15 @@ mod tests {
             let got = check_topic(topic).and_then(|_| check_id(id));
             assert_eq!(got.is_ok(), ok, "{topic:?} {id:?}: {got:?}");
         }
-        assert_eq!(check_topic(&"t".repeat(128)), Ok(()));
+        assert_eq!(check_topic(&"t".repeat(200)), Ok(()));
         assert_eq!(check_id(&"i".repeat(256)), Ok(()));
     }
 
     #[test]
     fn errors_name_field_and_limit() {
-        let e = check_topic(&"t".repeat(200)).unwrap_err();
+        let e = check_topic(&"t".repeat(201)).unwrap_err();
         assert_eq!(e.field, "topic");
-        assert!(e.reason.contains("128"), "{e}");
+        assert!(e.reason.contains("200"), "{e}");
         let e = check_id("a b").unwrap_err();
         assert_eq!(e.field, "id");
         assert!(e.reason.contains("' '"), "{e}");

@@ -33,7 +33,8 @@ pub(crate) struct Record {
     pub deadline_ms: Millis,
     /// ACTIVE: the current attempt's receipt; else empty.
     pub receipt: String,
-    pub body: String,
+    /// Any bytes: the header is text, the body after its newline is not read as text.
+    pub body: Vec<u8>,
 }
 
 impl Record {
@@ -56,7 +57,7 @@ impl Record {
 
     /// The packed form, with the optional fields left empty when they hold their default
     /// (as `lib.lua` leaves them), so a new record stays short.
-    pub fn encode(&self) -> String {
+    pub fn encode(&self) -> Vec<u8> {
         let mut out = String::with_capacity(48 + self.receipt.len() + self.body.len());
         let nonzero = |v: u64| if v == 0 { String::new() } else { v.to_string() };
         let updated = if self.updated_at_ms == self.created_at_ms {
@@ -77,14 +78,18 @@ impl Record {
             nonzero(self.deadline_ms),
             self.receipt,
         );
-        out.push_str(&self.body);
+        let mut out = out.into_bytes();
+        out.extend_from_slice(&self.body);
         out
     }
 
     /// Parses `header \n body`; `None` when it is not a record of ours.
-    pub fn parse(raw: String) -> Option<Record> {
-        let nl = raw.find('\n')?;
-        let mut fields = raw[..nl].split(',');
+    pub fn parse(raw: impl Into<Vec<u8>>) -> Option<Record> {
+        let mut raw = raw.into();
+        let nl = raw.iter().position(|&b| b == b'\n')?;
+        let body = raw.split_off(nl + 1);
+        let header = std::str::from_utf8(&raw[..nl]).ok()?;
+        let mut fields = header.split(',');
         let mut next = || fields.next();
         let num = |v: Option<&str>| -> Option<u64> { v?.parse().ok() };
         let opt = |v: Option<&str>| -> Option<Option<u64>> {
@@ -112,7 +117,7 @@ impl Record {
             retries,
             deadline_ms,
             receipt,
-            body: raw[nl + 1..].to_owned(),
+            body,
         })
     }
 
@@ -163,6 +168,8 @@ pub(crate) fn task_info(
         id: id.to_owned(),
         topic: topic.to_owned(),
         body: record.body,
+        // TODO(issue 11): priority is not in the Redis record yet.
+        priority: delayq::core::DEFAULT_PRIORITY,
         state: record.state,
         due_ms: record.due_ms,
         delay_ms: record.due_ms.saturating_sub(record.created_at_ms),
@@ -215,7 +222,7 @@ mod tests {
                     r.body,
                 )
             });
-            let want = want.map(|(s, d, u, r, x, b)| (s, d, u, r, x, b.to_owned()));
+            let want = want.map(|(s, d, u, r, x, b)| (s, d, u, r, x, b.as_bytes().to_vec()));
             assert_eq!(got, want, "{raw:?}");
         }
     }
@@ -231,7 +238,7 @@ mod tests {
             retries: 0,
             deadline_ms: 0,
             receipt: String::new(),
-            body: "hello".to_owned(),
+            body: b"hello".to_vec(),
         }
     }
 
@@ -247,7 +254,7 @@ mod tests {
         active.deadline_ms = 31_500;
         active.receipt = "00000000000a0001".to_owned();
         active.max_retries = -1;
-        active.body = "a,b\nc,\n\n".to_owned();
+        active.body = b"a,b\nc,\n\n\xff".to_vec();
         table.push(active);
         let mut huge = sample(State::Finished);
         huge.due_ms = u64::MAX;
@@ -256,7 +263,7 @@ mod tests {
         huge.ttr_ms = u64::MAX;
         huge.max_retries = i64::from(u32::MAX);
         huge.deadline_ms = u64::MAX;
-        huge.body = String::new();
+        huge.body = Vec::new();
         table.push(huge);
         for record in table {
             let packed = record.encode();
@@ -269,7 +276,7 @@ mod tests {
         // The defaults are left empty, as lib.lua leaves them.
         assert_eq!(
             sample(State::Delayed).encode(),
-            "0,2000,1000,,30000,3,,,\nhello"
+            b"0,2000,1000,,30000,3,,,\nhello"
         );
     }
 
@@ -297,7 +304,7 @@ mod tests {
         )
         .unwrap();
         let packed = Record::new(&spec, 1_000).encode();
-        assert_eq!(packed, "0,1005,1000,,30000,3,,,\na\nb");
+        assert_eq!(packed, b"0,1005,1000,,30000,3,,,\na\nb");
         let record = Record::parse(packed).unwrap();
         assert_eq!(record.state, State::Delayed);
         assert_eq!(
@@ -308,7 +315,7 @@ mod tests {
             (record.ttr_ms, record.max_retries, record.retries),
             (30_000, 3, 0)
         );
-        assert_eq!(record.body, "a\nb");
+        assert_eq!(record.body, b"a\nb");
         let ready = Record::parse(Record::new(&spec, 1_005).encode()).unwrap();
         assert_eq!(ready.state, State::Ready);
     }

@@ -28,7 +28,7 @@ async fn add_pop_finish_round_trip() {
     );
     let d = q.pop_one("orders", 0).await.unwrap().expect("a ready task");
     assert_eq!(
-        (d.id.as_str(), d.body.as_str(), d.retries),
+        (d.id.as_str(), d.body_text().unwrap(), d.retries),
         ("o-1", "hello", 0)
     );
     assert_eq!(d.receipt.len(), 16);
@@ -233,7 +233,7 @@ async fn duplicates_follow_the_policy() {
         .await
         .unwrap();
     assert_eq!(kept, AddOutcome::Existed);
-    assert_eq!(q.get("t", "a").await.unwrap().body, "one");
+    assert_eq!(q.get("t", "a").await.unwrap().body, b"one");
     let replaced = q
         .add(
             NewTask::new("t", "a")
@@ -245,7 +245,10 @@ async fn duplicates_follow_the_policy() {
         .unwrap();
     assert_eq!(replaced, AddOutcome::Replaced);
     let info = q.get("t", "a").await.unwrap();
-    assert_eq!((info.body.as_str(), info.due_ms), ("three", T0 + 500));
+    assert_eq!(
+        (info.body_text().unwrap(), info.due_ms),
+        ("three", T0 + 500)
+    );
     assert_eq!(q.stats("t").await.unwrap().total, 1);
     // In one batch, the second of two equal ids is the duplicate.
     let results = q

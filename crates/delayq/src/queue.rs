@@ -17,7 +17,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use delayq_core::InvalidField;
 use delayq_core::validate::{self, check_id, check_topic};
 use delayq_core::{
-    AddOutcome, Delivery, Millis, NewTask, Page, State, TaskInfo, TaskSpec, TopicStats, When,
+    AddOutcome, BuryOptions, Delivery, Millis, NewTask, Page, State, TaskInfo, TaskSpec,
+    TopicStats, When,
 };
 use parking_lot::Mutex;
 use tokio::sync::watch;
@@ -419,6 +420,116 @@ impl Queue {
     pub async fn topics(&self) -> Result<Vec<(String, TopicStats)>> {
         self.check_clock()?;
         self.inner.storage.topics().await
+    }
+
+    /// Pops over several topics at once with one order across them (beanstalkd's watch
+    /// list), waiting like [`Queue::pop`].
+    pub async fn pop_any(&self, topics: &[String], options: PopOptions) -> Result<Vec<Delivery>> {
+        // TODO(issue 11): long-poll over several topics; until then one topic waits, several do not.
+        if let [topic] = topics {
+            return self.pop(topic, options).await;
+        }
+        self.check_open()?;
+        for topic in topics {
+            check_topic(topic)?;
+        }
+        self.inner
+            .storage
+            .pop_any(topics, options.count, options.auto_finish)
+            .await
+    }
+
+    /// ACTIVE → DEAD with the reason "buried" (rule 13). A given receipt must be the current
+    /// attempt's.
+    pub async fn bury(&self, topic: &str, id: &str, options: BuryOptions) -> Result<()> {
+        check_key(topic, id)?;
+        self.check_clock()?;
+        self.inner.storage.bury(topic, id, options).await
+    }
+
+    /// DELAYED or READY → a new due, `When::Delay(0)` meaning now, keeping body, id and
+    /// retries (rule 15). Returns the new state.
+    pub async fn reschedule(&self, topic: &str, id: &str, when: When) -> Result<State> {
+        check_key(topic, id)?;
+        self.check_clock()?;
+        let limits = &self.inner.ctx.limits;
+        let due = match when {
+            When::Delay(delay) => {
+                validate::check_duration("delay_ms", delay, limits.max_delay_ms)?;
+                self.inner.ctx.clock.due_after(delay)
+            }
+            When::At(at) => {
+                let now = self.now();
+                let ahead = at.saturating_sub(now);
+                if ahead > limits.max_delay_ms {
+                    return Err(Error::invalid(
+                        "run_at_ms",
+                        format!(
+                            "is {ahead} ms in the future, the limit is {} ms",
+                            limits.max_delay_ms
+                        ),
+                    ));
+                }
+                at.max(now)
+            }
+        };
+        self.inner.storage.reschedule(topic, id, due).await
+    }
+
+    /// beanstalkd's `kick n`: up to `max` DEAD tasks → READY, or if there are none, up to
+    /// `max` DELAYED tasks. Returns how many moved.
+    pub async fn kick(&self, topic: &str, max: u64) -> Result<u64> {
+        check_topic(topic)?;
+        self.check_clock()?;
+        self.inner.storage.kick(topic, max).await
+    }
+
+    /// beanstalkd's `kick-job`: one DEAD or DELAYED task → READY.
+    pub async fn kick_job(&self, topic: &str, id: &str) -> Result<()> {
+        check_key(topic, id)?;
+        self.check_clock()?;
+        self.inner.storage.kick_job(topic, id).await
+    }
+
+    /// Pauses `topic` for `for_ms` (until resumed when `None`), rule 14.
+    pub async fn pause(&self, topic: &str, for_ms: Option<u64>) -> Result<()> {
+        check_topic(topic)?;
+        self.check_clock()?;
+        let until = match for_ms {
+            Some(ms) => {
+                validate::check_duration("for_ms", ms, self.inner.ctx.limits.max_delay_ms)?;
+                Some(self.inner.ctx.clock.due_after(ms))
+            }
+            None => None,
+        };
+        self.inner.storage.pause(topic, until).await
+    }
+
+    /// Ends the pause of `topic`.
+    pub async fn resume(&self, topic: &str) -> Result<()> {
+        check_topic(topic)?;
+        self.check_clock()?;
+        self.inner.storage.resume(topic).await
+    }
+
+    /// The next task of `topic` in `state` (READY, DELAYED or DEAD) without taking it.
+    pub async fn peek(&self, topic: &str, state: State) -> Result<Option<TaskInfo>> {
+        check_topic(topic)?;
+        self.check_clock()?;
+        self.inner.storage.peek(topic, state).await
+    }
+
+    /// The topics holding a task with this id.
+    pub async fn locate(&self, id: &str) -> Result<Vec<String>> {
+        check_id(id)?;
+        self.check_clock()?;
+        self.inner.storage.locate(id).await
+    }
+
+    /// A fresh number from the job id counter (1 on a fresh deployment).
+    pub async fn next_job_id(&self) -> Result<u64> {
+        self.check_open()?;
+        self.inner.storage.next_job_id().await
     }
 
     /// Whether the storage is reachable (readiness).

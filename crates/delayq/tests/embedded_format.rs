@@ -48,7 +48,7 @@ fn view(t: &TaskInfo) -> Value {
     json!({
         "id": t.id,
         "topic": t.topic,
-        "body": t.body,
+        "body": t.body_text().expect("the fixture's bodies are text"),
         "state": t.state.name(),
         "due_ms": t.due_ms,
         "delay_ms": t.delay_ms,
@@ -196,11 +196,11 @@ async fn a_format_1_directory_opens_with_the_same_tasks() {
     assert_eq!(all_views(&q).await, expected["tasks"]);
     for topic in TOPICS {
         let stats = q.stats(topic).await.expect("stats");
-        assert_eq!(
-            serde_json::to_value(stats).unwrap(),
-            expected["stats"][topic],
-            "{topic}"
-        );
+        // Format 1 predates pauses: no topic of it is paused, and its counters are the same.
+        assert!(!stats.pause.paused, "{topic}");
+        let mut counters = serde_json::to_value(stats).unwrap();
+        counters.as_object_mut().unwrap().remove("pause");
+        assert_eq!(counters, expected["stats"][topic], "{topic}");
     }
     // The receipt held when the fixture was written still names the current attempt.
     let receipt = expected["active_receipt"].as_str().expect("receipt");

@@ -243,7 +243,7 @@ async fn seed(conn: &mut MultiplexedConnection, pk: &PartitionKeys, case: &Case,
         } else {
             String::new()
         },
-        body: "body".to_owned(),
+        body: b"body".to_vec(),
     };
     let mut pipe = redis::pipe();
     pipe.hset(pk.records(), "t", record.encode())

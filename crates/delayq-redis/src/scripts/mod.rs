@@ -165,6 +165,15 @@ pub(crate) fn int(v: &Value) -> Option<i64> {
     }
 }
 
+/// A reply as raw bytes (a task body).
+pub(crate) fn bytes(v: &Value) -> Option<Vec<u8>> {
+    match v {
+        Value::BulkString(b) => Some(b.clone()),
+        Value::SimpleString(s) => Some(s.clone().into_bytes()),
+        _ => None,
+    }
+}
+
 /// A string reply.
 pub(crate) fn text(v: &Value) -> Option<String> {
     match v {

@@ -20,7 +20,7 @@ use redis::{ScriptInvocation, Value};
 use super::Shared;
 use crate::error::BackendError;
 use crate::keys::PartitionKeys;
-use crate::scripts::{Reply, SCRIPTS, int, scored, text};
+use crate::scripts::{Reply, SCRIPTS, bytes, int, scored, text};
 
 /// The source of receipt prefixes: random per instance, distinct per pop.
 pub(super) struct Receipts {
@@ -221,7 +221,9 @@ fn parse_pop(
             Some(Delivery {
                 id: text(&t[0])?,
                 topic: topic.to_owned(),
-                body: text(&t[1])?,
+                body: bytes(&t[1])?,
+                // TODO(issue 11): priority is not in the Redis record yet.
+                priority: delayq::core::DEFAULT_PRIORITY,
                 retries: u32::try_from(int(&t[2])?).ok()?,
                 receipt: text(&t[3])?,
                 due_ms: u64::try_from(int(&t[4])?).ok()?,

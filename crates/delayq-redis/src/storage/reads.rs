@@ -30,7 +30,7 @@ impl Shared {
         let mut pipe = redis::pipe();
         pipe.cmd("HGET").arg(pk.records()).arg(id);
         pipe.cmd("HGET").arg(pk.extras()).arg(id);
-        let (raw, extras): (Option<String>, Option<String>) = self
+        let (raw, extras): (Option<Vec<u8>>, Option<String>) = self
             .redis
             .io(&what, pipe.query_async(&mut self.redis.conn()))
             .await?;
@@ -94,7 +94,7 @@ impl Shared {
             pipe.cmd("HGET").arg(pk.records()).arg(id);
             pipe.cmd("HGET").arg(pk.extras()).arg(id);
         }
-        let found: Vec<Option<String>> = self
+        let found: Vec<Option<Vec<u8>>> = self
             .redis
             .io(&what, pipe.query_async(&mut self.redis.conn()))
             .await?;
@@ -106,7 +106,13 @@ impl Shared {
             if record.is_expired(now) {
                 continue;
             }
-            let info = record::task_info(topic, id, record, pair[1].as_deref(), &what)?;
+            let extras = match &pair[1] {
+                Some(raw) => Some(std::str::from_utf8(raw).map_err(|_| {
+                    BackendError::protocol(&what, format!("task {id:?}: extras are not text"))
+                })?),
+                None => None,
+            };
+            let info = record::task_info(topic, id, record, extras, &what)?;
             out.items.push(info);
         }
         Ok(out)

@@ -27,11 +27,12 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use delayq_core::{
-    AddOutcome, Delivery, Limits, Millis, Page, State, TaskDefaults, TaskInfo, TaskSpec, TopicStats,
+    AddOutcome, BuryOptions, Delivery, Limits, Millis, Page, State, TaskDefaults, TaskInfo,
+    TaskSpec, TopicStats,
 };
 
 use crate::clock::Clock;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::waiters::Waiters;
 
@@ -112,9 +113,104 @@ pub trait Storage: Send + Sync + 'static {
     /// already there answer [`AddOutcome::Existed`].
     async fn add(&self, tasks: Vec<TaskSpec>) -> Result<Vec<AddResult>>;
 
-    /// Takes up to `max` READY tasks of `topic`, earliest due first, without waiting. Each
-    /// becomes ACTIVE with a fresh receipt, or FINISHED at once when `auto_finish` is set.
+    /// Takes up to `max` READY tasks of `topic` in the order of docs/design.md §2 rule 11
+    /// (priority, then due, then insertion), without waiting. Each becomes ACTIVE with a fresh
+    /// receipt, or FINISHED at once when `auto_finish` is set. A paused topic (rule 14) gives
+    /// nothing.
     async fn pop(&self, topic: &str, max: usize, auto_finish: bool) -> Result<Vec<Delivery>>;
+
+    /// Like [`pop`](Storage::pop) over several topics at once, with one order across them
+    /// (beanstalkd's watch list; rule 11 holds across the topics, best effort across Redis
+    /// partitions as docs/storage.md says).
+    async fn pop_any(
+        &self,
+        topics: &[String],
+        max: usize,
+        auto_finish: bool,
+    ) -> Result<Vec<Delivery>> {
+        let _ = (topics, max, auto_finish);
+        Err(not_built("pop over several topics"))
+    }
+
+    /// ACTIVE → DEAD with the reason "buried" (rule 13).
+    async fn bury(&self, topic: &str, id: &str, options: BuryOptions) -> Result<()> {
+        let _ = (topic, id, options);
+        Err(not_built("bury"))
+    }
+
+    /// DELAYED or READY → due at `due_ms` (READY at once when it has passed), keeping body,
+    /// id and retries (rule 15). Returns the new state.
+    async fn reschedule(&self, topic: &str, id: &str, due_ms: Millis) -> Result<State> {
+        let _ = (topic, id, due_ms);
+        Err(not_built("reschedule"))
+    }
+
+    /// beanstalkd's `kick n`: up to `max` DEAD tasks of `topic` → READY (oldest buried
+    /// first); if the topic has none, up to `max` DELAYED tasks → READY (earliest due first).
+    /// Returns how many moved.
+    async fn kick(&self, topic: &str, max: u64) -> Result<u64> {
+        let _ = (topic, max);
+        Err(not_built("kick"))
+    }
+
+    /// beanstalkd's `kick-job`: one DEAD or DELAYED task → READY.
+    async fn kick_job(&self, topic: &str, id: &str) -> Result<()> {
+        let _ = (topic, id);
+        Err(not_built("kick-job"))
+    }
+
+    /// Pauses `topic` until `until_ms` (or until resumed when `None`), rule 14. Pausing a
+    /// paused topic sets the new end.
+    async fn pause(&self, topic: &str, until_ms: Option<Millis>) -> Result<()> {
+        let _ = (topic, until_ms);
+        Err(not_built("pause"))
+    }
+
+    /// Ends the pause of `topic` (nothing when it is not paused).
+    async fn resume(&self, topic: &str) -> Result<()> {
+        let _ = topic;
+        Err(not_built("resume"))
+    }
+
+    /// The next task of `topic` in `state` without taking it: READY in pop order, DELAYED
+    /// earliest due first, DEAD oldest first (beanstalkd's peek-ready/-delayed/-buried).
+    async fn peek(&self, topic: &str, state: State) -> Result<Option<TaskInfo>> {
+        let _ = (topic, state);
+        Err(not_built("peek"))
+    }
+
+    /// The topics that hold a task with this id, in name order (beanstalkd's job ids name no
+    /// tube).
+    async fn locate(&self, id: &str) -> Result<Vec<String>> {
+        let _ = id;
+        Err(not_built("locate"))
+    }
+
+    /// The next number of the job id counter: 1 on a fresh data directory (embedded) or Redis
+    /// deployment, never repeated, durable.
+    async fn next_job_id(&self) -> Result<u64> {
+        Err(not_built("job ids"))
+    }
+
+    /// Stores `value` under (`namespace`, `key`) durably, replacing what was there: the
+    /// settings that live beside the tasks (push targets, schedules), shared by every instance
+    /// in Redis mode.
+    async fn put_meta(&self, namespace: &str, key: &str, value: Vec<u8>) -> Result<()> {
+        let _ = (namespace, key, value);
+        Err(not_built("settings storage"))
+    }
+
+    /// Every (key, value) stored under `namespace`, in key order.
+    async fn list_meta(&self, namespace: &str) -> Result<Vec<(String, Vec<u8>)>> {
+        let _ = namespace;
+        Err(not_built("settings storage"))
+    }
+
+    /// Removes (`namespace`, `key`); whether it was there.
+    async fn delete_meta(&self, namespace: &str, key: &str) -> Result<bool> {
+        let _ = (namespace, key);
+        Err(not_built("settings storage"))
+    }
 
     /// ACTIVE → FINISHED.
     async fn finish(&self, topic: &str, id: &str, receipt: Option<&str>) -> Result<()>;
@@ -162,4 +258,13 @@ pub trait Storage: Send + Sync + 'static {
     /// Stops time-driven work and makes everything durable. Later calls fail with
     /// [`crate::Error::ShuttingDown`].
     async fn shutdown(&self) -> Result<()>;
+}
+
+/// The error of an operation a backend does not offer yet.
+// TODO(issue 11): every backend implements every operation; then this goes.
+fn not_built(op: &str) -> Error {
+    Error::invalid(
+        "operation",
+        format!("{op} is not built for this storage backend yet"),
+    )
 }

@@ -59,8 +59,14 @@ fn put_varint(out: &mut Vec<u8>, mut v: u64) {
 }
 
 fn put_str(out: &mut Vec<u8>, s: &str) {
-    put_varint(out, s.len() as u64);
-    out.extend_from_slice(s.as_bytes());
+    put_bytes(out, s.as_bytes());
+}
+
+/// A length-prefixed byte string; a text is the same with UTF-8 bytes, so bodies written as
+/// text by version 1 read back as bytes.
+fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
+    put_varint(out, b.len() as u64);
+    out.extend_from_slice(b);
 }
 
 fn put_opt_str(out: &mut Vec<u8>, s: Option<&str>) {
@@ -86,7 +92,7 @@ pub fn encode_put(out: &mut Vec<u8>, topic: &str, r: &Record) {
     out.push(PUT);
     put_str(out, topic);
     put_str(out, &r.id);
-    put_str(out, &r.body);
+    put_bytes(out, &r.body);
     out.push(r.state.code());
     put_varint(out, u64::from(r.retries));
     put_varint(out, r.ttr_ms);
@@ -157,15 +163,24 @@ impl<'a> Reader<'a> {
     }
 
     fn str(&mut self, what: &'static str) -> Result<&'a str, CodecError> {
+        let start = self.pos;
+        let b = self.bytes(what)?;
+        std::str::from_utf8(b).map_err(|_| {
+            self.pos = start;
+            self.err(what)
+        })
+    }
+
+    fn bytes(&mut self, what: &'static str) -> Result<&'a [u8], CodecError> {
         let len = usize::try_from(self.varint(what)?).map_err(|_| self.err(what))?;
         let end = self
             .pos
             .checked_add(len)
             .filter(|&e| e <= self.bytes.len())
             .ok_or_else(|| self.err(what))?;
-        let s = std::str::from_utf8(&self.bytes[self.pos..end]).map_err(|_| self.err(what))?;
+        let b = &self.bytes[self.pos..end];
         self.pos = end;
-        Ok(s)
+        Ok(b)
     }
 
     fn opt_str(&mut self, what: &'static str) -> Result<Option<&'a str>, CodecError> {
@@ -194,7 +209,7 @@ pub fn decode(bytes: &[u8]) -> Result<Change<'_>, CodecError> {
         PUT => {
             let topic = r.str("topic")?;
             let id = r.str("id")?;
-            let body = r.str("body")?;
+            let body = r.bytes("body")?;
             let state = State::from_code(r.u8("state")?).ok_or_else(|| r.err("state"))?;
             let retries = u32::try_from(r.varint("retries")?).map_err(|_| r.err("retries"))?;
             let ttr_ms = r.varint("ttr")?;
@@ -242,6 +257,8 @@ pub fn decode(bytes: &[u8]) -> Result<Change<'_>, CodecError> {
                     topic: 0,
                     id: id.into(),
                     body: body.into(),
+                    // TODO(issue 11): priority is not in the log yet (format version 2).
+                    priority: delayq_core::DEFAULT_PRIORITY,
                     state,
                     retries,
                     ttr_ms,
@@ -276,7 +293,8 @@ mod tests {
         Record {
             topic: 0,
             id: "order-1".into(),
-            body: "{\"x\":\"é\"}".into(),
+            body: "{\"x\":\"é\"}".as_bytes().into(),
+            priority: delayq_core::DEFAULT_PRIORITY,
             state: State::Active,
             retries: 2,
             ttr_ms: 30_000,

@@ -313,7 +313,8 @@ impl<J: Journal> Shard<J> {
         let record = Record {
             topic,
             id: spec.id.into_boxed_str(),
-            body: spec.body.into_boxed_str(),
+            body: spec.body.into_boxed_slice(),
+            priority: spec.priority,
             // Linked below through `transition`, which sets the real state.
             state,
             retries: 0,
