@@ -106,6 +106,16 @@ impl IoFailure {
     pub fn io_error(&self) -> &io::Error {
         &self.source
     }
+
+    /// Returns whether the operation failed for lack of space: a full file system
+    /// (`ENOSPC`), a quota (`EDQUOT`) or a file size limit (`EFBIG`). Such a write can succeed
+    /// later, once space is freed.
+    pub fn is_out_of_space(&self) -> bool {
+        matches!(
+            self.source.kind(),
+            io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded | io::ErrorKind::FileTooLarge
+        )
+    }
 }
 
 /// Adds "what and which file" to an `io::Result`.
@@ -183,6 +193,9 @@ pub enum ErrorKind {
     /// An IO operation failed. For a running log this is permanent: the log is failed and
     /// accepts no more records, because a failed fsync cannot be retried safely.
     Io,
+    /// A write found no space (full disk, quota, file size limit). The log is stalled, not
+    /// failed: it keeps the records and writes them once space returns.
+    OutOfSpace,
     /// The caller passed something the log refuses (a record that is too large, a snapshot
     /// sequence number that was never assigned). Retrying the same call fails the same way.
     InvalidInput,
@@ -208,6 +221,14 @@ pub enum LogError {
     /// An IO operation failed; the log is failed and every later append returns this again.
     #[error("the log failed and accepts no more records: {0}")]
     Failed(Arc<IoFailure>),
+    /// A write found no space; the log is stalled. The records of this ticket (or of the
+    /// appends made during the stall) are kept in memory and written, in order, when the
+    /// writer's next try succeeds, unless the process stops first: whether they last is not
+    /// known yet. The log resumes by itself once space is freed.
+    #[error(
+        "no space to write the log (the records are kept and written when space returns, unless the process stops first): {0}"
+    )]
+    Stalled(Arc<IoFailure>),
     /// The writer thread stopped without a cause (it panicked); nothing more is written.
     #[error("the log's writer thread stopped unexpectedly; nothing more is written")]
     WriterStopped,
@@ -245,6 +266,7 @@ impl LogError {
     pub fn kind(&self) -> ErrorKind {
         match self {
             LogError::Failed(_) => ErrorKind::Io,
+            LogError::Stalled(_) => ErrorKind::OutOfSpace,
             LogError::WriterStopped => ErrorKind::WriterStopped,
             LogError::RecordTooLarge { .. }
             | LogError::SnapshotAhead { .. }
@@ -253,16 +275,19 @@ impl LogError {
         }
     }
 
-    /// Returns whether the same call may succeed later. Only a failed snapshot is: a failed
-    /// log stays failed until it is reopened.
+    /// Returns whether the same call may succeed later: a failed snapshot, and a stall for
+    /// lack of space. A failed log stays failed until it is reopened.
     pub fn is_retryable(&self) -> bool {
-        self.kind() == ErrorKind::SnapshotFailed
+        matches!(
+            self.kind(),
+            ErrorKind::SnapshotFailed | ErrorKind::OutOfSpace
+        )
     }
 
     /// Returns the IO failure behind this error, if there is one.
     pub fn io_failure(&self) -> Option<&IoFailure> {
         match self {
-            LogError::Failed(f) | LogError::Snapshot(f) => Some(f),
+            LogError::Failed(f) | LogError::Stalled(f) | LogError::Snapshot(f) => Some(f),
             _ => None,
         }
     }

@@ -239,12 +239,22 @@ impl WriteFile for FaultyFile {
         state.synced = state.written;
         Ok(())
     }
+
+    fn truncate(&mut self, len: u64) -> io::Result<()> {
+        self.inner.truncate(len)?;
+        let mut plan = self.plan.lock().unwrap();
+        let state = plan.files.entry(self.path.clone()).or_default();
+        state.written = len;
+        state.synced = state.synced.min(len);
+        Ok(())
+    }
 }
 
 fn options(policy: FsyncPolicy, storage: &FaultyStorage) -> LogOptions {
     LogOptions::default()
         .with_fsync(policy)
         .with_segment_bytes(4096)
+        .with_retry_interval(Duration::from_millis(2))
         .with_storage(Arc::new(storage.clone()))
 }
 
@@ -315,6 +325,7 @@ fn policy() -> impl Strategy<Value = FsyncPolicy> {
 struct Reported {
     log_failed: Option<LogError>,
     snapshot_failed: bool,
+    stalled: bool,
 }
 
 impl Reported {
@@ -332,6 +343,11 @@ impl Reported {
         match e {
             LogError::Snapshot(_) => self.snapshot_failed = true,
             LogError::Failed(_) => self.log_failed = Some(e),
+            LogError::Stalled(ref f) => {
+                assert!(f.is_out_of_space(), "{e}");
+                assert!(e.is_retryable(), "{e}");
+                self.stalled = true;
+            }
             other => panic!("unexpected {other}"),
         }
     }
@@ -422,11 +438,29 @@ fn run_case(policy: FsyncPolicy, fault: Fault, ops: Vec<Op>, crash_machine: bool
     if let Err(e) = log.sync() {
         reported.see(e, storage.fired());
     }
+    // A log stalled for lack of space resumes by itself once space is freed, and then
+    // writes everything it kept: every record appended is acknowledged after all.
+    if reported.stalled && reported.log_failed.is_none() {
+        // (A fault that fires once, such as a failed creation, may have let it resume already.)
+        storage.heal();
+        let give_up = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            match log.sync() {
+                Ok(()) => break,
+                Err(LogError::Stalled(_)) if std::time::Instant::now() < give_up => {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(e) => panic!("the stalled log did not resume: {e}"),
+            }
+        }
+        assert!(!log.stats().stalled);
+        acked.push(log.last_seq());
+    }
     let failed = log.stats().failed;
     assert_eq!(failed, reported.log_failed.is_some());
     if let Some(errno) = storage.fired() {
         assert!(
-            failed || reported.snapshot_failed,
+            failed || reported.snapshot_failed || reported.stalled,
             "fault fired (errno {errno}) but nothing reported it"
         );
     }
@@ -506,20 +540,21 @@ fn open_faulty(dir: &Path, policy: FsyncPolicy, fault: Fault) -> (Log, FaultySto
 }
 
 #[test]
-fn disk_full_fails_the_group_and_every_later_append_with_a_clear_error() {
+fn disk_full_stalls_the_log_until_space_returns_then_writes_everything_in_order() {
     let dir = tempfile::tempdir().unwrap();
     let budget = Fault::WriteBudget {
         bytes: 100,
         errno: ENOSPC,
     };
-    let (log, _storage) = open_faulty(dir.path(), FsyncPolicy::Always, budget);
+    let (log, storage) = open_faulty(dir.path(), FsyncPolicy::Always, budget);
     let a = log.append(&[1; 60]).unwrap();
     let b = log.append(&[2; 60]).unwrap();
     let err = b.wait_blocking().unwrap_err();
-    // Whether `a` made it depends on grouping; if it was in the failed group it failed too.
+    // Whether `a` made it depends on grouping; if it was in the stalled group it failed too.
     let _ = a.wait_blocking();
     assert!(err.is_disk_full(), "{err}");
-    assert_eq!(err.kind(), ErrorKind::Io);
+    assert_eq!(err.kind(), ErrorKind::OutOfSpace);
+    assert!(err.is_retryable());
     let failure = err.io_failure().unwrap();
     assert_eq!(failure.op(), IoOp::WriteSegment);
     assert_eq!(failure.path(), dir.path().join("00000000000000000001.seg"));
@@ -528,11 +563,50 @@ fn disk_full_fails_the_group_and_every_later_append_with_a_clear_error() {
     assert!(message.contains("00000000000000000001.seg"), "{message}");
     assert!(message.contains("No space left on device"), "{message}");
 
-    let later = log.append(b"later").unwrap_err();
-    assert_eq!(later.to_string(), message);
-    assert!(log.stats().failed);
-    assert!(log.sync().is_err());
-    assert_eq!(log.close().unwrap_err().to_string(), message);
+    // Stalled, not failed: the state says so, appends are kept, their tickets fail at once.
+    assert_eq!(log.stalled().unwrap().to_string(), message);
+    assert!(log.stats().stalled && !log.stats().failed);
+    let during = log.append(b"during").unwrap();
+    assert_eq!(during.wait_blocking().unwrap_err().to_string(), message);
+    assert!(matches!(log.sync(), Err(LogError::Stalled(_))));
+
+    // Space is freed: the writer's next try writes what it kept, then the rest.
+    storage.heal();
+    let give_up = std::time::Instant::now() + Duration::from_secs(20);
+    while log.sync().is_err() {
+        assert!(std::time::Instant::now() < give_up, "never resumed");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(log.stalled().is_none());
+    log.append(b"after").unwrap().wait_blocking().unwrap();
+    log.close().unwrap();
+    let replayed = replay(dir.path());
+    assert_eq!(
+        replayed,
+        vec![
+            vec![1; 60],
+            vec![2; 60],
+            b"during".to_vec(),
+            b"after".to_vec()
+        ]
+    );
+}
+
+#[test]
+fn a_disk_that_stays_full_fails_the_log_at_close() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, storage) = open_faulty(dir.path(), FsyncPolicy::Always, Fault::None);
+    storage.plan.lock().unwrap().fault = Fault::WriteBudget {
+        bytes: 0,
+        errno: ENOSPC,
+    };
+    let err = log.append(b"x").unwrap().wait_blocking().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::OutOfSpace);
+    let closed = log.close().unwrap_err();
+    assert_eq!(closed.kind(), ErrorKind::Io, "{closed}");
+    assert!(closed.is_disk_full(), "{closed}");
+    // Nothing of the record reached the segment: it reopens empty and intact.
+    assert!(replay(dir.path()).is_empty());
 }
 
 #[test]

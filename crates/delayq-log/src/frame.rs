@@ -162,11 +162,12 @@ impl<R: Read> FrameReader<R> {
                 self.end -= self.start;
                 self.start = 0;
             }
-            if self.buf.len() < want {
-                self.buf.resize(want.max(READ_CHUNK), 0);
-            }
+            // Grow only as the file delivers bytes, doubling: `want` comes from a length field
+            // that a damaged file can set to anything up to MAX_BODY_LEN, and a torn 9-byte
+            // tail must not cost a gigabyte of zeroes.
             if self.end == self.buf.len() {
-                self.buf.resize(self.buf.len() * 2, 0);
+                let grow = self.buf.len().max(READ_CHUNK);
+                self.buf.resize(self.buf.len() + grow, 0);
             }
             match self.inner.read(&mut self.buf[self.end..]) {
                 Ok(0) => self.eof = true,
@@ -209,6 +210,38 @@ impl<R: Read> FrameReader<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_huge_length_field_in_a_short_file_allocates_only_what_the_file_holds() {
+        let mut file = frame(kind::RECORD, b"x");
+        file[0..4].copy_from_slice(&(MAX_BODY_LEN - 1).to_le_bytes());
+        let mut reader = FrameReader::new(&file[..], 0);
+        match reader.next_frame().unwrap() {
+            Next::Truncated {
+                offset: 0,
+                available,
+            } => assert_eq!(available, file.len()),
+            other => panic!("{other:?}"),
+        }
+        assert!(reader.buf.len() <= READ_CHUNK, "{} bytes", reader.buf.len());
+    }
+
+    #[test]
+    fn frames_larger_than_the_read_chunk_are_read_whole() {
+        let body = vec![7u8; READ_CHUNK * 2 + 5];
+        let mut file = frame(kind::RECORD, &body);
+        file.extend(frame(kind::RECORD, b"next"));
+        let mut reader = FrameReader::new(&file[..], 0);
+        match reader.next_frame().unwrap() {
+            Next::Frame { body: b, .. } => assert_eq!(b, &body[..]),
+            other => panic!("{other:?}"),
+        }
+        match reader.next_frame().unwrap() {
+            Next::Frame { body: b, .. } => assert_eq!(b, b"next"),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(reader.next_frame().unwrap(), Next::End));
+    }
 
     fn frame(ty: u8, body: &[u8]) -> Vec<u8> {
         let mut out = Vec::new();

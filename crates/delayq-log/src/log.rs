@@ -47,6 +47,8 @@ pub struct LogStats {
     pub snapshot_covers_seq: u64,
     /// Whether the log has failed and refuses appends.
     pub failed: bool,
+    /// Whether the writer is stalled for lack of space (see [`Log::stalled`]).
+    pub stalled: bool,
 }
 
 /// What [`Log::write_snapshot`] wrote and removed.
@@ -113,6 +115,16 @@ impl Log {
         Ok((log, recovered.report))
     }
 
+    /// Returns the stall under way ([`LogError::Stalled`], naming the file and the OS error)
+    /// when the writer is waiting for space to write what it holds, `None` otherwise.
+    ///
+    /// Appends stay possible during a stall (records are kept in memory, their tickets fail
+    /// with the stall), so that a caller which already changed its state can always log it;
+    /// a caller asks this first to refuse new work instead of adding to the backlog.
+    pub fn stalled(&self) -> Option<LogError> {
+        self.shared.stalled()
+    }
+
     /// Returns the log's directory.
     pub fn dir(&self) -> &Path {
         &self.shared.dir
@@ -163,10 +175,12 @@ impl Log {
             durable_seq: self.shared.durable_seq(),
             snapshot_covers_seq: files.snapshot.as_ref().map_or(0, |s| s.covers_seq),
             failed: self.shared.failure.get().is_some(),
+            stalled: self.shared.stalled().is_some(),
         }
     }
 
     /// Writes and fdatasyncs everything appended so far, and waits for it, under any policy.
+    /// While the log is stalled for lack of space it fails at once with the stall.
     pub fn sync(&self) -> Result<(), LogError> {
         self.shared.sync()
     }

@@ -53,6 +53,8 @@ pub struct LogOptions {
     /// How many bytes of records may wait for the writer before `append` blocks until the
     /// writer has taken them (see [`Log::append`](crate::Log::append)). Default 64 MiB.
     pub max_buffered_bytes: usize,
+    /// How often a writer stalled by a full disk tries its write again. Default 100 ms.
+    pub retry_interval: Duration,
     pub(crate) storage: Arc<dyn Storage>,
 }
 
@@ -63,6 +65,7 @@ impl Default for LogOptions {
             segment_bytes: 64 << 20,
             max_record_bytes: 16 << 20,
             max_buffered_bytes: 64 << 20,
+            retry_interval: Duration::from_millis(100),
             storage: Arc::new(RealStorage),
         }
     }
@@ -90,6 +93,12 @@ impl LogOptions {
     /// Sets how many bytes may wait for the writer before appends block.
     pub fn with_max_buffered_bytes(mut self, bytes: usize) -> Self {
         self.max_buffered_bytes = bytes;
+        self
+    }
+
+    /// Sets how often a writer stalled by a full disk tries again.
+    pub fn with_retry_interval(mut self, every: Duration) -> Self {
+        self.retry_interval = every;
         self
     }
 

@@ -132,6 +132,15 @@ pub(crate) fn recover<E>(
         });
     }
     let next_seq = replayed.next_seq;
+    // A skipped snapshot held the records up to its covered seq; when the segments do not
+    // reach that far, some of them were only in it, and opening without them would lose
+    // them silently (found by fuzzing: a damaged snapshot with no segment beside it).
+    let skipped_covers = listing.snapshots.last().map_or(0, |(c, _)| *c);
+    if skipped_covers >= next_seq
+        && let Some(damage) = report.skipped_snapshots.first()
+    {
+        return Err(OpenError::Corrupt(damage.clone()));
+    }
     report.last_seq = next_seq - 1;
 
     remove_obsolete(
@@ -292,6 +301,7 @@ fn open_active(
         let active = Active {
             file,
             path: newest.path.clone(),
+            len: newest.bytes,
         };
         return Ok((active, newest.bytes));
     }
@@ -383,5 +393,6 @@ pub(crate) fn create_segment(
     file.write_all(&head).ctx(IoOp::WriteSegment, &path)?;
     file.sync_data().ctx(IoOp::SyncSegment, &path)?;
     options.storage.sync_dir(dir).ctx(IoOp::SyncDir, dir)?;
-    Ok((Active { file, path }, head.len() as u64))
+    let len = head.len() as u64;
+    Ok((Active { file, path, len }, len))
 }

@@ -7,7 +7,7 @@
 
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, Seek, SeekFrom, Write};
 use std::path::Path;
 
 /// The file system as the log's writers see it.
@@ -32,6 +32,9 @@ pub(crate) trait WriteFile: Send {
     fn write_all(&mut self, buf: &[u8]) -> io::Result<()>;
     /// Flushes the file's data and size to stable storage (fdatasync).
     fn sync_data(&mut self) -> io::Result<()>;
+    /// Cuts the file to `len` bytes and makes the next write land there: how a write that
+    /// failed part way (a full disk) is taken back before it is tried again.
+    fn truncate(&mut self, len: u64) -> io::Result<()>;
 }
 
 /// The real file system.
@@ -45,6 +48,13 @@ impl WriteFile for File {
 
     fn sync_data(&mut self) -> io::Result<()> {
         File::sync_data(self)
+    }
+
+    fn truncate(&mut self, len: u64) -> io::Result<()> {
+        self.set_len(len)?;
+        // A file opened for appending writes at its end anyway; one created for writing
+        // keeps its own position, which must come back too or the next write leaves a hole.
+        self.seek(SeekFrom::Start(len)).map(|_| ())
     }
 }
 

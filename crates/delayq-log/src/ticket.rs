@@ -125,7 +125,13 @@ fn check(shared: &Shared, seq: u64) -> Option<Result<u64, LogError>> {
     if shared.acked.load(Ordering::Acquire) >= seq {
         return Some(Ok(seq));
     }
-    shared.failure.get().map(|e| Err(e.clone()))
+    if let Some(e) = shared.failure.get() {
+        return Some(Err(e.clone()));
+    }
+    if shared.failed_by_stall(seq) {
+        return shared.stall_error().map(Err);
+    }
+    None
 }
 
 /// The future returned by [`Ticket::wait`].

@@ -26,15 +26,25 @@
 //!
 //! # Failure
 //!
-//! Any IO error is final: fsync errors cannot be retried safely (the kernel may have dropped
-//! the dirty pages), and a partly written frame would have to be cut first. The writer stores
-//! the cause, fails every pending ticket with it, and exits. Later appends fail at once.
+//! A write refused for lack of space (`ENOSPC`, `EDQUOT`, `EFBIG`) **stalls** the log instead
+//! of failing it: the writer cuts the segment back to the length it had before the write (so
+//! no partial frame stays on disk), keeps the group in memory, fails every ticket issued so
+//! far, and every ticket issued while it stays stalled, with [`LogError::Stalled`] (their
+//! records are not lost yet, but nothing promises they will be written), and tries the same
+//! write again every `retry_interval`. When a try succeeds the log carries on as if nothing
+//! happened: the kept records, then the ones appended during the stall, are written in order.
+//! A caller that must not add to the backlog asks [`Log::stalled`](crate::Log::stalled) before
+//! it changes anything. Closing a stalled log tries once more and then fails it.
+//!
+//! Any other IO error is final: fsync errors cannot be retried safely (the kernel may have
+//! dropped the dirty pages). The writer stores the cause, fails every pending ticket with it,
+//! and exits. Later appends fail at once.
 
 use std::mem;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::error::{IoContext, IoFailure, IoOp, LogError};
 use crate::frame::{self, kind};
@@ -107,6 +117,7 @@ pub(crate) struct Shared {
     max_record_bytes: usize,
     segment_bytes: u64,
     max_buffered_bytes: usize,
+    retry_interval: Duration,
     state: Mutex<State>,
     writer_cv: Condvar,
     space_cv: Condvar,
@@ -121,6 +132,13 @@ pub(crate) struct Shared {
     pub(crate) acked: AtomicU64,
     /// Why the log stopped, once it has.
     pub(crate) failure: OnceLock<LogError>,
+    /// Whether the writer is waiting for space to write the records it holds. Changed only
+    /// under the state mutex, so an append sees it set or is covered by `unknown_upto`.
+    stalled: AtomicBool,
+    /// The newest cause of a stall (kept after it ends, for the tickets it failed).
+    stall_cause: Mutex<Option<Arc<IoFailure>>>,
+    /// Tickets up to this sequence number fail with [`LogError::Stalled`] unless acknowledged.
+    unknown_upto: AtomicU64,
     pub(crate) waiters: Mutex<Waiters>,
     pub(crate) files: Mutex<Files>,
 }
@@ -135,6 +153,8 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub(crate) struct Active {
     pub(crate) file: Box<dyn WriteFile>,
     pub(crate) path: PathBuf,
+    /// Its length: what was written to it successfully.
+    pub(crate) len: u64,
 }
 
 impl Shared {
@@ -155,6 +175,7 @@ impl Shared {
             max_record_bytes: options.max_record_bytes,
             segment_bytes: options.segment_bytes,
             max_buffered_bytes: options.max_buffered_bytes,
+            retry_interval: options.retry_interval,
             state: Mutex::new(State {
                 buf: Vec::new(),
                 rotations: Vec::new(),
@@ -175,6 +196,9 @@ impl Shared {
             durable: AtomicU64::new(last),
             acked: AtomicU64::new(last),
             failure: OnceLock::new(),
+            stalled: AtomicBool::new(false),
+            stall_cause: Mutex::new(None),
+            unknown_upto: AtomicU64::new(0),
             waiters: Mutex::new(Waiters::default()),
             files: Mutex::new(files),
         }
@@ -195,6 +219,25 @@ impl Shared {
         self.durable.load(Ordering::Acquire)
     }
 
+    /// The error of a stall: the current one's cause, or the last one's.
+    pub(crate) fn stall_error(&self) -> Option<LogError> {
+        lock(&self.stall_cause).clone().map(LogError::Stalled)
+    }
+
+    /// The stall under way, if the writer is waiting for space.
+    pub(crate) fn stalled(&self) -> Option<LogError> {
+        if self.stalled.load(Ordering::Acquire) {
+            self.stall_error()
+        } else {
+            None
+        }
+    }
+
+    /// Whether a ticket ending at `seq` was failed by a stall.
+    pub(crate) fn failed_by_stall(&self, seq: u64) -> bool {
+        seq <= self.unknown_upto.load(Ordering::Acquire)
+    }
+
     fn check_failed(&self) -> Result<(), LogError> {
         match self.failure.get() {
             Some(e) => Err(e.clone()),
@@ -211,7 +254,12 @@ impl Shared {
     ) -> Result<Ticket, LogError> {
         let mut st = lock(&self.state);
         self.check_failed()?;
-        while st.buf.len() >= self.max_buffered_bytes && !st.stopped {
+        // A stalled writer takes nothing until space returns: only the appends that passed
+        // `stalled()` just before the stall get here, and they must not wait for it.
+        while st.buf.len() >= self.max_buffered_bytes
+            && !st.stopped
+            && !self.stalled.load(Ordering::Acquire)
+        {
             st.blocked_appenders += 1;
             st = self
                 .space_cv
@@ -258,6 +306,9 @@ impl Shared {
         }
         let last = st.next_seq - 1;
         self.last_seq.store(last, Ordering::Release);
+        if self.stalled.load(Ordering::Acquire) {
+            self.unknown_upto.fetch_max(last, Ordering::AcqRel);
+        }
         if st.writer_idle && last >= first {
             st.writer_idle = false;
             self.writer_cv.notify_one();
@@ -279,6 +330,9 @@ impl Shared {
         }
         while self.durable_seq() < target {
             self.check_failed()?;
+            if let Some(stall) = self.stalled() {
+                return Err(stall);
+            }
             if st.stopped {
                 return Err(LogError::WriterStopped);
             }
@@ -298,6 +352,41 @@ impl Shared {
         st.closing = true;
         st.writer_idle = false;
         self.writer_cv.notify_one();
+    }
+
+    /// Marks the log stalled by `cause` and fails every ticket issued so far with it.
+    fn stall(&self, cause: Arc<IoFailure>) {
+        *lock(&self.stall_cause) = Some(cause);
+        {
+            let st = lock(&self.state);
+            self.stalled.store(true, Ordering::Release);
+            self.unknown_upto
+                .fetch_max(st.next_seq - 1, Ordering::AcqRel);
+            self.space_cv.notify_all();
+            self.synced_cv.notify_all();
+        }
+        self.wake(u64::MAX);
+    }
+
+    /// Ends a stall: the writer wrote what it held.
+    fn resume(&self) {
+        let _st = lock(&self.state);
+        self.stalled.store(false, Ordering::Release);
+    }
+
+    /// Sleeps `retry_interval` (less when a close is asked for); returns whether the log is
+    /// closing.
+    fn wait_retry(&self) -> bool {
+        let st = lock(&self.state);
+        if st.closing {
+            return true;
+        }
+        let st = self
+            .writer_cv
+            .wait_timeout(st, self.retry_interval)
+            .unwrap_or_else(PoisonError::into_inner)
+            .0;
+        st.closing
     }
 
     /// Records `failure` as the log's cause of death and fails everything pending.
@@ -331,6 +420,8 @@ pub(crate) fn run(shared: Arc<Shared>, active: Active) {
         active,
         buf: Vec::new(),
         rotations: Vec::new(),
+        pos: 0,
+        next_rotation: 0,
         unsynced_since: None,
     };
     if let Err(failure) = writer.run() {
@@ -364,6 +455,10 @@ struct Writer {
     /// The group being written; swapped with the appenders' buffer.
     buf: Vec<u8>,
     rotations: Vec<Rotation>,
+    /// How much of `buf` is written (a group a full disk interrupted is resumed there).
+    pos: usize,
+    /// The first rotation of `rotations` not done yet.
+    next_rotation: usize,
     /// When the oldest write not yet covered by an fdatasync happened.
     unsynced_since: Option<Instant>,
 }
@@ -379,7 +474,7 @@ impl Writer {
     fn run(&mut self) -> Result<(), IoFailure> {
         loop {
             let round = self.next_round();
-            self.write_group()?;
+            self.write_group_retrying()?;
             let shared = &self.shared;
             let wrote = round.last > shared.written_seq();
             if wrote {
@@ -467,19 +562,45 @@ impl Writer {
         }
     }
 
-    /// Writes the taken buffer, rotating segments where the appenders marked it.
-    fn write_group(&mut self) -> Result<(), IoFailure> {
-        let mut from = 0;
-        let rotations = mem::take(&mut self.rotations);
-        for rotation in &rotations {
-            self.write(from, rotation.at)?;
-            self.rotate(rotation.first_seq)?;
-            from = rotation.at;
+    /// Writes the taken buffer; while the disk is full, stalls the log and tries again every
+    /// `retry_interval` (see the module doc). Closing gives up after one more try.
+    fn write_group_retrying(&mut self) -> Result<(), IoFailure> {
+        let mut stalled = false;
+        let mut closing = false;
+        loop {
+            match self.write_group() {
+                Ok(()) => {
+                    if stalled {
+                        self.shared.resume();
+                    }
+                    return Ok(());
+                }
+                Err(failure) if failure.is_out_of_space() && !closing => {
+                    if !stalled {
+                        stalled = true;
+                        self.shared.stall(Arc::new(failure));
+                    }
+                    closing = self.shared.wait_retry();
+                }
+                Err(failure) => return Err(failure),
+            }
         }
-        self.write(from, self.buf.len())?;
+    }
+
+    /// Writes the taken buffer from where it stopped, rotating segments where the appenders
+    /// marked it.
+    fn write_group(&mut self) -> Result<(), IoFailure> {
+        while let Some(&rotation) = self.rotations.get(self.next_rotation) {
+            self.write(self.pos, rotation.at)?;
+            self.pos = rotation.at;
+            self.rotate(rotation.first_seq)?;
+            self.next_rotation += 1;
+        }
+        self.write(self.pos, self.buf.len())?;
         self.buf.clear();
-        self.rotations = rotations;
         self.rotations.clear();
+        self.pos = 0;
+        self.next_rotation = 0;
         Ok(())
     }
 
@@ -487,10 +608,19 @@ impl Writer {
         if from == to {
             return Ok(());
         }
-        self.active
-            .file
-            .write_all(&self.buf[from..to])
-            .ctx(IoOp::WriteSegment, &self.active.path)?;
+        if let Err(e) = self.active.file.write_all(&self.buf[from..to]) {
+            let failure = IoFailure::new(IoOp::WriteSegment, &self.active.path, e);
+            if failure.is_out_of_space() {
+                // Part of the frames may be on disk: cut them, so that the retry (or a
+                // restart) finds the segment as it was before this write.
+                self.active
+                    .file
+                    .truncate(self.active.len)
+                    .ctx(IoOp::Truncate, &self.active.path)?;
+            }
+            return Err(failure);
+        }
+        self.active.len += (to - from) as u64;
         let mut files = lock(&self.shared.files);
         if let Some(segment) = files.segments.last_mut() {
             segment.bytes += (to - from) as u64;
@@ -518,7 +648,7 @@ impl Writer {
             path: path.clone(),
             bytes: 0,
         });
-        self.active = Active { file, path };
+        self.active = Active { file, path, len: 0 };
         Ok(())
     }
 }

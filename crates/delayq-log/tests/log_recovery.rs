@@ -324,6 +324,34 @@ fn a_damaged_end_with_no_older_snapshot_to_fall_back_on_is_reported_as_such() {
 }
 
 #[test]
+fn a_damaged_snapshot_whose_records_no_segment_holds_stops_the_open() {
+    // Found by fuzzing (fuzz/crashes/log_snapshot/): the records a skipped snapshot covered
+    // were silently missing when no segment reached as far as it did.
+    let dir = tempfile::tempdir().unwrap();
+    let (log, _, _) = open(dir.path(), LogOptions::default()).unwrap();
+    let state: Vec<Vec<u8>> = (0..5).map(|i| record(i, 20)).collect();
+    for r in &state {
+        log.append(r).unwrap();
+    }
+    log.write_snapshot(5, &state).unwrap();
+    log.close().unwrap();
+    // The segment is lost and the snapshot's end damaged.
+    for segment in files_with(dir.path(), ".seg") {
+        fs::remove_file(segment).unwrap();
+    }
+    let snapshot = files_with(dir.path(), ".snap").pop().unwrap();
+    let len = fs::metadata(&snapshot).unwrap().len();
+    flip_byte(&snapshot, len - 3);
+    match open(dir.path(), LogOptions::default()) {
+        Err(OpenError::Corrupt(c)) => assert_eq!(c.file, snapshot),
+        other => panic!(
+            "opened without the snapshot's records: {:?}",
+            other.map(|r| r.2.all())
+        ),
+    }
+}
+
+#[test]
 fn leftover_temporary_snapshot_files_are_removed() {
     let dir = tempfile::tempdir().unwrap();
     fill(dir.path(), 5);

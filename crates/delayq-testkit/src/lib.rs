@@ -7,13 +7,19 @@
 //! [`RedisSentinel`] a master, a replica and 3 sentinels, for failover tests.
 //!
 //! [`history`] records what clients did and saw, and checks delayq's promises over it.
+//! [`SmallFs`] is a small tmpfs of the test's own, to fill up for real. [`FaultProxy`] sits
+//! between a client and a server and injects network faults on command.
 
 mod cluster;
+mod fault_proxy;
 pub mod history;
 mod sentinel;
+mod small_fs;
 
 pub use cluster::RedisCluster;
+pub use fault_proxy::{FaultProxy, Faults};
 pub use sentinel::RedisSentinel;
+pub use small_fs::SmallFs;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

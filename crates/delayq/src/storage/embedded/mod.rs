@@ -26,6 +26,38 @@
 
 mod codec;
 
+/// Entry points for the fuzz targets of `crates/delayq-fuzz` and their replay tests; not a
+/// stable API.
+#[doc(hidden)]
+pub mod fuzzing {
+    use super::codec::{self, Change};
+
+    /// Decodes `bytes` as a log or snapshot record. A record that decodes must encode back
+    /// to bytes that decode to the same change and encode to the same bytes; this panics
+    /// when it does not (a codec bug). Returns the decoding error of damaged input.
+    pub fn record_round_trip(bytes: &[u8]) -> Result<(), String> {
+        let change = codec::decode(bytes).map_err(|e| e.to_string())?;
+        let mut again = Vec::new();
+        match &change {
+            Change::Put { topic, record } => codec::encode_put(&mut again, topic, record),
+            Change::Remove { topic, id } => codec::encode_remove(&mut again, topic, id),
+        }
+        let decoded = codec::decode(&again)
+            .unwrap_or_else(|e| panic!("a re-encoded record does not decode: {e}"));
+        assert_eq!(
+            decoded, change,
+            "a record changed through encode and decode"
+        );
+        let mut third = Vec::new();
+        match &decoded {
+            Change::Put { topic, record } => codec::encode_put(&mut third, topic, record),
+            Change::Remove { topic, id } => codec::encode_remove(&mut third, topic, id),
+        }
+        assert_eq!(third, again, "encoding is not stable");
+        Ok(())
+    }
+}
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -410,6 +442,9 @@ impl Journal for LogJournal {
                 "an earlier write failed; the data directory needs attention (see the log)",
             ));
         }
+        if let Some(stall) = self.log.stalled() {
+            return Err(out_of_space(self.log.dir(), &stall));
+        }
         Ok(())
     }
 
@@ -474,6 +509,11 @@ impl Journal for LogJournal {
             Err(e) => Err(e),
         };
         outcome.map_err(|e| {
+            if e.kind() == delayq_log::ErrorKind::OutOfSpace {
+                // Not fatal: the log keeps the records and writes them once space returns.
+                tracing::warn!(dir = %ticket.dir.display(), error = %e, "no space to write the log; changes are refused until space is freed");
+                return out_of_space(&ticket.dir, &e);
+            }
             ticket.failed.store(true, Ordering::Release);
             tracing::error!(dir = %ticket.dir.display(), error = %e, "a log write failed; refusing further changes");
             storage_error("writing the log", &ticket.dir, e)
@@ -485,6 +525,30 @@ impl Journal for LogJournal {
             .sync()
             .map_err(|e| storage_error("making the log durable", self.log.dir(), e))
     }
+}
+
+/// The answer to a change while a shard's log is stalled for lack of space: a retryable
+/// [`Error::Unavailable`] whose operation names the file relative to the data directory (the
+/// client may see it; the full path goes to the server's log) and whose cause is the OS error.
+fn out_of_space(shard_dir: &Path, stall: &delayq_log::LogError) -> Error {
+    let data_dir = shard_dir.parent().unwrap_or(shard_dir);
+    let (file, cause) = match stall.io_failure() {
+        Some(f) => (
+            f.path()
+                .strip_prefix(data_dir)
+                .unwrap_or(f.path())
+                .display()
+                .to_string(),
+            f.io_error().to_string(),
+        ),
+        None => (shard_dir.display().to_string(), stall.to_string()),
+    };
+    Error::unavailable(
+        format!(
+            "writing the log file {file} of the data directory (no space left; writes resume by themselves once space is freed)"
+        ),
+        cause,
+    )
 }
 
 /// Snapshots every shard that asked for one, when woken, until told to stop.
@@ -504,6 +568,11 @@ async fn snapshotter(
         for index in 0..engine.shard_count() {
             if let Err(e) = snapshot_shard(&engine, index, false).await {
                 tracing::error!(shard = index, error = %e, "snapshot failed; the log keeps growing until one succeeds");
+                // Ask again with the shard's next change rather than after another threshold.
+                engine.with_shard_at(index, |shard| {
+                    let journal = &mut shard.journal;
+                    journal.since_snapshot = journal.since_snapshot.max(journal.snapshot_min_bytes);
+                });
             }
         }
     }
