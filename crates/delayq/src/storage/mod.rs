@@ -32,7 +32,7 @@ use delayq_core::{
 };
 
 use crate::clock::Clock;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::metrics::Metrics;
 use crate::waiters::Waiters;
 
@@ -127,90 +127,52 @@ pub trait Storage: Send + Sync + 'static {
         topics: &[String],
         max: usize,
         auto_finish: bool,
-    ) -> Result<Vec<Delivery>> {
-        let _ = (topics, max, auto_finish);
-        Err(not_built("pop over several topics"))
-    }
+    ) -> Result<Vec<Delivery>>;
 
     /// ACTIVE → DEAD with the reason "buried" (rule 13).
-    async fn bury(&self, topic: &str, id: &str, options: BuryOptions) -> Result<()> {
-        let _ = (topic, id, options);
-        Err(not_built("bury"))
-    }
+    async fn bury(&self, topic: &str, id: &str, options: BuryOptions) -> Result<()>;
 
     /// DELAYED or READY → due at `due_ms` (READY at once when it has passed), keeping body,
     /// id and retries (rule 15). Returns the new state.
-    async fn reschedule(&self, topic: &str, id: &str, due_ms: Millis) -> Result<State> {
-        let _ = (topic, id, due_ms);
-        Err(not_built("reschedule"))
-    }
+    async fn reschedule(&self, topic: &str, id: &str, due_ms: Millis) -> Result<State>;
 
     /// beanstalkd's `kick n`: up to `max` DEAD tasks of `topic` → READY (oldest buried
     /// first); if the topic has none, up to `max` DELAYED tasks → READY (earliest due first).
     /// Returns how many moved.
-    async fn kick(&self, topic: &str, max: u64) -> Result<u64> {
-        let _ = (topic, max);
-        Err(not_built("kick"))
-    }
+    async fn kick(&self, topic: &str, max: u64) -> Result<u64>;
 
     /// beanstalkd's `kick-job`: one DEAD or DELAYED task → READY.
-    async fn kick_job(&self, topic: &str, id: &str) -> Result<()> {
-        let _ = (topic, id);
-        Err(not_built("kick-job"))
-    }
+    async fn kick_job(&self, topic: &str, id: &str) -> Result<()>;
 
     /// Pauses `topic` until `until_ms` (or until resumed when `None`), rule 14. Pausing a
     /// paused topic sets the new end.
-    async fn pause(&self, topic: &str, until_ms: Option<Millis>) -> Result<()> {
-        let _ = (topic, until_ms);
-        Err(not_built("pause"))
-    }
+    async fn pause(&self, topic: &str, until_ms: Option<Millis>) -> Result<()>;
 
     /// Ends the pause of `topic` (nothing when it is not paused).
-    async fn resume(&self, topic: &str) -> Result<()> {
-        let _ = topic;
-        Err(not_built("resume"))
-    }
+    async fn resume(&self, topic: &str) -> Result<()>;
 
     /// The next task of `topic` in `state` without taking it: READY in pop order, DELAYED
     /// earliest due first, DEAD oldest first (beanstalkd's peek-ready/-delayed/-buried).
-    async fn peek(&self, topic: &str, state: State) -> Result<Option<TaskInfo>> {
-        let _ = (topic, state);
-        Err(not_built("peek"))
-    }
+    async fn peek(&self, topic: &str, state: State) -> Result<Option<TaskInfo>>;
 
     /// The topics that hold a task with this id, in name order (beanstalkd's job ids name no
     /// tube).
-    async fn locate(&self, id: &str) -> Result<Vec<String>> {
-        let _ = id;
-        Err(not_built("locate"))
-    }
+    async fn locate(&self, id: &str) -> Result<Vec<String>>;
 
     /// The next number of the job id counter: 1 on a fresh data directory (embedded) or Redis
     /// deployment, never repeated, durable.
-    async fn next_job_id(&self) -> Result<u64> {
-        Err(not_built("job ids"))
-    }
+    async fn next_job_id(&self) -> Result<u64>;
 
     /// Stores `value` under (`namespace`, `key`) durably, replacing what was there: the
     /// settings that live beside the tasks (push targets, schedules), shared by every instance
     /// in Redis mode.
-    async fn put_meta(&self, namespace: &str, key: &str, value: Vec<u8>) -> Result<()> {
-        let _ = (namespace, key, value);
-        Err(not_built("settings storage"))
-    }
+    async fn put_meta(&self, namespace: &str, key: &str, value: Vec<u8>) -> Result<()>;
 
     /// Every (key, value) stored under `namespace`, in key order.
-    async fn list_meta(&self, namespace: &str) -> Result<Vec<(String, Vec<u8>)>> {
-        let _ = namespace;
-        Err(not_built("settings storage"))
-    }
+    async fn list_meta(&self, namespace: &str) -> Result<Vec<(String, Vec<u8>)>>;
 
     /// Removes (`namespace`, `key`); whether it was there.
-    async fn delete_meta(&self, namespace: &str, key: &str) -> Result<bool> {
-        let _ = (namespace, key);
-        Err(not_built("settings storage"))
-    }
+    async fn delete_meta(&self, namespace: &str, key: &str) -> Result<bool>;
 
     /// ACTIVE → FINISHED.
     async fn finish(&self, topic: &str, id: &str, receipt: Option<&str>) -> Result<()>;
@@ -260,11 +222,3 @@ pub trait Storage: Send + Sync + 'static {
     async fn shutdown(&self) -> Result<()>;
 }
 
-/// The error of an operation a backend does not offer yet.
-// TODO(issue 11): every backend implements every operation; then this goes.
-fn not_built(op: &str) -> Error {
-    Error::invalid(
-        "operation",
-        format!("{op} is not built for this storage backend yet"),
-    )
-}

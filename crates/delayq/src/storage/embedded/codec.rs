@@ -131,6 +131,22 @@ fn unzigzag(v: u64) -> i64 {
     ((v >> 1) as i64) ^ -((v & 1) as i64)
 }
 
+/// Appends the encoding of any decoded `change` to `out`: what [`decode`] read, written back.
+pub fn encode(out: &mut Vec<u8>, change: &Change<'_>) {
+    match change {
+        Change::Put { topic, record } => encode_put(out, topic, record),
+        Change::Remove { topic, id } => encode_remove(out, topic, id),
+        Change::Pause { topic, pause } => encode_pause(out, topic, *pause),
+        Change::MetaPut {
+            namespace,
+            key,
+            value,
+        } => encode_meta_put(out, namespace, key, value),
+        Change::MetaDelete { namespace, key } => encode_meta_delete(out, namespace, key),
+        Change::JobIds { reserved } => encode_job_ids(out, *reserved),
+    }
+}
+
 /// Appends the `Put` form of `record` of `topic` to `out`.
 pub fn encode_put(out: &mut Vec<u8>, topic: &str, r: &Record) {
     out.push(PUT);
