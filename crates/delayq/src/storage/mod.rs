@@ -221,4 +221,3 @@ pub trait Storage: Send + Sync + 'static {
     /// [`crate::Error::ShuttingDown`].
     async fn shutdown(&self) -> Result<()>;
 }
-
