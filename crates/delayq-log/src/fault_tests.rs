@@ -459,8 +459,12 @@ fn run_case(policy: FsyncPolicy, fault: Fault, ops: Vec<Op>, crash_machine: bool
     let failed = log.stats().failed;
     assert_eq!(failed, reported.log_failed.is_some());
     if let Some(errno) = storage.fired() {
+        // A lack of space that passed (a creation refused once) may be retried away before
+        // any ticket is looked at: then the log just goes on, and the checks below show
+        // that nothing was lost.
+        let absorbed = errno == ENOSPC && !failed && !log.stats().stalled;
         assert!(
-            failed || reported.snapshot_failed || reported.stalled,
+            failed || reported.snapshot_failed || reported.stalled || absorbed,
             "fault fired (errno {errno}) but nothing reported it"
         );
     }

@@ -23,7 +23,20 @@ async fn open(dir: &Path) -> (Queue, Arc<EmbeddedStorage>) {
     let options = EmbeddedOptions::new(dir)
         .fsync(FsyncPolicy::Always)
         .shards(1);
-    let (storage, _) = embedded::start(ctx.clone(), options).await.expect("start");
+    // A child process forked by another test of this binary (mount, umount) holds a copy of
+    // the log's lock file until it execs; a reopen in that instant finds the lock still
+    // taken. Such a moment passes within milliseconds.
+    let mut tries = 0;
+    let storage = loop {
+        match embedded::start(ctx.clone(), options.clone()).await {
+            Ok((storage, _)) => break storage,
+            Err(e) if tries < 50 && e.to_string().contains("in use") => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("start: {e}"),
+        }
+    };
     (Queue::new(storage.clone(), ctx), storage)
 }
 
