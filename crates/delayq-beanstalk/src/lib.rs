@@ -24,4 +24,7 @@ pub mod server;
 /// The beanstalkd version whose protocol this crate speaks, shown as `version` by `stats`.
 pub const PROTOCOL_VERSION: &str = "1.12";
 
-pub use server::{BeanstalkAddr, BeanstalkError, BeanstalkOptions, BeanstalkServer, Control};
+pub use server::{
+    BeanstalkAddr, BeanstalkError, BeanstalkOptions, BeanstalkServer, Control,
+    DEFAULT_MAX_CONNECTIONS, DEFAULT_READ_TIMEOUT_MS,
+};

@@ -207,10 +207,27 @@ pub async fn run(
     };
     let beanstalk = match &config.beanstalk {
         Some(b) => {
-            let options =
-                delayq_beanstalk::BeanstalkOptions::default().max_job_size(b.max_job_size);
+            let options = delayq_beanstalk::BeanstalkOptions::default()
+                .max_job_size(b.max_job_size)
+                .max_connections(b.max_connections)
+                .read_timeout_ms(b.read_timeout_ms)
+                .idle_timeout_ms(b.idle_timeout_ms);
+            // `--beanstalk-tls on` was refused at start without a certificate.
+            let acceptor = match config.tls.as_ref().filter(|_| b.tls) {
+                Some(t) => match tls::beanstalk_acceptor(t) {
+                    Ok(a) => Some(a),
+                    Err(e) => {
+                        let _ = queue.shutdown().await;
+                        return Err(e);
+                    }
+                },
+                None => None,
+            };
             match delayq_beanstalk::BeanstalkServer::bind(&b.listen, queue.clone(), options).await {
-                Ok(server) => Some(server),
+                Ok(server) => Some(match acceptor {
+                    Some(a) => server.with_tls(a),
+                    None => server,
+                }),
                 Err(e) => {
                     let _ = queue.shutdown().await;
                     return Err(e.into());

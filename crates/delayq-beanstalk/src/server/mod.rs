@@ -7,6 +7,11 @@
 //! connections use and watch, the command counters of `stats`, the job-id aliases of tasks
 //! whose ids are not numbers) lives in [`Shared`], in process memory, like beanstalkd's own.
 //!
+//! The listener holds at most `max_connections` connections: one past the cap is accepted
+//! and closed at once. With [`BeanstalkServer::with_tls`] every connection is a TLS one (the
+//! handshake runs in the connection's task, within the read timeout). The timeouts of a
+//! connection are the [`session`]'s.
+//!
 //! Shutdown has two steps. [`Control::drain`] puts the server in drain mode (beanstalkd's
 //! SIGUSR1): a `put` is answered `DRAINING`, everything else works, so workers can finish
 //! what they hold. [`Control::close`] then stops accepting, and every session gives back the
@@ -72,12 +77,29 @@ impl std::fmt::Display for BeanstalkAddr {
 pub struct BeanstalkOptions {
     /// The largest job body a `put` may send (beanstalkd's `-z`, 65 535 by default).
     pub max_job_size: u32,
+    /// Most connections open at once; a connection past it is accepted and closed at once.
+    pub max_connections: usize,
+    /// How long a command line may take from its first byte, a job body from the end of its
+    /// `put` line, a reply to be taken by the client, and a TLS handshake; then the
+    /// connection is closed.
+    pub read_timeout_ms: u64,
+    /// How long a connection may send nothing while not in a `reserve` before it is closed;
+    /// 0 (the default, as in beanstalkd) never closes it.
+    pub idle_timeout_ms: u64,
 }
+
+/// The default of [`BeanstalkOptions::max_connections`].
+pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+/// The default of [`BeanstalkOptions::read_timeout_ms`].
+pub const DEFAULT_READ_TIMEOUT_MS: u64 = 30_000;
 
 impl Default for BeanstalkOptions {
     fn default() -> Self {
         BeanstalkOptions {
             max_job_size: DEFAULT_MAX_JOB_SIZE,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            read_timeout_ms: DEFAULT_READ_TIMEOUT_MS,
+            idle_timeout_ms: 0,
         }
     }
 }
@@ -86,6 +108,25 @@ impl BeanstalkOptions {
     /// Sets the largest job body.
     pub fn max_job_size(mut self, bytes: u32) -> Self {
         self.max_job_size = bytes;
+        self
+    }
+
+    /// Sets the most connections open at once (at least 1).
+    pub fn max_connections(mut self, n: usize) -> Self {
+        self.max_connections = n.max(1);
+        self
+    }
+
+    /// Sets the time allowed for a command line, a job body, taking a reply and a TLS
+    /// handshake (at least 1 ms).
+    pub fn read_timeout_ms(mut self, ms: u64) -> Self {
+        self.read_timeout_ms = ms.max(1);
+        self
+    }
+
+    /// Sets the idle timeout; 0 turns it off.
+    pub fn idle_timeout_ms(mut self, ms: u64) -> Self {
+        self.idle_timeout_ms = ms;
         self
     }
 }
@@ -110,6 +151,8 @@ pub(crate) struct Counters {
     pub cmd: [AtomicU64; CMD_COUNT],
     pub total_jobs: AtomicU64,
     pub total_connections: AtomicU64,
+    /// Connections closed at once because `max_connections` were open.
+    pub refused_connections: AtomicU64,
     pub current_connections: AtomicU64,
     pub current_producers: AtomicU64,
     pub current_workers: AtomicU64,
@@ -229,6 +272,8 @@ pub struct BeanstalkServer {
     sockets: Sockets,
     shared: Arc<Shared>,
     control: Control,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    slots: Arc<tokio::sync::Semaphore>,
 }
 
 impl std::fmt::Debug for BeanstalkServer {
@@ -280,6 +325,7 @@ impl BeanstalkServer {
             started: Instant::now(),
             instance: instance_id(),
         });
+        let slots = Arc::new(tokio::sync::Semaphore::new(shared.options.max_connections));
         BeanstalkServer {
             sockets,
             shared,
@@ -287,7 +333,16 @@ impl BeanstalkServer {
                 draining,
                 close: watch::Sender::new(false),
             },
+            tls: None,
+            slots,
         }
+    }
+
+    /// Speaks TLS on every connection (TCP and Unix alike), with `acceptor`'s certificate.
+    /// The handshake must finish within the read timeout.
+    pub fn with_tls(mut self, acceptor: tokio_rustls::TlsAcceptor) -> Self {
+        self.tls = Some(acceptor);
+        self
     }
 
     /// The bound address.
@@ -315,39 +370,92 @@ impl BeanstalkServer {
                 Some(_) = sessions.join_next(), if !sessions.is_empty() => continue,
                 a = accept(&self.sockets) => a,
             };
-            match accepted {
-                Ok(Conn::Tcp(stream)) => {
-                    // beanstalkd sets TCP_NODELAY: replies are small and must not wait.
-                    let _ = stream.set_nodelay(true);
-                    let (r, w) = stream.into_split();
-                    sessions.spawn(session::run(
-                        Arc::clone(&self.shared),
-                        r,
-                        w,
-                        self.control.close.subscribe(),
-                    ));
-                }
-                Ok(Conn::Unix(stream)) => {
-                    let (r, w) = stream.into_split();
-                    sessions.spawn(session::run(
-                        Arc::clone(&self.shared),
-                        r,
-                        w,
-                        self.control.close.subscribe(),
-                    ));
-                }
+            let conn = match accepted {
+                Ok(conn) => conn,
                 Err(e) => {
                     // Out of file descriptors and the like: wait a moment, as the HTTP
                     // listener does, instead of spinning.
                     tracing::warn!(error = %e, "beanstalk listener: accept failed");
                     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
                 }
-            }
+            };
+            // Past the cap the connection is closed at once rather than left in the backlog:
+            // beanstalkd has no "busy" reply, and a client sees a closed connection at once
+            // (and may try again) where a connection waiting in the backlog looks open.
+            let Ok(permit) = Arc::clone(&self.slots).try_acquire_owned() else {
+                self.shared
+                    .counters
+                    .refused_connections
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(
+                    max = self.shared.options.max_connections,
+                    "beanstalk connection refused: too many open"
+                );
+                drop(conn);
+                continue;
+            };
+            let shared = Arc::clone(&self.shared);
+            let close = self.control.close.subscribe();
+            let tls = self.tls.clone();
+            sessions.spawn(async move {
+                serve_conn(shared, conn, tls, close).await;
+                drop(permit);
+            });
         }
         while sessions.join_next().await.is_some() {}
         if let Sockets::Unix(_, path) = &self.sockets {
             let _ = std::fs::remove_file(path);
         }
+    }
+}
+
+/// Runs one session on `conn`, after a TLS handshake when `tls` is set.
+async fn serve_conn(
+    shared: Arc<Shared>,
+    conn: Conn,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    close: watch::Receiver<bool>,
+) {
+    match (conn, tls) {
+        (Conn::Tcp(stream), None) => {
+            // beanstalkd sets TCP_NODELAY: replies are small and must not wait.
+            let _ = stream.set_nodelay(true);
+            let (r, w) = stream.into_split();
+            session::run(shared, r, w, close).await;
+        }
+        (Conn::Unix(stream), None) => {
+            let (r, w) = stream.into_split();
+            session::run(shared, r, w, close).await;
+        }
+        (Conn::Tcp(stream), Some(tls)) => {
+            let _ = stream.set_nodelay(true);
+            tls_session(shared, stream, tls, close).await;
+        }
+        (Conn::Unix(stream), Some(tls)) => tls_session(shared, stream, tls, close).await,
+    }
+}
+
+async fn tls_session<S>(
+    shared: Arc<Shared>,
+    stream: S,
+    tls: tokio_rustls::TlsAcceptor,
+    close: watch::Receiver<bool>,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send,
+{
+    let ms = shared.options.read_timeout_ms;
+    let limit = std::time::Duration::from_millis(ms);
+    match tokio::time::timeout(limit, tls.accept(stream)).await {
+        Ok(Ok(stream)) => {
+            let (r, w) = tokio::io::split(stream);
+            session::run(shared, r, w, close).await;
+        }
+        Ok(Err(e)) => tracing::debug!(error = %e, "beanstalk TLS handshake failed"),
+        Err(_) => tracing::debug!(
+            read_timeout_ms = ms,
+            "beanstalk TLS handshake took longer than read_timeout_ms"
+        ),
     }
 }
 

@@ -18,10 +18,18 @@
 //! timeout passes (`TIMED_OUT`) or a held job enters the safety margin (`DEADLINE_SOON`).
 //! While it waits the session keeps reading the socket, so a client that goes away is noticed
 //! at once: the wait ends and the jobs the connection held go back to READY.
+//!
+//! Hostile clients are held to the listener's timeouts (beanstalkd has none): a command line
+//! must be complete within `read_timeout_ms` of its first byte, a job body within
+//! `read_timeout_ms` of the end of its `put` line, and a reply must be taken by the client
+//! within `read_timeout_ms`; else the connection is closed (a `put` cut this way adds
+//! nothing). With `idle_timeout_ms` set, a connection that sends nothing for that long while
+//! not in a `reserve` is closed too. A closed connection gives its jobs back as after `quit`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use delayq::{
     BuryOptions, Delivery, ErrorKind, MaxRetries, NewTask, PopOptions, ReleaseOptions, State,
@@ -71,6 +79,16 @@ struct Session<R, W> {
     producer: bool,
     worker: bool,
     close: watch::Receiver<bool>,
+    /// When the first byte of the unfinished command line in `lines` arrived.
+    partial_since: Option<Instant>,
+}
+
+/// Why a session cut its connection: the error its `serve` ends with.
+fn cut(what: &str, limit: &str, ms: u64) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!("{what} took longer than {limit} ({ms} ms); connection closed"),
+    )
 }
 
 /// Serves one connection until it closes, `quit`, or the listener closes; then gives back
@@ -99,6 +117,7 @@ where
         producer: false,
         worker: false,
         close,
+        partial_since: None,
     };
     if let Err(e) = s.serve().await {
         tracing::debug!(error = %e, "beanstalk connection ended");
@@ -115,6 +134,8 @@ where
         let mut buf = vec![0u8; READ_CHUNK];
         loop {
             while let Some(event) = self.lines.next_event() {
+                // What is left after a line arrived with it: its clock starts now.
+                self.partial_since = Some(Instant::now());
                 let flow = match event {
                     LineEvent::TooLong => {
                         self.reply(Reply::BadFormat);
@@ -127,12 +148,43 @@ where
                 }
             }
             self.flush().await?;
+            let options = &self.shared.options;
+            // An unfinished line must be completed in time; between commands, only an idle
+            // limit applies, when one is set.
+            let deadline = if self.lines.buffered() > 0 {
+                let since = *self.partial_since.get_or_insert_with(Instant::now);
+                let ms = options.read_timeout_ms;
+                Some((
+                    since + Duration::from_millis(ms),
+                    ("a command line", "read_timeout_ms", ms),
+                ))
+            } else {
+                self.partial_since = None;
+                let ms = options.idle_timeout_ms;
+                (ms > 0).then(|| {
+                    let limit = ("an idle connection", "idle_timeout_ms", ms);
+                    (Instant::now() + Duration::from_millis(ms), limit)
+                })
+            };
+            let sleep = async {
+                match deadline {
+                    Some((at, _)) => tokio::time::sleep_until(at.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
             let n = tokio::select! {
                 n = self.r.read(&mut buf) => n?,
                 _ = self.close.wait_for(|c| *c) => return Ok(()),
+                () = sleep => {
+                    let (what, limit, ms) = deadline.map(|(_, l)| l).unwrap_or_default();
+                    return Err(cut(what, limit, ms));
+                }
             };
             if n == 0 {
                 return Ok(());
+            }
+            if self.lines.buffered() == 0 {
+                self.partial_since = Some(Instant::now());
             }
             self.lines.feed(&buf[..n]);
         }
@@ -144,7 +196,11 @@ where
 
     async fn flush(&mut self) -> std::io::Result<()> {
         if !self.out.is_empty() {
-            self.w.write_all(&self.out).await?;
+            // A client that does not read its replies must not hold the session forever.
+            let ms = self.shared.options.read_timeout_ms;
+            tokio::time::timeout(Duration::from_millis(ms), self.w.write_all(&self.out))
+                .await
+                .map_err(|_| cut("a reply the client did not read", "read_timeout_ms", ms))??;
             self.out.clear();
         }
         Ok(())
@@ -155,10 +211,15 @@ where
     async fn read_exact_after_line(&mut self, n: usize) -> std::io::Result<Option<Vec<u8>>> {
         let mut data = self.lines.take(n);
         let mut buf = vec![0u8; READ_CHUNK];
+        let ms = self.shared.options.read_timeout_ms;
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(ms);
         while data.len() < n {
             let got = tokio::select! {
                 got = self.r.read(&mut buf) => got?,
                 _ = self.close.wait_for(|c| *c) => return Ok(None),
+                () = tokio::time::sleep_until(deadline) => {
+                    return Err(cut("a job body", "read_timeout_ms", ms));
+                }
             };
             if got == 0 {
                 return Ok(None);
@@ -941,7 +1002,8 @@ where
             self.shared.tubes.with(&tube, |t| t.watching -= 1);
             self.free_if_unused(&tube).await;
         }
-        let _ = self.w.shutdown().await;
+        let ms = self.shared.options.read_timeout_ms;
+        let _ = tokio::time::timeout(Duration::from_millis(ms), self.w.shutdown()).await;
     }
 }
 

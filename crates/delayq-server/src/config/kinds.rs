@@ -421,6 +421,18 @@ impl Named for StorageKind {
     ];
 }
 
+/// `--beanstalk-tls`: whether the beanstalk listener speaks TLS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BeanstalkTls {
+    Off,
+    On,
+}
+
+impl Named for BeanstalkTls {
+    const NAMES: &'static [(&'static str, Self)] =
+        &[("off", BeanstalkTls::Off), ("on", BeanstalkTls::On)];
+}
+
 /// `--fsync`: the policy without its interval, which is a setting of its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum FsyncMode {

@@ -218,6 +218,14 @@ pub struct BeanstalkConfig {
     pub listen: delayq_beanstalk::BeanstalkAddr,
     /// The largest job body a `put` may send.
     pub max_job_size: u32,
+    /// Most connections open at once.
+    pub max_connections: usize,
+    /// Time allowed for a command line, a job body, taking a reply, a TLS handshake (ms).
+    pub read_timeout_ms: u64,
+    /// Time a connection may send nothing outside a `reserve` (ms); 0: no limit.
+    pub idle_timeout_ms: u64,
+    /// Whether the listener speaks TLS with the server's certificate (`--beanstalk-tls on`).
+    pub tls: bool,
 }
 
 impl BeanstalkConfig {
@@ -226,6 +234,10 @@ impl BeanstalkConfig {
         BeanstalkConfig {
             listen,
             max_job_size: delayq_beanstalk::proto::DEFAULT_MAX_JOB_SIZE,
+            max_connections: delayq_beanstalk::DEFAULT_MAX_CONNECTIONS,
+            read_timeout_ms: delayq_beanstalk::DEFAULT_READ_TIMEOUT_MS,
+            idle_timeout_ms: 0,
+            tls: false,
         }
     }
 }
@@ -349,11 +361,25 @@ impl ServerConfig {
                 s.origin.max_body_bytes.name(),
             )));
         }
+        let tls = tls(&s)?;
+        let beanstalk_tls = s.beanstalk_tls == kinds::BeanstalkTls::On;
+        if beanstalk_tls && tls.is_none() {
+            return Err(ConfigError::Conflict(format!(
+                "{} is on but no certificate is given; the beanstalk listener uses the \
+                 certificate and key of {} and {}",
+                s.origin.beanstalk_tls.name(),
+                s.origin.tls_cert.name(),
+                s.origin.tls_key.name(),
+            )));
+        }
         let beanstalk = s.beanstalk_listen.clone().map(|listen| BeanstalkConfig {
             listen,
             max_job_size: s.beanstalk_max_job_size,
+            max_connections: s.beanstalk_max_connections,
+            read_timeout_ms: s.beanstalk_read_timeout_ms,
+            idle_timeout_ms: s.beanstalk_idle_timeout_ms,
+            tls: beanstalk_tls,
         });
-        let tls = tls(&s)?;
         let tokens = tokens(&s)?;
         Ok(ServerConfig {
             listen: s.listen,
@@ -590,6 +616,64 @@ mod tests {
             msg.contains("--redis-wait-timeout-ms") && msg.contains("DELAYQ_REDIS_WAIT_TIMEOUT_MS"),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn beanstalk_limits_and_tls_are_read_and_tls_needs_the_certificate() {
+        let c = resolve(&["--beanstalk-listen", "127.0.0.1:11300"]).unwrap();
+        let b = c.beanstalk.unwrap();
+        assert_eq!(
+            (
+                b.max_connections,
+                b.read_timeout_ms,
+                b.idle_timeout_ms,
+                b.tls
+            ),
+            (10_000, 30_000, 0, false)
+        );
+        let c = resolve(&[
+            "--beanstalk-listen",
+            "127.0.0.1:11300",
+            "--beanstalk-max-connections",
+            "5",
+            "--beanstalk-read-timeout-ms",
+            "700",
+            "--beanstalk-idle-timeout-ms",
+            "9000",
+            "--beanstalk-tls",
+            "on",
+            "--tls-cert",
+            "c.pem",
+            "--tls-key",
+            "k.pem",
+        ])
+        .unwrap();
+        let b = c.beanstalk.unwrap();
+        assert_eq!(
+            (
+                b.max_connections,
+                b.read_timeout_ms,
+                b.idle_timeout_ms,
+                b.tls
+            ),
+            (5, 700, 9000, true)
+        );
+        let msg = resolve(&[
+            "--beanstalk-listen",
+            "127.0.0.1:11300",
+            "--beanstalk-tls",
+            "on",
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(
+            msg.contains("--beanstalk-tls") && msg.contains("--tls-cert"),
+            "{msg}"
+        );
+        let msg = resolve(&["--beanstalk-read-timeout-ms", "0"])
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("--beanstalk-read-timeout-ms"), "{msg}");
     }
 
     #[test]

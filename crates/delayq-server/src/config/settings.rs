@@ -17,8 +17,8 @@ use delayq::core::validate::TEN_YEARS_MS;
 use delayq::{Limits, MaxRetries, TaskDefaults};
 
 use super::kinds::{
-    Addr, BeanstalkListen, Choice, FsPath, FsyncMode, Int, Kind, Optional, RedisUrl, Retries,
-    StorageKind, Tokens,
+    Addr, BeanstalkListen, BeanstalkTls, Choice, FsPath, FsyncMode, Int, Kind, Optional, RedisUrl,
+    Retries, StorageKind, Tokens,
 };
 use super::sources::{Names, Sources};
 use super::{ConfigError, LogFormat, TokenConfig};
@@ -172,6 +172,24 @@ settings! {
     /// `--max-body-bytes`.
     beanstalk_max_job_size: u32 = delayq_beanstalk::proto::DEFAULT_MAX_JOB_SIZE;
         "beanstalk-max-job-size", "DELAYQ_BEANSTALK_MAX_JOB_SIZE", "beanstalk.max_job_size", Int::bytes(0, 64 * MIB);
+    /// Most beanstalk connections open at once; one past it is accepted and closed at once
+    /// (beanstalkd has no "busy" reply). Counted apart from `--max-connections`.
+    beanstalk_max_connections: usize = delayq_beanstalk::DEFAULT_MAX_CONNECTIONS;
+        "beanstalk-max-connections", "DELAYQ_BEANSTALK_MAX_CONNECTIONS", "beanstalk.max_connections", Int::count(1, 1_000_000);
+    /// How long a beanstalk client may take to send a command line (from its first byte), a
+    /// job body (from the end of its `put` line), to take a reply, or to finish the TLS
+    /// handshake; a slower connection is closed (a cut `put` adds nothing).
+    beanstalk_read_timeout_ms: u64 = delayq_beanstalk::DEFAULT_READ_TIMEOUT_MS;
+        "beanstalk-read-timeout-ms", "DELAYQ_BEANSTALK_READ_TIMEOUT_MS", "beanstalk.read_timeout_ms", Int::ms(1, 3_600_000);
+    /// How long a beanstalk connection may send nothing while not in a `reserve` before it
+    /// is closed (giving back its jobs); 0 never closes it, as beanstalkd.
+    beanstalk_idle_timeout_ms: u64 = 0;
+        "beanstalk-idle-timeout-ms", "DELAYQ_BEANSTALK_IDLE_TIMEOUT_MS", "beanstalk.idle_timeout_ms", Int::ms(0, 86_400_000);
+    /// `on`: the beanstalk listener speaks TLS with the certificate and key of `--tls-cert`
+    /// and `--tls-key` (which it then needs). Off by default, as most beanstalk clients
+    /// speak plain TCP only.
+    beanstalk_tls: BeanstalkTls = BeanstalkTls::Off;
+        "beanstalk-tls", "DELAYQ_BEANSTALK_TLS", "beanstalk.tls", Choice::<BeanstalkTls>::of();
     /// Storage backend: `embedded` (durable), `memory` (nothing survives a restart), or
     /// `redis` (also given by `--redis` alone).
     storage: StorageKind = StorageKind::Embedded;

@@ -18,12 +18,24 @@ use crate::config::TlsConfig;
 /// is a client speaking plain HTTP (or nonsense).
 pub(crate) const HANDSHAKE_RECORD: u8 = 0x16;
 
-/// Builds the acceptor of `config`.
+/// Builds the HTTPS acceptor of `config` (ALPN `http/1.1`).
 pub(crate) fn acceptor(config: &TlsConfig) -> Result<TlsAcceptor, ServerError> {
+    let mut server = server_config(config)?;
+    server.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(TlsAcceptor::from(Arc::new(server)))
+}
+
+/// Builds the acceptor of the beanstalk listener: the same certificate and key, no ALPN
+/// (beanstalk clients offer none, and one that does must not be refused for it).
+pub(crate) fn beanstalk_acceptor(config: &TlsConfig) -> Result<TlsAcceptor, ServerError> {
+    Ok(TlsAcceptor::from(Arc::new(server_config(config)?)))
+}
+
+fn server_config(config: &TlsConfig) -> Result<rustls::ServerConfig, ServerError> {
     let certs = read_certs(&config.cert)?;
     let key = read_key(&config.key)?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut server = rustls::ServerConfig::builder_with_provider(provider)
+    rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| refused("setting up TLS with", &config.cert, e.to_string()))?
         .with_no_client_auth()
@@ -37,9 +49,7 @@ pub(crate) fn acceptor(config: &TlsConfig) -> Result<TlsAcceptor, ServerError> {
                     config.cert.display()
                 ),
             )
-        })?;
-    server.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(TlsAcceptor::from(Arc::new(server)))
+        })
 }
 
 fn refused(what: &'static str, path: &Path, reason: String) -> ServerError {
