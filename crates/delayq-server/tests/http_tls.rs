@@ -11,56 +11,12 @@ use std::time::Duration;
 use delayq_server::ServerConfig;
 use delayq_server::config::{StorageConfig, TlsConfig};
 use delayq_server::serve::ServerError;
+use listener::pki::{Pki, generate, https_client, write};
 use listener::{PATIENCE, Running, start};
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
-
-/// A test CA and a certificate it signed for `localhost` and `127.0.0.1`, as PEM.
-struct Pki {
-    ca: String,
-    cert: String,
-    key: String,
-}
-
-fn generate() -> Pki {
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "delayq test CA");
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = Issuer::new(ca_params, ca_key);
-    let key = KeyPair::generate().unwrap();
-    let params =
-        CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()]).unwrap();
-    let cert = params.signed_by(&key, &issuer).unwrap();
-    Pki {
-        ca: ca.pem(),
-        cert: cert.pem(),
-        key: key.serialize_pem(),
-    }
-}
-
-fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
-    let path = dir.join(name);
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
-/// A TLS client that trusts the test CA (and nothing else).
-fn client(ca: &str) -> reqwest::Client {
-    reqwest::Client::builder()
-        .use_rustls_tls()
-        .tls_built_in_root_certs(false)
-        .add_root_certificate(reqwest::Certificate::from_pem(ca.as_bytes()).unwrap())
-        .timeout(PATIENCE)
-        .build()
-        .unwrap()
-}
 
 /// A server with TLS from `pki`'s files in `dir`, and a client that trusts its CA.
 async fn start_tls(pki: &Pki, dir: &Path, configure: impl FnOnce(&mut ServerConfig)) -> Running {
@@ -73,7 +29,7 @@ async fn start_tls(pki: &Pki, dir: &Path, configure: impl FnOnce(&mut ServerConf
         configure(c);
     })
     .await
-    .with_client(client(&pki.ca))
+    .with_client(https_client(&pki.ca))
 }
 
 #[tokio::test]
