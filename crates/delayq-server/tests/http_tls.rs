@@ -5,7 +5,7 @@
 
 mod listener;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use delayq_server::ServerConfig;
