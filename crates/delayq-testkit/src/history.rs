@@ -401,6 +401,17 @@ impl Recorder {
         event.outcome = outcome;
     }
 
+    /// Records that `call` completed now with `outcome`, naming the operation as the answer
+    /// showed it: a beanstalk `put` learns its task's id (the job id) only from the reply.
+    pub fn complete_as(&self, call: Call, op: Op, outcome: Outcome) {
+        let now = now_us();
+        let mut events = self.events.lock().unwrap_or_else(PoisonError::into_inner);
+        let event = &mut events[call.index];
+        event.op = op;
+        event.completed_us = now;
+        event.outcome = outcome;
+    }
+
     /// A copy of everything recorded so far (calls in flight stay unknown, in flight).
     pub fn history(&self) -> History {
         let events = self.events.lock().unwrap_or_else(PoisonError::into_inner);
