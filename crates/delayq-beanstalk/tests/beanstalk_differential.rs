@@ -337,6 +337,31 @@ fn hand_written() -> Vec<(&'static str, Vec<Step>)> {
             ],
         ),
         (
+            "reserve-job of ready, delayed, buried and paused jobs",
+            vec![
+                raw(0, b"put 5 0 100 1\r\na\r\n", 3000),
+                raw(0, b"put 6 0 100 1\r\nb\r\n", 3000),
+                raw(0, b"put 7 100 100 1\r\nc\r\n", 3000),
+                c(0, "reserve-job 2"),
+                c(1, "reserve-job 2"),
+                c(1, "reserve-job 3"),
+                c(1, "stats-job 3"),
+                c(0, "bury 2 9"),
+                c(1, "reserve-job 2"),
+                c(1, "stats-job 2"),
+                c(1, "release 2 9 0"),
+                c(0, "pause-tube default 100"),
+                c(0, "reserve-job 1"),
+                c(0, "stats-tube default"),
+                c(0, "delete 1"),
+                c(0, "reserve-job 1"),
+                c(1, "reserve-job 99"),
+                c(1, "reserve-job 0"),
+                c(1, "reserve-job -1"),
+                c(0, "stats"),
+            ],
+        ),
+        (
             "deadline soon",
             vec![
                 raw(0, b"put 0 0 1 1\r\na\r\n", 3000),
@@ -444,6 +469,7 @@ fn random_sequence(seed: u64, len: usize) -> Vec<Step> {
             16 => c(conn, &format!("ignore {tube}")),
             17 => c(conn, &format!("stats-job {id}")),
             18 => c(conn, &format!("stats-tube {tube}")),
+            19 if rng.below(2) == 0 => c(conn, &format!("reserve-job {id}")),
             _ => c(
                 conn,
                 [

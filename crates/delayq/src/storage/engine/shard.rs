@@ -714,6 +714,33 @@ impl<J: Journal> Shard<J> {
         Ok(())
     }
 
+    /// beanstalkd's `reserve-job`: one READY, DELAYED or DEAD task → ACTIVE with a fresh
+    /// receipt, whatever its place in the order and whether the topic is paused (beanstalkd
+    /// hands a named job out from a paused tube too). A DELAYED task is taken as if kicked
+    /// first (due now), a DEAD one as if requeued first (retries reset).
+    pub fn take(&mut self, topic: &str, id: &str, now: Millis) -> Result<Delivery> {
+        let idx = self.find_or_404(topic, id)?;
+        self.check(idx, Op::Take, None)?;
+        let receipt = self.next_receipt();
+        let r = &mut self.records[idx as usize];
+        let due = match r.state {
+            State::Delayed => now,
+            State::Dead => {
+                r.retries = 0;
+                r.due_ms
+            }
+            _ => r.due_ms,
+        };
+        self.unlink(idx);
+        let r = &mut self.records[idx as usize];
+        r.receipt = receipt;
+        r.deadline_ms = now.saturating_add(r.ttr_ms);
+        self.enter(idx, State::Active, due, now);
+        self.journal_put(idx);
+        let name = Arc::clone(self.topic_name(idx));
+        Ok(self.records[idx as usize].delivery(&name))
+    }
+
     /// Pauses `topic` until `until_ms` (or until resumed); a topic with no records may be
     /// paused and is then listed with its pause.
     pub fn pause(&mut self, topic: &str, until_ms: Option<Millis>) {
