@@ -440,9 +440,12 @@ fn random_sequence(seed: u64, len: usize) -> Vec<Step> {
                 // Distinct priorities: beanstalkd breaks ties by job id, delayq by due then
                 // insertion, which differ after a release (docs/beanstalk.md).
                 let pri = puts * 10 + rng.below(5);
-                // Distinct delays, for the same reason: delayq breaks a tie of due times by
-                // record slot in peek-delayed today (reported to the engine's owner).
-                let delay = if rng.below(5) == 0 { 100 + puts } else { 0 };
+                // Equal delays often: jobs due in the same millisecond come out in put order.
+                let delay = if rng.below(5) == 0 {
+                    100 + rng.below(2)
+                } else {
+                    0
+                };
                 let body = format!("job-{puts}-{}", rng.below(1000));
                 raw(
                     conn,

@@ -864,3 +864,29 @@ pub async fn take_ignores_pause_and_renews_receipt(h: &Harness) {
     got.sort();
     assert_eq!(got, ["a", "b"]);
 }
+
+/// DELAYED tasks due in the same millisecond come out in the order they were added, in
+/// peek-delayed and kick, whatever their ids (and, in the engine, the record slots they got).
+pub async fn delayed_ties_come_out_in_added_order(h: &Harness) {
+    // Frees a low record slot (the engine reuses it) so slot order differs from added order.
+    h.add(task("x0", 0)).await;
+    h.add(task("x1", 0)).await;
+    h.add(task("z9", 60_000)).await;
+    h.queue.delete(T, "x0").await.unwrap();
+    h.add(task("a1", 60_000)).await;
+    h.add(task("10", 60_000)).await;
+    h.add(task("9", 60_000)).await;
+    h.add(task("early", 30_000)).await;
+    h.queue.delete(T, "x1").await.unwrap();
+    let peeked = h.queue.peek(T, State::Delayed).await.unwrap().unwrap();
+    assert_eq!(peeked.id, "early");
+    assert_eq!(h.queue.kick(T, 1).await.unwrap(), 1);
+    let peeked = h.queue.peek(T, State::Delayed).await.unwrap().unwrap();
+    assert_eq!(peeked.id, "z9", "the first added of the tied tasks");
+    assert_eq!(h.queue.kick(T, 2).await.unwrap(), 2);
+    assert_eq!(h.state(T, "z9").await, Some(State::Ready));
+    assert_eq!(h.state(T, "a1").await, Some(State::Ready));
+    assert_eq!(h.state(T, "10").await, Some(State::Delayed));
+    let peeked = h.queue.peek(T, State::Delayed).await.unwrap().unwrap();
+    assert_eq!(peeked.id, "10");
+}
