@@ -1,5 +1,6 @@
 //! Differential tests: the same command sequences sent to Debian's beanstalkd 1.12 and to
-//! delayq's listener (in memory and embedded), the replies compared after normalising what
+//! delayq's listener (in memory, embedded, and on a redis-server the test starts), the replies
+//! compared after normalising what
 //! legitimately differs (the values of `stats` keys that describe the process: pid, version,
 //! rusage, uptime, id, hostname, os, platform, binlog; ages and times left; the count of
 //! connections, which the harness's start-up probe changes). Job ids are not normalised:
@@ -99,7 +100,7 @@ async fn transcript(addr: std::net::SocketAddr, steps: &[Step]) -> Vec<String> {
 }
 
 async fn compare(name: &str, steps: &[Step]) {
-    for mode in [Mode::Memory, Mode::Embedded] {
+    for mode in [Mode::Memory, Mode::Embedded, Mode::Redis] {
         let oracle = Beanstalkd::start().await;
         let want = transcript(oracle.addr, steps).await;
         drop(oracle);
