@@ -198,6 +198,22 @@ pub fn check_duration(field: &str, value: u64, max: u64) -> Result<(), InvalidFi
     Ok(())
 }
 
+/// Checks an absolute due (`run_at_ms`) against the longest delay and returns the due it
+/// means: a past instant means now, so a task is never due before it was added or moved.
+pub fn check_run_at(at: Millis, now: Millis, limits: &Limits) -> Result<Millis, InvalidField> {
+    let ahead = at.saturating_sub(now);
+    if ahead > limits.max_delay_ms {
+        return Err(InvalidField::new(
+            "run_at_ms",
+            format!(
+                "is {ahead} ms in the future, the limit is {} ms",
+                limits.max_delay_ms
+            ),
+        ));
+    }
+    Ok(at.max(now))
+}
+
 /// Turns a producer's task into a spec: checks every field, fills defaults, makes the due
 /// time absolute (`due = now + delay_ms`, docs/design.md §2 rule 12).
 pub fn validate_task(
@@ -223,20 +239,7 @@ pub fn validate_task(
             check_duration("delay_ms", delay, limits.max_delay_ms)?;
             now.saturating_add(delay)
         }
-        When::At(at) => {
-            let ahead = at.saturating_sub(now);
-            if ahead > limits.max_delay_ms {
-                return Err(InvalidField::new(
-                    "run_at_ms",
-                    format!(
-                        "is {ahead} ms in the future, the limit is {} ms",
-                        limits.max_delay_ms
-                    ),
-                ));
-            }
-            // A past instant means "now": the task is due at once, never before it was added.
-            at.max(now)
-        }
+        When::At(at) => check_run_at(at, now, limits)?,
     };
     let ttr_ms = task.ttr_ms.unwrap_or(defaults.ttr_ms);
     if ttr_ms == 0 {

@@ -505,20 +505,7 @@ impl Queue {
                 validate::check_duration("delay_ms", delay, limits.max_delay_ms)?;
                 self.inner.ctx.clock.due_after(delay)
             }
-            When::At(at) => {
-                let now = self.now();
-                let ahead = at.saturating_sub(now);
-                if ahead > limits.max_delay_ms {
-                    return Err(Error::invalid(
-                        "run_at_ms",
-                        format!(
-                            "is {ahead} ms in the future, the limit is {} ms",
-                            limits.max_delay_ms
-                        ),
-                    ));
-                }
-                at.max(now)
-            }
+            When::At(at) => validate::check_run_at(at, self.now(), limits)?,
         };
         self.inner.storage.reschedule(topic, id, due).await
     }
