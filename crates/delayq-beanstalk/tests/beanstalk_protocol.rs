@@ -111,6 +111,67 @@ async fn testserv_kick_and_peek() {
 }
 
 #[tokio::test]
+async fn testserv_reserve_job() {
+    let server = Delayq::start(Mode::Embedded).await;
+    let mut c = Client::connect(server.addr).await;
+    let mut other = Client::connect(server.addr).await;
+    // cttest_reserve_job_ready, cttest_reserve_job_already_reserved
+    assert_eq!(put(&mut c, "A").await, "INSERTED 1");
+    assert_eq!(put(&mut c, "B").await, "INSERTED 2");
+    assert_eq!(c.cmd("reserve-job 2").await, "RESERVED 2 1|B");
+    assert_eq!(c.cmd("reserve-job 2").await, "NOT_FOUND");
+    assert_eq!(other.cmd("reserve-job 2").await, "NOT_FOUND");
+    assert_eq!(c.cmd("reserve-job 3").await, "NOT_FOUND");
+    assert_eq!(c.cmd("reserve-job 3x").await, "BAD_FORMAT");
+    assert_eq!(
+        c.cmd("release 1 1 0").await,
+        "NOT_FOUND",
+        "1 was not reserved"
+    );
+    assert_eq!(c.cmd("release 2 1 0").await, "RELEASED");
+    // cttest_reserve_job_delayed: a delayed job comes back ready when released.
+    c.send(b"put 0 100 1 1\r\nC\r\n").await;
+    assert_eq!(support::show(&c.read(WAIT).await), "INSERTED 3");
+    assert_eq!(c.cmd("reserve-job 3").await, "RESERVED 3 1|C");
+    assert_eq!(field(&c.cmd("stats-job 3").await, "state"), "reserved");
+    assert_eq!(c.cmd("release 3 1 0").await, "RELEASED");
+    assert_eq!(field(&c.cmd("stats-job 3").await, "state"), "ready");
+    // cttest_reserve_job_buried
+    assert_eq!(c.cmd("reserve-job 1").await, "RESERVED 1 1|A");
+    assert_eq!(c.cmd("bury 1 1").await, "BURIED");
+    assert_eq!(other.cmd("reserve-job 1").await, "RESERVED 1 1|A");
+    assert_eq!(
+        c.cmd("delete 1").await,
+        "NOT_FOUND",
+        "held by the other connection"
+    );
+    assert_eq!(other.cmd("delete 1").await, "DELETED");
+    assert_eq!(c.cmd("reserve-job 1").await, "NOT_FOUND");
+    // A paused tube hands a named job out (beanstalkd does), but not to reserve.
+    assert_eq!(c.cmd("pause-tube default 100").await, "PAUSED");
+    assert_eq!(c.cmd("reserve-with-timeout 0").await, "TIMED_OUT");
+    assert_eq!(c.cmd("reserve-job 3").await, "RESERVED 3 1|C");
+    // cttest_reserve_job_ttr_deadline_soon: a job taken this way has its ttr.
+    assert_eq!(c.cmd("reserve-with-timeout 1").await, "DEADLINE_SOON");
+    // A closing connection gives its reserve-job jobs back, as any reserved job.
+    drop(c);
+    let mut c = other;
+    for _ in 0..100 {
+        if field(&c.cmd("stats-job 3").await, "state") == "ready" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(field(&c.cmd("stats-job 3").await, "state"), "ready");
+    let mut c2 = Client::connect(server.addr).await;
+    assert_eq!(c.cmd("reserve-job 2").await, "RESERVED 2 1|B");
+    assert_eq!(field(&c2.cmd("stats-job 2").await, "state"), "reserved");
+    assert_eq!(field(&c2.cmd("stats-job 2").await, "reserves"), "2");
+    assert_eq!(c2.cmd("reserve-job 2").await, "NOT_FOUND");
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn testserv_delete_reserved_by_other_and_close_releases() {
     let server = Delayq::start(Mode::Embedded).await;
     let mut a = Client::connect(server.addr).await;

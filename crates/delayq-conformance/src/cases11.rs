@@ -753,3 +753,140 @@ pub async fn kicked_task_gets_its_retries_again(h: &Harness) {
         "max_retries 0: the one delivery after the kick, then DEAD"
     );
 }
+
+/// reserve-job: `take` hands out one named READY (not the head), DELAYED or DEAD task as
+/// ACTIVE with a fresh receipt; a DELAYED task is due now, a DEAD one gets its retries again;
+/// an ACTIVE, FINISHED or unknown task is refused.
+pub async fn take_hands_out_one_named_task(h: &Harness) {
+    h.add(task("head", 0).priority(1)).await;
+    h.add(task("ready", 0).priority(5)).await;
+    h.add(task("delayed", 60_000).priority(7)).await;
+    h.add(
+        task("dead", 0)
+            .priority(9)
+            .max_retries(MaxRetries::Limited(1)),
+    )
+    .await;
+    // "dead" through two failed attempts: retries 1, then DEAD.
+    for _ in 0..2 {
+        let d = h.queue.take(T, "dead").await.unwrap();
+        h.queue
+            .release(T, "dead", ReleaseOptions::default().receipt(d.receipt))
+            .await
+            .unwrap();
+    }
+    assert_eq!(h.state(T, "dead").await, Some(State::Dead));
+    assert_eq!(h.state(T, "delayed").await, Some(State::Delayed));
+
+    let ready = h.queue.take(T, "ready").await.unwrap();
+    assert_eq!(
+        (ready.id.as_str(), ready.topic.as_str(), ready.priority),
+        ("ready", T, 5)
+    );
+    assert_eq!(ready.body, b"body of ready");
+    assert_eq!(h.state(T, "ready").await, Some(State::Active));
+    let delayed = h.queue.take(T, "delayed").await.unwrap();
+    assert!(delayed.due_ms <= h.now(), "a taken DELAYED task is due now");
+    let dead = h.queue.take(T, "dead").await.unwrap();
+    assert_eq!(dead.retries, 0, "a taken DEAD task gets its retries again");
+    let receipts = [&ready.receipt, &delayed.receipt, &dead.receipt];
+    assert!(receipts.iter().all(|r| !r.is_empty()));
+    assert_ne!(ready.receipt, delayed.receipt);
+    assert_ne!(delayed.receipt, dead.receipt);
+
+    // Only the head is left for a pop.
+    assert_eq!(ids(&h.pop_now(T, 10).await), ["head"]);
+    assert_refused(
+        h.queue.take(T, "ready").await,
+        Refusal::WrongState {
+            state: State::Active,
+            op: Op::Take,
+        },
+    );
+    h.queue
+        .finish(T, "ready", Some(&ready.receipt))
+        .await
+        .unwrap();
+    assert_refused(
+        h.queue.take(T, "ready").await,
+        Refusal::WrongState {
+            state: State::Finished,
+            op: Op::Take,
+        },
+    );
+    assert_eq!(kind(h.queue.take(T, "nope").await), ErrorKind::NotFound);
+    assert_eq!(
+        kind(h.queue.take("never.seen", "ready").await),
+        ErrorKind::NotFound
+    );
+    // The taken DEAD task fails like any delivery: one more attempt left after the reset.
+    assert_eq!(
+        h.queue
+            .release(T, "dead", ReleaseOptions::default().receipt(dead.receipt))
+            .await
+            .unwrap(),
+        State::Ready
+    );
+}
+
+/// reserve-job on a paused topic: the named task is handed out (beanstalkd does the same),
+/// while pops still get nothing; an earlier receipt of the task is stale after a take, and a
+/// taken task whose ttr ends is redelivered.
+pub async fn take_ignores_pause_and_renews_receipt(h: &Harness) {
+    h.add(task("a", 0).ttr_ms(1_000)).await;
+    h.add(task("b", 0)).await;
+    let first = h.pop_ready(T).await;
+    assert_eq!(first.id, "a");
+    h.queue
+        .release(
+            T,
+            "a",
+            ReleaseOptions::default().receipt(first.receipt.clone()),
+        )
+        .await
+        .unwrap();
+    h.queue.pause(T, None).await.unwrap();
+    let taken = h.queue.take(T, "a").await.unwrap();
+    assert_ne!(taken.receipt, first.receipt);
+    assert!(
+        h.pop_now(T, 10).await.is_empty(),
+        "the pause still holds for pops"
+    );
+    assert_refused(
+        h.queue.finish(T, "a", Some(&first.receipt)).await,
+        Refusal::StaleReceipt,
+    );
+    h.queue.touch(T, "a", Some(&taken.receipt)).await.unwrap();
+    h.advance(1_000);
+    h.wait_state(T, "a", State::Ready).await;
+    h.queue.resume(T).await.unwrap();
+    let mut got = ids(&h.pop_now(T, 10).await);
+    got.sort();
+    assert_eq!(got, ["a", "b"]);
+}
+
+/// DELAYED tasks due in the same millisecond come out in the order they were added, in
+/// peek-delayed and kick, whatever their ids (and, in the engine, the record slots they got).
+pub async fn delayed_ties_come_out_in_added_order(h: &Harness) {
+    // Frees a low record slot (the engine reuses it) so slot order differs from added order.
+    h.add(task("x0", 0)).await;
+    h.add(task("x1", 0)).await;
+    h.add(task("z9", 60_000)).await;
+    h.queue.delete(T, "x0").await.unwrap();
+    h.add(task("a1", 60_000)).await;
+    h.add(task("10", 60_000)).await;
+    h.add(task("9", 60_000)).await;
+    h.add(task("early", 30_000)).await;
+    h.queue.delete(T, "x1").await.unwrap();
+    let peeked = h.queue.peek(T, State::Delayed).await.unwrap().unwrap();
+    assert_eq!(peeked.id, "early");
+    assert_eq!(h.queue.kick(T, 1).await.unwrap(), 1);
+    let peeked = h.queue.peek(T, State::Delayed).await.unwrap().unwrap();
+    assert_eq!(peeked.id, "z9", "the first added of the tied tasks");
+    assert_eq!(h.queue.kick(T, 2).await.unwrap(), 2);
+    assert_eq!(h.state(T, "z9").await, Some(State::Ready));
+    assert_eq!(h.state(T, "a1").await, Some(State::Ready));
+    assert_eq!(h.state(T, "10").await, Some(State::Delayed));
+    let peeked = h.queue.peek(T, State::Delayed).await.unwrap().unwrap();
+    assert_eq!(peeked.id, "10");
+}

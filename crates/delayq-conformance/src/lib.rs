@@ -159,7 +159,8 @@ macro_rules! suite {
             pause_keeps_ttr_of_active_tasks, pause_of_an_empty_topic_is_listed,
             reschedule_delayed_task, reschedule_ready_task_keeps_body_and_retries,
             reschedule_refuses_active, binary_bodies_round_trip, peek_shows_next_without_taking,
-            next_job_id_starts_at_one, meta_put_list_delete
+            next_job_id_starts_at_one, meta_put_list_delete, take_hands_out_one_named_task,
+            take_ignores_pause_and_renews_receipt, delayed_ties_come_out_in_added_order
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {

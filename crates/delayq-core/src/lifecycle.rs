@@ -27,6 +27,8 @@ pub enum Op {
     Reschedule,
     /// DEAD or DELAYED → READY (beanstalkd's kick-job).
     Kick,
+    /// READY, DELAYED or DEAD → ACTIVE: one task taken by id (beanstalkd's reserve-job).
+    Take,
 }
 
 impl Op {
@@ -41,6 +43,7 @@ impl Op {
             Op::Bury => "bury",
             Op::Reschedule => "reschedule",
             Op::Kick => "kick",
+            Op::Take => "take",
         }
     }
 }
@@ -69,6 +72,7 @@ pub fn check_op(state: State, op: Op) -> Result<(), Refusal> {
         Op::Requeue => state == State::Dead,
         Op::Reschedule => matches!(state, State::Delayed | State::Ready),
         Op::Kick => matches!(state, State::Dead | State::Delayed),
+        Op::Take => matches!(state, State::Ready | State::Delayed | State::Dead),
     };
     if allowed {
         Ok(())
@@ -142,26 +146,27 @@ mod tests {
     #[test]
     fn which_op_applies_in_which_state() {
         use State::*;
-        // One row per state: finish, release, touch, cancel, requeue, bury, reschedule, kick.
+        // One row per state: finish, release, touch, cancel, requeue, bury, reschedule, kick,
+        // take.
         let table = [
             (
                 Delayed,
-                [false, false, false, true, false, false, true, true],
+                [false, false, false, true, false, false, true, true, true],
             ),
             (
                 Ready,
-                [false, false, false, true, false, false, true, false],
-            ),
-            (Active, [true, true, true, true, false, true, false, false]),
-            (
-                Finished,
-                [false, false, false, false, false, false, false, false],
+                [false, false, false, true, false, false, true, false, true],
             ),
             (
-                Cancelled,
-                [false, false, false, false, false, false, false, false],
+                Active,
+                [true, true, true, true, false, true, false, false, false],
             ),
-            (Dead, [false, false, false, false, true, false, false, true]),
+            (Finished, [false; 9]),
+            (Cancelled, [false; 9]),
+            (
+                Dead,
+                [false, false, false, false, true, false, false, true, true],
+            ),
         ];
         let ops = [
             Op::Finish,
@@ -172,6 +177,7 @@ mod tests {
             Op::Bury,
             Op::Reschedule,
             Op::Kick,
+            Op::Take,
         ];
         for (state, allowed) in table {
             for (op, ok) in ops.into_iter().zip(allowed) {

@@ -265,7 +265,7 @@ impl Queue {
     }
 
     /// One look for tasks: a pop of one topic, or over several.
-    async fn take(&self, topics: &[String], options: PopOptions) -> Result<Vec<Delivery>> {
+    async fn pop_now(&self, topics: &[String], options: PopOptions) -> Result<Vec<Delivery>> {
         let storage = &self.inner.storage;
         match topics {
             [topic] => storage.pop(topic, options.count, options.auto_finish).await,
@@ -297,7 +297,7 @@ impl Queue {
             for n in &mut notified {
                 n.as_mut().enable();
             }
-            let retry_at = match self.take(topics, options).await {
+            let retry_at = match self.pop_now(topics, options).await {
                 Ok(got) if !got.is_empty() => {
                     if let Some(i) = woken_by
                         && !got.iter().any(|d| d.topic == topics[i])
@@ -481,7 +481,7 @@ impl Queue {
             }
         }
         if options.timeout_ms == 0 {
-            return self.take(&unique, options).await;
+            return self.pop_now(&unique, options).await;
         }
         self.long_poll(&unique, options).await
     }
@@ -523,6 +523,15 @@ impl Queue {
         check_key(topic, id)?;
         self.check_clock()?;
         self.inner.storage.kick_job(topic, id).await
+    }
+
+    /// beanstalkd's `reserve-job`: the task `id` of `topic`, READY, DELAYED or DEAD, becomes
+    /// ACTIVE with a fresh receipt and is handed out, whatever its place in the order and
+    /// even while the topic is paused (see [`Storage::take`](crate::Storage::take)).
+    pub async fn take(&self, topic: &str, id: &str) -> Result<Delivery> {
+        check_key(topic, id)?;
+        self.check_clock()?;
+        self.inner.storage.take(topic, id).await
     }
 
     /// Pauses `topic` for `for_ms` (until resumed when `None`), rule 14.

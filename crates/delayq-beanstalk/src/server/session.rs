@@ -613,6 +613,11 @@ where
                 return internal("reserve", &e);
             }
         };
+        self.hold(id, d)
+    }
+
+    /// Keeps a delivery as job `id` of this connection and answers `RESERVED`.
+    fn hold(&mut self, id: u64, d: Delivery) -> Reply {
         let deadline_ms = self.now() + d.ttr_ms;
         self.held.insert(
             id,
@@ -626,12 +631,23 @@ where
         Reply::Reserved(id, d.body)
     }
 
+    /// `reserve-job <id>`: takes the named job if it is ready, delayed or buried, even from a
+    /// paused tube (as beanstalkd does); a reserved or unknown job is `NOT_FOUND`.
     async fn reserve_job(&mut self, id: u64) -> Reply {
-        // Taking one named job needs a pop-by-id storage operation that delayq does not have
-        // yet; a job that cannot be reserved gets beanstalkd's answer.
-        match self.shared.jobs.find(&self.shared.queue, id).await {
-            Ok(Some((_, info))) if info.state != State::Active => Reply::InternalError,
-            Ok(_) => Reply::NotFound,
+        let queue = self.shared.queue.clone();
+        let (r, _) = match self.shared.jobs.find(&queue, id).await {
+            Ok(Some((r, info))) if info.state != State::Active => (r, info),
+            Ok(_) => return Reply::NotFound,
+            Err(e) => return internal("reserve-job", &e),
+        };
+        match queue.take(&r.topic, &r.task_id).await {
+            Ok(d) => {
+                // beanstalkd counts the connection a worker once it got the job.
+                self.set_worker();
+                self.hold(id, d)
+            }
+            // Taken, finished or removed by someone else in between.
+            Err(e) if is_gone(&e) => Reply::NotFound,
             Err(e) => internal("reserve-job", &e),
         }
     }

@@ -1,5 +1,6 @@
-//! Shared pieces of the beanstalk tests: a delayq listener in the test process, Debian's
-//! `beanstalkd` as a child process, and a client that reads whole replies.
+//! Shared pieces of the beanstalk tests: a delayq listener in the test process (in memory,
+//! embedded, or on a redis-server of its own), Debian's `beanstalkd` as a child process, and
+//! a client that reads whole replies.
 
 #![allow(dead_code)]
 
@@ -19,6 +20,8 @@ use tokio::net::{TcpListener, TcpStream};
 pub enum Mode {
     Memory,
     Embedded,
+    /// A Redis standalone started for the listener (testkit), killed when it stops.
+    Redis,
 }
 
 /// A delayq beanstalk listener on a loopback port.
@@ -28,6 +31,7 @@ pub struct Delayq {
     pub control: Control,
     task: tokio::task::JoinHandle<()>,
     _dir: Option<tempfile::TempDir>,
+    _redis: Option<delayq_testkit::RedisServer>,
 }
 
 impl Delayq {
@@ -36,8 +40,27 @@ impl Delayq {
     }
 
     pub async fn start_with(mode: Mode, options: BeanstalkOptions) -> Delayq {
+        if mode == Mode::Redis {
+            return Delayq::start_redis(options).await;
+        }
         let dir = (mode == Mode::Embedded).then(|| tempfile::tempdir().unwrap());
         Delayq::start_in(dir, options).await
+    }
+
+    /// A listener on the Redis backend (default options: 4 partitions a topic) over a fresh
+    /// redis-server of its own.
+    async fn start_redis(options: BeanstalkOptions) -> Delayq {
+        let server = tokio::task::spawn_blocking(delayq_testkit::RedisServer::start)
+            .await
+            .unwrap();
+        let ctx = StorageContext::new(std::sync::Arc::new(SystemClock::new()));
+        let storage =
+            delayq_redis::start(ctx.clone(), delayq_redis::RedisOptions::new(server.url()))
+                .await
+                .expect("start the Redis backend");
+        let mut delayq = Delayq::serve(Queue::new(storage, ctx), options).await;
+        delayq._redis = Some(server);
+        delayq
     }
 
     /// A listener on the embedded storage in `dir`, or in memory without one.
@@ -52,6 +75,13 @@ impl Delayq {
                 Queue::new(storage, ctx)
             }
         };
+        let mut delayq = Delayq::serve(queue, options).await;
+        delayq._dir = dir;
+        delayq
+    }
+
+    /// A listener over `queue` on a free loopback port.
+    async fn serve(queue: Queue, options: BeanstalkOptions) -> Delayq {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let server = BeanstalkServer::from_tcp(listener, queue.clone(), options);
@@ -62,7 +92,8 @@ impl Delayq {
             queue,
             control,
             task,
-            _dir: dir,
+            _dir: None,
+            _redis: None,
         }
     }
 

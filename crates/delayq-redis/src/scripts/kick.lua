@@ -1,7 +1,7 @@
 -- kick: back to READY, beanstalkd's kick and kick-job.
 -- ARGV[7] a task id (DEAD or DELAYED), or '' for a batch: then ARGV[8] '5' for up to
 -- ARGV[9] DEAD tasks, oldest buried first, retries reset (as requeue), or '0' for up to
--- ARGV[9] DELAYED tasks not due yet, earliest due first.
+-- ARGV[9] DELAYED tasks not due yet, earliest due first, then insertion.
 -- A DEAD task keeps its due (as requeue), a DELAYED one is due now.
 -- Reply payload: how many moved.
 local function kick(rec)
@@ -39,13 +39,9 @@ if ARGV[8] == '5' then
     end
   end
 else
-  local delayed = redis.call('ZRANGEBYSCORE', SETS[DELAYED], '(' .. fmt(NOW), '+inf', 'LIMIT', 0, max)
-  for _, id in ipairs(delayed) do
-    local rec = load(id)
-    if rec and rec.state == DELAYED then
-      kick(rec)
-      n = n + 1
-    end
+  for _, rec in ipairs(delayed_first(max)) do
+    kick(rec)
+    n = n + 1
   end
 end
 return reply(0, {n})

@@ -221,6 +221,47 @@ local function load(id)
   return rec
 end
 
+-- The first `max` DELAYED tasks not due yet, by due, then insertion (peek-delayed and kick).
+-- The set orders equal dues by id, so every task due at the last due read is read too (at
+-- most TIES_READ more; past that, ties fall back to id order) before sorting.
+local TIES_READ = 1000
+local function delayed_first(max)
+  local r = redis.call('ZRANGEBYSCORE', SETS[DELAYED], '(' .. fmt(NOW), '+inf', 'WITHSCORES', 'LIMIT', 0, max)
+  local ids, seen = {}, {}
+  for i = 1, #r, 2 do
+    ids[#ids + 1] = r[i]
+    seen[r[i]] = true
+  end
+  if #r > 0 then
+    local last = r[#r]
+    for _, id in ipairs(redis.call('ZRANGEBYSCORE', SETS[DELAYED], last, last, 'LIMIT', 0, TIES_READ)) do
+      if not seen[id] then
+        ids[#ids + 1] = id
+        seen[id] = true
+      end
+    end
+  end
+  local recs = {}
+  for _, id in ipairs(ids) do
+    local rec = load(id)
+    if rec and rec.state == DELAYED then
+      recs[#recs + 1] = rec
+    end
+  end
+  table.sort(recs, function(a, b)
+    if a.due ~= b.due then
+      return a.due < b.due
+    elseif a.seq ~= b.seq then
+      return a.seq < b.seq
+    end
+    return a.id < b.id
+  end)
+  while #recs > max do
+    table.remove(recs)
+  end
+  return recs
+end
+
 local function load_extra(id)
   local raw = redis.call('HGET', EXTRAS, id)
   if not raw then

@@ -30,12 +30,8 @@ if state == READY then
     end
   end
 elseif state == DELAYED then
-  local r = redis.call('ZRANGEBYSCORE', SETS[DELAYED], '(' .. fmt(NOW), '+inf', 'LIMIT', 0, max)
-  for _, id in ipairs(r) do
-    local rec = load(id)
-    if rec then
-      entries[#entries + 1] = {rec.due, rec.seq, 0, id}
-    end
+  for _, rec in ipairs(delayed_first(max)) do
+    entries[#entries + 1] = {rec.due, rec.seq, 0, rec.id}
   end
 elseif state == DEAD then
   local r = redis.call('ZRANGE', SETS[DEAD], 0, max - 1, 'WITHSCORES')

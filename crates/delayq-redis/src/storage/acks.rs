@@ -1,5 +1,5 @@
 //! The transitions of one task: finish, release, touch, cancel, requeue, delete, bury,
-//! reschedule, kick-job, and requeue-all.
+//! reschedule, kick-job, take (reserve-job) and requeue-all.
 //!
 //! Each is one script over the keys of the task's partition, which checks the state and the
 //! receipt itself; [`Shared::task_op`] runs it, applies its effects, waits for replicas when
@@ -7,13 +7,13 @@
 //! pages through each partition's DEAD set, [`REQUEUE_CHUNK`] tasks per script.
 
 use delayq::core::lifecycle::{Op, Refusal};
-use delayq::{BuryOptions, Error, Millis, ReleaseOptions, Result, State};
+use delayq::{BuryOptions, Delivery, Error, Millis, ReleaseOptions, Result, State};
 use redis::{Script, ScriptInvocation};
 
 use super::Shared;
 use crate::error::{BackendError, maybe_applied};
 use crate::keys::partition_of;
-use crate::scripts::{Reply, SCRIPTS, Status, int};
+use crate::scripts::{Reply, SCRIPTS, Status, bytes, int, text};
 
 /// Most DEAD tasks one requeue-all script moves.
 const REQUEUE_CHUNK: usize = 1_000;
@@ -204,6 +204,30 @@ impl Shared {
     pub(super) async fn kick_job(&self, topic: &str, id: &str) -> Result<()> {
         let op = TaskOp::new(&SCRIPTS.kick, Some(Op::Kick), "kicking");
         self.task_op(topic, id, op).await.map(drop)
+    }
+
+    /// READY, DELAYED or DEAD → ACTIVE by id (beanstalkd's reserve-job), paused or not.
+    pub(super) async fn take(&self, topic: &str, id: &str) -> Result<Delivery> {
+        let prefix = self.receipts.prefix();
+        let args = [prefix.as_str()];
+        let op = TaskOp::new(&SCRIPTS.take, Some(Op::Take), "taking").args(&args);
+        let reply = self.task_op(topic, id, op).await?;
+        let what = "taking a task";
+        let p = &reply.payload;
+        let num = |i: usize| p.get(i).and_then(int).and_then(|v| u64::try_from(v).ok());
+        let delivery = (|| {
+            Some(Delivery {
+                id: id.to_owned(),
+                topic: topic.to_owned(),
+                body: bytes(p.first()?)?,
+                retries: u32::try_from(num(1)?).ok()?,
+                receipt: text(p.get(2)?)?,
+                due_ms: num(3)?,
+                ttr_ms: num(4)?,
+                priority: u32::try_from(num(5)?).ok()?,
+            })
+        })();
+        delivery.ok_or_else(|| BackendError::protocol(what, "a task with a bad field").into())
     }
 
     /// Removes a task in any state.

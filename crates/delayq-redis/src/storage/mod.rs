@@ -307,6 +307,10 @@ impl Storage for RedisStorage {
         self.shared.kick_job(topic, id).await
     }
 
+    async fn take(&self, topic: &str, id: &str) -> Result<Delivery> {
+        self.shared.take(topic, id).await
+    }
+
     async fn pause(&self, topic: &str, until_ms: Option<Millis>) -> Result<()> {
         self.shared.pause(topic, until_ms).await
     }

@@ -45,7 +45,7 @@ impl Receipts {
     }
 
     /// 12 hex digits, random per pop; the script appends 4 more per task.
-    fn prefix(&self) -> String {
+    pub(super) fn prefix(&self) -> String {
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
         format!("{:012x}", splitmix64(self.seed ^ n) >> 16)
     }

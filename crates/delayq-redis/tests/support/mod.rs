@@ -189,6 +189,9 @@ impl delayq::Storage for Served {
     ) -> delayq::Result<Vec<delayq::Delivery>> {
         self.storage.pop_any(topics, max, auto_finish).await
     }
+    async fn take(&self, topic: &str, id: &str) -> delayq::Result<delayq::Delivery> {
+        self.storage.take(topic, id).await
+    }
     async fn bury(
         &self,
         topic: &str,

@@ -144,6 +144,14 @@ pub trait Storage: Send + Sync + 'static {
     /// beanstalkd's `kick-job`: one DEAD or DELAYED task → READY.
     async fn kick_job(&self, topic: &str, id: &str) -> Result<()>;
 
+    /// beanstalkd's `reserve-job`: one READY, DELAYED or DEAD task → ACTIVE with a fresh
+    /// receipt, taken by id whatever its place in the order. A DELAYED task is taken as if
+    /// kicked first (due now), a DEAD one as if requeued first (retries reset). A pause of the
+    /// topic does not hold it back: beanstalkd hands a named job out of a paused tube too
+    /// (rule 14 governs what pops choose, not a task named by id). An ACTIVE, FINISHED or
+    /// CANCELLED task is refused (`Op::Take`), an unknown one is not found.
+    async fn take(&self, topic: &str, id: &str) -> Result<Delivery>;
+
     /// Pauses `topic` until `until_ms` (or until resumed when `None`), rule 14. Pausing a
     /// paused topic sets the new end.
     async fn pause(&self, topic: &str, until_ms: Option<Millis>) -> Result<()>;

@@ -534,6 +534,12 @@ impl<J: Journal> Storage for Engine<J> {
             .await
     }
 
+    async fn take(&self, topic: &str, id: &str) -> Result<Delivery> {
+        let clock = &*self.ctx.clock;
+        self.with_shard(topic, |s, now| s.take(topic, id, window_start(clock, now)))
+            .await
+    }
+
     async fn pause(&self, topic: &str, until_ms: Option<Millis>) -> Result<()> {
         self.with_shard(topic, |s, _| {
             s.pause(topic, until_ms);

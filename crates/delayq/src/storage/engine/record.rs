@@ -65,6 +65,16 @@ pub(crate) struct Extra {
 /// The largest insertion sequence a record can hold (48 bits).
 pub(crate) const SEQ_MAX: u64 = (1 << 48) - 1;
 
+/// The due time of a [`Record::due_key`] (exact below 2^48 ms).
+pub(crate) fn due_of_key(key: (u64, u64)) -> u64 {
+    key.0 >> 16
+}
+
+/// The record slot of a [`Record::due_key`].
+pub(crate) fn slot_of_key(key: (u64, u64)) -> u32 {
+    key.1 as u32
+}
+
 impl Record {
     /// The insertion sequence: assigned once when the task is added (from one counter shared
     /// by every shard of the engine) and kept for life, so FIFO among equal priority and due
@@ -87,6 +97,20 @@ impl Record {
         (
             u64::from(self.priority) << 32 | due >> 16,
             (due & 0xFFFF) << 48 | self.seq(),
+        )
+    }
+
+    /// The key of the per-state due order of the record in slot `idx`: due, then insertion,
+    /// then the slot, packed in two words (48 + 48 + 32 bits, the size of a plain (due, slot)
+    /// pair; dues past the year 10889 compare as equal, as in [`Record::ready_key`]). Two
+    /// tasks due in the same millisecond thus come out in the order they were added (DELAYED:
+    /// peek-delayed and kick; every state: list).
+    pub fn due_key(&self, idx: u32) -> (u64, u64) {
+        let due = self.due_ms.min(SEQ_MAX);
+        let seq = self.seq();
+        (
+            due << 16 | seq >> 32,
+            (seq & 0xFFFF_FFFF) << 32 | u64::from(idx),
         )
     }
 

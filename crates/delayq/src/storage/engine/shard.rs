@@ -12,7 +12,8 @@
 //! | FINISHED, CANCELLED | end of retention         | the record is removed        |
 //! | READY, DEAD         | none                     |                              |
 //!
-//! Per topic, every state has a `BTreeSet<(due, record)>`: DELAYED's gives `next_due_ms` and
+//! Per topic, every state has a `BTreeSet` of (due, insertion, record) keys
+//! ([`Record::due_key`]): DELAYED's gives `next_due_ms` and
 //! kick's earliest-due-first order, all of them give `list` its due order, and the sizes are
 //! the stats counters, so stats never scan. Two more orderings hold what pops and peeks need:
 //! READY by (priority, due, insertion) — the pop order of docs/design.md §2 rule 11 — and
@@ -39,7 +40,7 @@ use slab::Slab;
 use std::hash::BuildHasher;
 
 use super::Journal;
-use super::record::{Extra, Record, mix_receipt};
+use super::record::{Extra, Record, due_of_key, mix_receipt, slot_of_key};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::storage::ReleaseOptions;
@@ -50,8 +51,8 @@ struct Topic {
     name: Arc<str>,
     /// Record indices, hashed by the record's id (the id string is stored once, in the record).
     ids: HashTable<u32>,
-    /// Per state, (due, record) in due order.
-    by_state: [BTreeSet<(Millis, u32)>; 6],
+    /// Per state, [`Record::due_key`]s: due order, ties by insertion.
+    by_state: [BTreeSet<(u64, u64)>; 6],
     /// READY records in pop order: ([`Record::ready_key`], record).
     ready: BTreeSet<(u64, u64, u32)>,
     /// DEAD records, oldest buried first: ([`Record::dead_key`], record).
@@ -69,7 +70,7 @@ impl Topic {
         }
         stats.next_due_ms = self.by_state[State::Delayed as usize]
             .first()
-            .map(|(due, _)| *due);
+            .map(|&k| due_of_key(k));
         stats.pause = self.pause.at(now);
         stats
     }
@@ -230,7 +231,7 @@ impl<J: Journal> Shard<J> {
     fn unlink(&mut self, idx: u32) {
         let r = &self.records[idx as usize];
         let t = &mut self.topics[r.topic as usize];
-        t.by_state[r.state as usize].remove(&(r.due_ms, idx));
+        t.by_state[r.state as usize].remove(&r.due_key(idx));
         match r.state {
             State::Ready => {
                 let (a, b) = r.ready_key();
@@ -251,7 +252,7 @@ impl<J: Journal> Shard<J> {
                 .push(Arc::clone(&self.topics[r.topic as usize].name));
         }
         let t = &mut self.topics[r.topic as usize];
-        t.by_state[r.state as usize].insert((r.due_ms, idx));
+        t.by_state[r.state as usize].insert(r.due_key(idx));
         match r.state {
             State::Ready => {
                 let (a, b) = r.ready_key();
@@ -624,7 +625,7 @@ impl<J: Journal> Shard<J> {
         };
         let dead: Vec<u32> = self.topics[t as usize].by_state[State::Dead as usize]
             .iter()
-            .map(|&(_, idx)| idx)
+            .map(|&k| slot_of_key(k))
             .collect();
         for &idx in &dead {
             self.requeue_idx(idx, now);
@@ -688,7 +689,7 @@ impl<J: Journal> Shard<J> {
         let delayed: Vec<u32> = t.by_state[State::Delayed as usize]
             .iter()
             .take(take)
-            .map(|&(_, idx)| idx)
+            .map(|&k| slot_of_key(k))
             .collect();
         for &idx in &delayed {
             self.kick_delayed(idx, now);
@@ -712,6 +713,33 @@ impl<J: Journal> Shard<J> {
             self.kick_delayed(idx, now);
         }
         Ok(())
+    }
+
+    /// beanstalkd's `reserve-job`: one READY, DELAYED or DEAD task → ACTIVE with a fresh
+    /// receipt, whatever its place in the order and whether the topic is paused (beanstalkd
+    /// hands a named job out from a paused tube too). A DELAYED task is taken as if kicked
+    /// first (due now), a DEAD one as if requeued first (retries reset).
+    pub fn take(&mut self, topic: &str, id: &str, now: Millis) -> Result<Delivery> {
+        let idx = self.find_or_404(topic, id)?;
+        self.check(idx, Op::Take, None)?;
+        let receipt = self.next_receipt();
+        let r = &mut self.records[idx as usize];
+        let due = match r.state {
+            State::Delayed => now,
+            State::Dead => {
+                r.retries = 0;
+                r.due_ms
+            }
+            _ => r.due_ms,
+        };
+        self.unlink(idx);
+        let r = &mut self.records[idx as usize];
+        r.receipt = receipt;
+        r.deadline_ms = now.saturating_add(r.ttr_ms);
+        self.enter(idx, State::Active, due, now);
+        self.journal_put(idx);
+        let name = Arc::clone(self.topic_name(idx));
+        Ok(self.records[idx as usize].delivery(&name))
     }
 
     /// Pauses `topic` until `until_ms` (or until resumed); a topic with no records may be
@@ -747,7 +775,7 @@ impl<J: Journal> Shard<J> {
         let idx = match state {
             State::Ready => t.ready.first().map(|&(_, _, idx)| idx),
             State::Dead => t.dead.first().map(|&(_, _, idx)| idx),
-            other => t.by_state[other as usize].first().map(|&(_, idx)| idx),
+            other => t.by_state[other as usize].first().map(|&k| slot_of_key(k)),
         }?;
         Some(self.records[idx as usize].info(topic))
     }
@@ -871,7 +899,7 @@ impl<J: Journal> Shard<J> {
         let skip =
             usize::try_from(page.saturating_sub(1).saturating_mul(page_size)).unwrap_or(usize::MAX);
         let take = usize::try_from(page_size).unwrap_or(usize::MAX);
-        let sets: Vec<&BTreeSet<(Millis, u32)>> = match state {
+        let sets: Vec<&BTreeSet<(u64, u64)>> = match state {
             Some(s) => vec![&t.by_state[s as usize]],
             None => t.by_state.iter().collect(),
         };
@@ -879,7 +907,7 @@ impl<J: Journal> Shard<J> {
         out.items = merge_sorted(sets.iter().map(|s| s.iter().copied()))
             .skip(skip)
             .take(take)
-            .map(|(_, idx)| self.records[idx as usize].info(topic))
+            .map(|k| self.records[slot_of_key(k) as usize].info(topic))
             .collect();
         out
     }

@@ -1,0 +1,29 @@
+-- take: one task by id, READY, DELAYED or DEAD → ACTIVE (beanstalkd's reserve-job), whatever
+-- its place in the order and whether the partition is paused (beanstalkd hands a named job
+-- out of a paused tube too). A DELAYED task is taken as if kicked first (due now), a DEAD one
+-- as if requeued first (retries reset).
+-- ARGV[7] the task id, ARGV[8] a random receipt prefix (12 hex digits).
+-- Reply payload: body, retries, receipt, due, ttr, priority.
+local rec = load(ARGV[7])
+if not rec then
+  return refuse(-1)
+end
+if rec.state ~= READY and rec.state ~= DELAYED and rec.state ~= DEAD then
+  return refuse(-2, rec.state)
+end
+local from = rec.state
+leave(rec)
+if from == DELAYED then
+  rec.due = NOW
+elseif from == DEAD then
+  rec.retries = 0
+end
+local receipt = ARGV[8] .. '0001'
+rec.state = ACTIVE
+rec.updated = NOW
+rec.deadline = UPPER + rec.ttr
+rec.receipt = receipt
+redis.call('ZADD', SETS[ACTIVE], rec.due, rec.id)
+index_timer(DEADLINES, rec.deadline, rec.id)
+save(rec)
+return reply(0, {rec.body, rec.retries, receipt, rec.due, rec.ttr, rec.pri})
