@@ -9,8 +9,9 @@
 //! in its partition first, so a lagging promoter never holds tasks back, and refuses to hand
 //! out from a paused partition). When another consumer was faster on a partition, the rest
 //! is taken from the other partitions that had candidates, so no ready task is left behind
-//! while this consumer goes back to wait. Insertion numbers are per partition, so among
-//! tasks of equal priority and due in different partitions the order is arbitrary.
+//! while this consumer goes back to wait. Insertion numbers come from the adding instance
+//! (docs/storage.md), so among tasks of equal priority and due in different partitions the
+//! order is FIFO for tasks added through one instance and undefined between instances.
 //!
 //! A pop that finds a topic paused until some instant arranges for this instance's parked
 //! consumers of that topic to be woken then ([`Shared::wake_at_pause_end`]).
