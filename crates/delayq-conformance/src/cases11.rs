@@ -658,6 +658,11 @@ pub async fn peek_shows_next_without_taking(h: &Harness) {
     for state in [State::Ready, State::Delayed, State::Dead] {
         assert!(h.queue.peek(T, state).await.unwrap().is_none());
     }
+    // The other states have no "next": asking is invalid input, not an arbitrary task.
+    for state in [State::Active, State::Finished, State::Cancelled] {
+        let err = h.queue.peek(T, state).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Invalid, "{state}: {err}");
+    }
     h.add(task("r-low", 0).priority(50)).await;
     h.add(task("r-high", 0).priority(5)).await;
     h.add(task("d-late", 9_000)).await;

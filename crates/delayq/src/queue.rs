@@ -558,6 +558,12 @@ impl Queue {
     /// The next task of `topic` in `state` (READY, DELAYED or DEAD) without taking it.
     pub async fn peek(&self, topic: &str, state: State) -> Result<Option<TaskInfo>> {
         check_topic(topic)?;
+        if !matches!(state, State::Ready | State::Delayed | State::Dead) {
+            return Err(Error::invalid(
+                "state",
+                format!("is {state}; peek takes ready, delayed or dead"),
+            ));
+        }
         self.check_clock()?;
         self.inner.storage.peek(topic, state).await
     }
