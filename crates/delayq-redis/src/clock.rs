@@ -45,7 +45,7 @@ use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr
 use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::watch;
 
-use crate::conn::{Conn, Link, Settings};
+use crate::conn::{Conn, Link};
 use crate::options::RedisOptions;
 
 const NANOS_PER_MS: u64 = 1_000_000;
@@ -179,16 +179,7 @@ impl RedisClock {
     /// a probe succeeds. A bad URL is an [`delayq::Error::Invalid`] naming it. Must be called
     /// inside a tokio runtime.
     pub async fn connect(&self, redis: &RedisOptions) -> Result<(), delayq::Error> {
-        redis.validate()?;
-        let link = Link::open(
-            &redis.url,
-            Settings {
-                connect_timeout: redis.connect_timeout,
-                response_timeout: redis.response_timeout,
-            },
-        )
-        .await
-        .map_err(|e| delayq::Error::invalid("redis.url", e))?;
+        let link = redis.open_link().await?;
         tokio::spawn(probe_loop(Arc::downgrade(&self.inner), link));
         Ok(())
     }

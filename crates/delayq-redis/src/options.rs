@@ -139,6 +139,22 @@ impl RedisOptions {
             .unwrap_or(self.partitions)
     }
 
+    /// Checks every setting, then opens the link to Redis that the URL names (standalone,
+    /// Sentinel or Cluster) with the configured timeouts: what the storage and the clock both
+    /// start from.
+    pub(crate) async fn open_link(&self) -> Result<crate::conn::Link, Error> {
+        self.validate()?;
+        crate::conn::Link::open(
+            &self.url,
+            crate::conn::Settings {
+                connect_timeout: self.connect_timeout,
+                response_timeout: self.response_timeout,
+            },
+        )
+        .await
+        .map_err(|e| Error::invalid("redis.url", e))
+    }
+
     /// Checks every setting; the error names the setting and the allowed range.
     pub fn validate(&self) -> Result<(), Error> {
         let check_partitions = |field: String, n: u32| {

@@ -52,7 +52,6 @@ use redis::{Script, ScriptInvocation};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use crate::conn::{Link, Settings};
 use crate::keys::{Keys, PartitionKeys};
 use crate::options::RedisOptions;
 use crate::promoter::Event;
@@ -220,16 +219,7 @@ impl Drop for RedisStorage {
 /// [`Storage::check_ready`] fails) until it is, and the background tasks keep trying. A bad
 /// option or URL is an [`Error::Invalid`] naming it.
 pub async fn start(ctx: StorageContext, options: RedisOptions) -> Result<Arc<RedisStorage>, Error> {
-    options.validate()?;
-    let link = Link::open(
-        &options.url,
-        Settings {
-            connect_timeout: options.connect_timeout,
-            response_timeout: options.response_timeout,
-        },
-    )
-    .await
-    .map_err(|e| Error::invalid("redis.url", e))?;
+    let link = options.open_link().await?;
     let (promoter_tx, promoter_rx) = mpsc::unbounded_channel();
     let keys = Keys::new(&options.key_prefix);
     let seed = random_u64();
