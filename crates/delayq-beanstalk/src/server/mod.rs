@@ -417,10 +417,15 @@ async fn serve_conn(
     tls: Option<tokio_rustls::TlsAcceptor>,
     close: watch::Receiver<bool>,
 ) {
+    if let Conn::Tcp(stream) = &conn {
+        // beanstalkd sets TCP_NODELAY: replies are small and must not wait. A socket that
+        // refuses it still works, only slower: say so and serve it.
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!(error = %e, "beanstalk listener: TCP_NODELAY not set");
+        }
+    }
     match (conn, tls) {
         (Conn::Tcp(stream), None) => {
-            // beanstalkd sets TCP_NODELAY: replies are small and must not wait.
-            let _ = stream.set_nodelay(true);
             let (r, w) = stream.into_split();
             session::run(shared, r, w, close).await;
         }
@@ -428,10 +433,7 @@ async fn serve_conn(
             let (r, w) = stream.into_split();
             session::run(shared, r, w, close).await;
         }
-        (Conn::Tcp(stream), Some(tls)) => {
-            let _ = stream.set_nodelay(true);
-            tls_session(shared, stream, tls, close).await;
-        }
+        (Conn::Tcp(stream), Some(tls)) => tls_session(shared, stream, tls, close).await,
         (Conn::Unix(stream), Some(tls)) => tls_session(shared, stream, tls, close).await,
     }
 }
