@@ -25,6 +25,7 @@ use crate::auth::{self, Auth};
 use crate::config::{HttpLimits, ServerConfig};
 use crate::error::AppError;
 use crate::handlers;
+use crate::history::History;
 use crate::metrics::{self, HttpMetrics};
 
 /// What every handler shares: the queue and the server's settings. Cheap to clone.
@@ -42,6 +43,8 @@ struct Inner {
     long_polls: Arc<Semaphore>,
     open_long_polls: AtomicUsize,
     draining: watch::Sender<bool>,
+    /// The dashboard's activity history; filled by the sampler `serve::run` starts.
+    history: History,
 }
 
 impl AppState {
@@ -57,6 +60,7 @@ impl AppState {
                 long_polls: Arc::new(Semaphore::new(config.http.max_long_polls)),
                 open_long_polls: AtomicUsize::new(0),
                 draining: watch::Sender::new(false),
+                history: History::new(),
             }),
         }
     }
@@ -84,6 +88,13 @@ impl AppState {
     /// The HTTP layer's metrics.
     pub fn metrics(&self) -> &HttpMetrics {
         &self.inner.metrics
+    }
+
+    /// The activity history (rates and lateness over the last hour, the instances) the
+    /// dashboard shows. Empty until a sampler runs ([`History::spawn_sampler`]; `serve::run`
+    /// starts one).
+    pub fn history(&self) -> &History {
+        &self.inner.history
     }
 
     /// Starts a graceful shutdown: open long-polls return at once with no task, new ones do not

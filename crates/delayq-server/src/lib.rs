@@ -9,6 +9,7 @@
 //! - [`handlers`]: the endpoints, one file per area.
 //! - [`error`]: [`AppError`] and the response envelope; [`extract`]: the JSON and query
 //!   extractors whose rejections answer in that envelope.
+//! - [`history`]: per-second activity over the last hour, for the dashboard.
 //! - [`auth`]: bearer tokens; [`metrics`]: `/metrics`; [`openapi`]: `/openapi.json`. The
 //!   JSON shapes are the contract crate's, [`delayq_api`].
 //!
@@ -27,6 +28,7 @@ pub mod config;
 pub mod error;
 pub mod extract;
 pub mod handlers;
+pub mod history;
 pub mod logging;
 pub mod metrics;
 pub mod openapi;
