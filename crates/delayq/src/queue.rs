@@ -255,7 +255,12 @@ impl Queue {
         check_topic(topic)?;
         self.check_pop_options(options)?;
         if options.timeout_ms == 0 {
-            return self.pop_now(&[topic], options).await;
+            let got = self
+                .inner
+                .storage
+                .pop(topic, options.count, options.auto_finish)
+                .await?;
+            return Ok(self.count_auto_finished(options, got));
         }
         self.long_poll(&[topic.to_owned()], options).await
     }
@@ -283,34 +288,33 @@ impl Queue {
         Ok(())
     }
 
-    /// One look for tasks: a pop of one topic, or over several. Tasks handed out with
-    /// `auto_finish` count as finished in the activity counters.
-    async fn pop_now<T: AsRef<str>>(
-        &self,
-        topics: &[T],
-        options: PopOptions,
-    ) -> Result<Vec<Delivery>> {
+    /// One look for tasks: a pop of one topic, or over several.
+    async fn pop_now(&self, topics: &[String], options: PopOptions) -> Result<Vec<Delivery>> {
         let storage = &self.inner.storage;
         let got = match topics {
             [topic] => {
                 storage
-                    .pop(topic.as_ref(), options.count, options.auto_finish)
+                    .pop(topic, options.count, options.auto_finish)
                     .await?
             }
             _ => {
-                let topics: Vec<String> = topics.iter().map(|t| t.as_ref().to_owned()).collect();
                 storage
-                    .pop_any(&topics, options.count, options.auto_finish)
+                    .pop_any(topics, options.count, options.auto_finish)
                     .await?
             }
         };
+        Ok(self.count_auto_finished(options, got))
+    }
+
+    /// Tasks handed out with `auto_finish` are finished: counted so in the activity counters.
+    fn count_auto_finished(&self, options: PopOptions, got: Vec<Delivery>) -> Vec<Delivery> {
         if options.auto_finish {
             let metrics = &self.inner.ctx.metrics;
             for d in &got {
                 metrics.observe_finished(&metrics.topic(&d.topic), 1);
             }
         }
-        Ok(got)
+        got
     }
 
     /// Waits up to `options.timeout_ms` for tasks of any of `topics`: parked on each, woken by

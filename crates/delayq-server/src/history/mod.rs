@@ -13,12 +13,12 @@
 //! | ring               | step  | buckets | covers | bytes                  |
 //! |--------------------|-------|---------|--------|------------------------|
 //! | all topics         | 1 s   | 3 600   | 1 h    | 244 800                |
-//! | per topic          | 60 s  | 60      | 1 h    | 4 080 (+ ~400 of state) |
+//! | per topic          | 60 s  | 60      | 1 h    | 4 080 (+ ~500 of state) |
 //!
 //! A bucket holds the four counters and the 13 lateness buckets as `u32` (68 bytes), so the
 //! percentiles of any bucket are computed when asked ([`History::series`]). A topic's ring is
 //! made at its first activity and dropped after an hour without any: 1 000 active topics
-//! cost about 4.5 MB, an idle one nothing. docs/operations.md has the budget.
+//! cost about 5 MB, an idle one nothing. docs/operations.md has the budget.
 //!
 //! Redis mode (`publish.rs`): every [`PUBLISH_EVERY_MS`] each instance writes its cumulative
 //! activity and its last seconds into the meta store (one `HSET`) and reads every instance's
@@ -332,9 +332,12 @@ impl History {
     async fn exchange(&self, queue: &Queue, now_ms: u64) -> delayq::Result<()> {
         let (id, entry) = {
             let inner = self.inner.lock();
+            // A topic this instance never did anything with is left out (a topic's entry is
+            // made on first use, which may have failed).
             let own: Vec<(String, TopicActivity)> = inner
                 .own_last
                 .iter()
+                .filter(|(_, v)| v.added + v.fired + v.finished + v.failed + v.dead > 0)
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect();
             let secs = inner.own_secs.iter().filter(|(_, d)| !d.is_zero()).cloned();
