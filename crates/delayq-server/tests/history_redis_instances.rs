@@ -34,12 +34,13 @@ async fn start(redis: &RedisServer) -> Instance {
     Instance { addr, state }
 }
 
-async fn add(client: &reqwest::Client, at: &Instance, topic: &str, n: usize) {
+/// Adds `n` tasks of `topic` due in an hour through the server at `addr`.
+async fn add(client: &reqwest::Client, addr: SocketAddr, topic: &str, n: usize) {
     let tasks: Vec<Value> = (0..n)
-        .map(|i| json!({"topic": topic, "id": format!("{}-{i}", at.addr.port()), "delay_ms": 3_600_000}))
+        .map(|i| json!({"topic": topic, "id": format!("{}-{i}", addr.port()), "delay_ms": 3_600_000}))
         .collect();
     let reply: Value = client
-        .post(format!("http://{}/add", at.addr))
+        .post(format!("http://{addr}/add"))
         .json(&json!({ "tasks": tasks }))
         .send()
         .await
@@ -85,9 +86,9 @@ async fn two_instances_each_see_both_and_the_sum() {
     let one = start(&redis).await;
     let two = start(&redis).await;
     let client = reqwest::Client::new();
-    add(&client, &one, "orders", 3).await;
-    add(&client, &two, "orders", 5).await;
-    add(&client, &two, "mail", 2).await;
+    add(&client, one.addr, "orders", 3).await;
+    add(&client, two.addr, "orders", 5).await;
+    add(&client, two.addr, "mail", 2).await;
 
     let began = Instant::now();
     loop {
@@ -112,4 +113,48 @@ async fn two_instances_each_see_both_and_the_sum() {
         assert_ne!(this.id, other.id);
     }
     assert_eq!(one.state.history().topics(), ["mail", "orders"]);
+}
+
+/// `serve::run`, as `delayq serve` calls it, starts the sampler: each instance's entry
+/// appears in Redis with its own count of adds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_publishes_each_instance_into_redis() {
+    let redis = RedisServer::start();
+    let mut config = ServerConfig::default();
+    config.storage = StorageConfig::Redis { url: redis.url() };
+    let client = reqwest::Client::new();
+    let mut stops = Vec::new();
+    for n in [2usize, 4] {
+        let queue = build_queue(&config).await.expect("a Redis-mode queue");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let config = config.clone();
+        tokio::spawn(async move {
+            delayq_server::run(listener, queue, &config, async {
+                let _ = stopped.await;
+            })
+            .await
+        });
+        stops.push(stop);
+        add(&client, addr, "jobs", n).await;
+    }
+    let began = Instant::now();
+    let added = loop {
+        let all = delayq_testkit::cli(redis.port(), &["HGETALL", "dq:meta:instances"]);
+        let mut added: Vec<u64> = all
+            .lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .filter_map(|entry| entry["topics"]["jobs"][0].as_u64())
+            .collect();
+        added.sort();
+        if added == [2, 4] || began.elapsed() > PATIENCE {
+            break added;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(added, [2, 4], "each instance's entry counts its own adds");
+    for stop in stops {
+        let _ = stop.send(());
+    }
 }

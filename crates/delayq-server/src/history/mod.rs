@@ -194,12 +194,28 @@ impl History {
     /// lateness over the last hour. All topics have [`TOTAL_STEP_MS`] steps, one topic
     /// [`TOPIC_STEP_MS`]; a topic without activity in the last hour has all zeros.
     pub fn series(&self, topic: Option<&str>) -> Series {
+        self.series_with_step(topic, 0)
+    }
+
+    /// Like [`History::series`] with coarser buckets of `step_ms` (rounded up to a multiple
+    /// of the ring's step, at most an hour): e.g. the hour of all topics in 360 buckets of
+    /// 10 s for a chart. Counts and lateness histograms are summed over the ring's buckets,
+    /// so the rates and percentiles are those of the coarser buckets. The first bucket may
+    /// be partly before the hour kept; its rates are over the part kept.
+    pub fn series_with_step(&self, topic: Option<&str>, step_ms: u64) -> Series {
         let inner = self.inner.lock();
-        let (ring, step, len) = match topic {
+        let (ring, ring_step, len) = match topic {
             None => (Some(&inner.total), TOTAL_STEP_MS, TOTAL_BUCKETS),
             Some(t) => (inner.topics.get(t), TOPIC_STEP_MS, TOPIC_BUCKETS),
         };
-        series_of(ring, step, len, inner.last_mid_ms, inner.last_sample_ms)
+        let step = coarser_step(ring_step, step_ms);
+        series_of(
+            ring,
+            (ring_step, len),
+            step,
+            inner.last_mid_ms,
+            inner.last_sample_ms,
+        )
     }
 
     /// The topics with activity in the last hour, by name.
@@ -340,7 +356,14 @@ impl History {
                 .filter(|(_, v)| v.added + v.fired + v.finished + v.failed + v.dead > 0)
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect();
-            let secs = inner.own_secs.iter().filter(|(_, d)| !d.is_zero()).cloned();
+            // The newest second may still grow (two samples can fall in one second), and a
+            // reader takes each second once: only complete seconds are published.
+            let open = inner.own_secs.back().map(|(s, _)| *s);
+            let secs = inner
+                .own_secs
+                .iter()
+                .filter(|(s, d)| Some(*s) != open && !d.is_zero())
+                .cloned();
             (
                 inner.this.clone(),
                 Entry::new(now_ms, inner.started_ms, &own, secs),
@@ -505,21 +528,23 @@ fn rates_of(readings: &VecDeque<(u64, TopicActivity)>) -> Rates {
     }
 }
 
-/// The series of `ring` (or of nothing: zeros) over the `len` buckets of `step_ms` ending
-/// with the bucket of `end_mid_ms`; rates of the newest bucket are over the part of it
-/// covered up to `end_ms`.
+/// The series of `ring` (or of nothing: zeros) whose buckets are `(ring_step, len)`, over
+/// its `len` buckets ending with the bucket of `end_mid_ms`, in output buckets of `step_ms`
+/// (a multiple of `ring_step`). Rates are over the part of each output bucket covered by
+/// the window and by samples up to `end_ms`.
 fn series_of(
     ring: Option<&Ring>,
+    (ring_step, len): (u64, usize),
     step_ms: u64,
-    len: usize,
     end_mid_ms: u64,
     end_ms: u64,
 ) -> Series {
-    let last = end_mid_ms / step_ms;
+    let last = end_mid_ms / ring_step;
     let first = last.saturating_sub(len as u64 - 1);
-    let n = (last - first + 1) as usize;
+    let group_of = |b: u64| b * ring_step / step_ms;
+    let n = (group_of(last) - group_of(first) + 1) as usize;
     let mut s = Series {
-        start_ms: first * step_ms,
+        start_ms: group_of(first) * step_ms,
         step_ms,
         end_ms,
         added: Vec::with_capacity(n),
@@ -530,20 +555,43 @@ fn series_of(
         lateness_p99_ms: Vec::with_capacity(n),
     };
     let empty = Bucket::default();
+    let mut counts = [0u64; COUNTERS];
+    let mut lateness = [0u64; LATENESS_BUCKETS];
+    let mut covered = 0u64;
     for b in first..=last {
         let bucket = ring.and_then(|r| r.get(b)).unwrap_or(&empty);
-        let covered = covered_ms(b * step_ms, step_ms, end_ms);
-        let per_s = |c: usize| f64::from(bucket.counts[c]) * 1_000.0 / covered as f64;
-        s.added.push(per_s(ADDED));
-        s.fired.push(per_s(FIRED));
-        s.finished.push(per_s(FINISHED));
-        s.failed.push(per_s(FAILED));
-        let lateness: [u64; LATENESS_BUCKETS] = bucket.lateness_counts();
-        s.lateness_p50_ms.push(lateness_quantile(&lateness, 0.5));
-        s.lateness_p99_ms.push(lateness_quantile(&lateness, 0.99));
+        for (sum, c) in counts.iter_mut().zip(bucket.counts) {
+            *sum += u64::from(c);
+        }
+        for (sum, c) in lateness.iter_mut().zip(bucket.lateness_counts()) {
+            *sum += c;
+        }
+        covered += covered_ms(b * ring_step, ring_step, end_ms);
+        if b == last || group_of(b + 1) != group_of(b) {
+            let per_s = |c: usize| counts[c] as f64 * 1_000.0 / covered.max(1) as f64;
+            s.added.push(per_s(ADDED));
+            s.fired.push(per_s(FIRED));
+            s.finished.push(per_s(FINISHED));
+            s.failed.push(per_s(FAILED));
+            s.lateness_p50_ms.push(lateness_quantile(&lateness, 0.5));
+            s.lateness_p99_ms.push(lateness_quantile(&lateness, 0.99));
+            counts = [0; COUNTERS];
+            lateness = [0; LATENESS_BUCKETS];
+            covered = 0;
+        }
     }
-    debug_assert_eq!(COUNTERS, 4);
     s
+}
+
+/// The output step for `asked` over a ring of `ring_step`: a multiple of it, at least one,
+/// at most an hour's worth; 0 means the ring's own.
+fn coarser_step(ring_step: u64, asked: u64) -> u64 {
+    let hour = 3_600_000u64.max(ring_step);
+    asked
+        .div_ceil(ring_step)
+        .max(1)
+        .saturating_mul(ring_step)
+        .min(hour / ring_step * ring_step)
 }
 
 /// How much of the bucket `[start, start + step)` is covered by samples up to `end`: the

@@ -29,6 +29,63 @@ fn covered_table() {
 }
 
 #[test]
+fn coarser_step_table() {
+    let table = [
+        (1_000, 0, 1_000),
+        (1_000, 1, 1_000),
+        (1_000, 1_000, 1_000),
+        (1_000, 1_001, 2_000),
+        (1_000, 10_000, 10_000),
+        (60_000, 10_000, 60_000),
+        (60_000, 90_000, 120_000),
+        (1_000, u64::MAX, 3_600_000),
+        (60_000, 7_200_000, 3_600_000),
+    ];
+    for (ring, asked, want) in table {
+        assert_eq!(
+            coarser_step(ring, asked),
+            want,
+            "ring {ring}, asked {asked}"
+        );
+    }
+}
+
+#[test]
+fn coarser_series_sum_counts_and_histograms() {
+    let h = History::new();
+    h.start("local".into(), T0);
+    // T0 is a whole 10 s: seconds T0..T0+20 s, 1 add each; fires at <= 1 ms in the first
+    // 10 s, one at +Inf in the second.
+    h.record_own(T0, &[]);
+    for i in 1..=20u64 {
+        let late = if i > 10 { 10 } else { i };
+        let mut lat = vec![late; LATENESS_BUCKETS];
+        lat[0] = 0;
+        let mut a = TopicActivity::from_parts(i, 0, 0, 0, lat);
+        if i > 10 {
+            *a.lateness_cumulative.last_mut().unwrap() = late + 1;
+            a.fired = late + 1;
+        }
+        h.record_own(T0 + i * 1_000, &[topic("a", a)]);
+    }
+    assert_eq!(T0 % 10_000, 0);
+    let s = h.series_with_step(None, 10_000);
+    assert_eq!(s.step_ms, 10_000);
+    // The hour kept (seconds T0 - 3 580 s ..= T0 + 19 s) starts on a whole 10 s here.
+    assert_eq!(s.added.len(), 360);
+    assert_eq!(s.start_ms, T0 - 3_580_000);
+    let n = s.added.len();
+    // [T0, T0 + 10 s) and [T0 + 10 s, T0 + 20 s): one add a second.
+    assert_eq!(&s.added[n - 2..], &[1.0, 1.0]);
+    assert_eq!(s.lateness_p99_ms[n - 2], Some(1));
+    assert_eq!(s.lateness_p99_ms[n - 1], Some(5_000));
+    assert_eq!(s.lateness_p50_ms[n - 1], Some(5_000), "its only fire");
+    assert_eq!(s.lateness_p50_ms[n - 3], None, "nothing fired");
+    // Asking the ring's own step is `series`.
+    assert_eq!(h.series_with_step(None, 1), h.series(None));
+}
+
+#[test]
 fn own_samples_become_per_second_rates() {
     let h = History::new();
     h.start("local".into(), T0);
