@@ -41,9 +41,10 @@
 //! pop, finish, release, touch, cancel, requeue (one or all), delete, bury, reschedule, kick
 //! (one or several), pause/resume, peek, the promoter's tick, and stats. Pop over several
 //! partitions or topics, peek and kick plan across partitions from the `peek` script's view
-//! of each; pause is stored in every partition so that pop refuses in the same atomic step. Time comes from the queue's clock as an argument, never from Redis's `TIME`,
-//! so tests with a manual clock are exact. A failed attempt (release, ttr expiry) is decided
-//! in Lua exactly as `delayq_core::lifecycle::after_failure` decides it (a table test in
+//! of each; pause is stored in every partition so that pop refuses in the same atomic step.
+//! Task time comes from the queue's clock as an argument, never from Redis's `TIME`, so tests
+//! with a manual clock are exact. A failed attempt (release, ttr expiry) is decided in Lua
+//! exactly as `delayq_core::lifecycle::after_failure` decides it (a table test in
 //! `src/scripts/failure_rule.rs` holds the two equal). A FINISHED or
 //! CANCELLED record is gone at the end of its retention by the queue's clock: scripts, reads
 //! and counters treat it as absent from that instant, and the promoter's tick removes it.
@@ -73,7 +74,8 @@
 //!
 //! # The clock
 //!
-//! Scripts never read `TIME` themselves, but a server's queue clock is a [`RedisClock`]: it
+//! The task scripts never read `TIME` (only the lease script does, for liveness, which must
+//! be judged by one clock shared by all instances); a server's queue clock is a [`RedisClock`]: it
 //! follows Redis's `TIME`, read once a second with its round trip bounded, so all instances
 //! judge due times by one reference whatever their machines' clocks say, and it refuses (503)
 //! when it cannot bound that reference. See `src/clock.rs` and `docs/clock.md`.

@@ -26,7 +26,7 @@
 -- previous version (bare ids everywhere, no `v`) are converted by `upgrade` below, which
 -- every script runs first.
 -- ARGV:
---   1 now (epoch ms, from the caller's clock: scripts never read TIME): the clock's lower
+--   1 now (epoch ms, from the caller's clock: task scripts never read TIME): the clock's lower
 --     bound, or `lower:upper` when the upper bound is above it. Due times are judged by the
 --     lower bound (never early); the windows given to a consumer or a backoff (ttr, release
 --     delay, backoff) start at the upper one, so they never end before their length.
