@@ -458,7 +458,7 @@ pub async fn render(state: &AppState) -> String {
         ),
         (
             "delayq_dead_total",
-            "Tasks that ran out of retries.",
+            "Tasks that went DEAD: out of retries, or buried.",
             snap.dead,
         ),
     ];
