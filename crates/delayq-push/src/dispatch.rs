@@ -197,7 +197,7 @@ impl Push {
     /// this instance at once (others within `reload_ms`). An invalid field is an
     /// [`ErrorKind::Invalid`] error naming it.
     pub async fn set(&self, target: PushTarget) -> delayq::Result<()> {
-        target.validate()?;
+        crate::target::validate(&target)?;
         let value = serde_json::to_vec(&target).expect("a target always serializes");
         self.queue()
             .storage()

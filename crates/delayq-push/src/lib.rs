@@ -17,7 +17,7 @@
 //! the list again every [`PushOptions::reload_ms`] (default 1 s) and starts or stops its
 //! topic loops to match.
 //!
-//! Layout: [`target`] (the model and its checks), [`rules`] (pure decisions: token bucket,
+//! Layout: [`target`] (the checks of a target; the model is the wire's, [`wire`]), [`rules`] (pure decisions: token bucket,
 //! signature, `Retry-After`, what an answer means), [`allow`] (`push_allow`), [`stats`]
 //! (per-topic figures), `dispatch` (the loops and the calls).
 
@@ -32,6 +32,9 @@ pub use dispatch::{Push, PushError, PushOptions};
 pub use rules::FailureClass;
 pub use stats::{LATENCY_BUCKETS_MS, PushStats};
 pub use target::{PushTarget, TargetView};
+
+/// The wire types of push delivery, re-exported.
+pub use delayq_api::push as wire;
 
 /// The namespace of the settings store that holds the targets, one key per topic.
 pub const META_NAMESPACE: &str = "push";

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use delayq_api::push::PushFigures;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
@@ -77,7 +78,6 @@ impl TopicCounters {
 
 /// A topic's push figures since this instance started.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[non_exhaustive]
 pub struct PushStats {
     /// Calls answered 2xx (tasks finished).
@@ -97,6 +97,38 @@ pub struct PushStats {
     /// Cumulative counts of calls at most as long as each bound of
     /// [`LATENCY_BUCKETS_MS`], then all of them.
     pub latency_buckets: Vec<u64>,
+}
+
+impl PushStats {
+    /// The smallest bucket bound at or under which the fraction `q` of the calls took (ms);
+    /// the largest bound when more took longer; 0 before the first call.
+    pub fn latency_quantile_ms(&self, q: f64) -> u64 {
+        if self.latency_count == 0 {
+            return 0;
+        }
+        let wanted = (self.latency_count as f64 * q).ceil() as u64;
+        LATENCY_BUCKETS_MS
+            .iter()
+            .zip(&self.latency_buckets)
+            .find(|&(_, &n)| n >= wanted)
+            .map_or(
+                LATENCY_BUCKETS_MS[LATENCY_BUCKETS_MS.len() - 1],
+                |(&b, _)| b,
+            )
+    }
+
+    /// The figures `/stats` shows.
+    pub fn figures(&self) -> PushFigures {
+        PushFigures::new(
+            self.delivered,
+            [self.failed_status, self.failed_timeout, self.failed_connect],
+            self.in_flight,
+            self.latency_sum_ms
+                .checked_div(self.latency_count)
+                .unwrap_or(0),
+            self.latency_quantile_ms(0.99),
+        )
+    }
 }
 
 /// The counters of every topic that had a target on this instance.
@@ -156,5 +188,15 @@ mod tests {
         assert_eq!(s.latency_count, 5);
         assert_eq!(s.latency_sum_ms, 15_032);
         assert_eq!(s.latency_buckets, vec![1, 1, 2, 2, 2, 3, 3, 3, 3, 4, 5]);
+        // (q, bound): the bucket where the q-th call falls.
+        for (q, bound) in [(0.2, 1), (0.4, 5), (0.6, 50), (0.8, 5_000), (0.99, 5_000)] {
+            assert_eq!(s.latency_quantile_ms(q), bound, "q = {q}");
+        }
+        let f = s.figures();
+        assert_eq!(
+            (f.delivered, f.latency_avg_ms, f.latency_p99_ms),
+            (2, 3_006, 5_000)
+        );
+        assert_eq!(PushStats::default().figures().latency_p99_ms, 0);
     }
 }

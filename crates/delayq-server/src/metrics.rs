@@ -480,7 +480,85 @@ pub async fn render(state: &AppState) -> String {
     );
     state.metrics().write_connections(&mut out);
     state.metrics().write_requests(&mut out);
+    if let Some(push) = state.push() {
+        write_push(&mut out, &push.all_stats());
+    }
     out
+}
+
+/// The push figures of each topic that had a target on this instance (docs/push.md).
+fn write_push(out: &mut String, topics: &[(String, delayq_push::PushStats)]) {
+    if topics.is_empty() {
+        return;
+    }
+    out.push_str(
+        "# HELP delayq_push_delivered_total Push calls answered 2xx (tasks finished).
+         # TYPE delayq_push_delivered_total counter
+",
+    );
+    for (topic, s) in topics {
+        let _ = writeln!(
+            out,
+            "delayq_push_delivered_total{{topic=\"{}\"}} {}",
+            escape(topic),
+            s.delivered
+        );
+    }
+    out.push_str(
+        "# HELP delayq_push_failed_total Push calls that failed, by class: status (a non-2xx answer), timeout, connect.
+         # TYPE delayq_push_failed_total counter
+",
+    );
+    for (topic, s) in topics {
+        for (class, n) in [
+            ("status", s.failed_status),
+            ("timeout", s.failed_timeout),
+            ("connect", s.failed_connect),
+        ] {
+            let _ = writeln!(
+                out,
+                "delayq_push_failed_total{{topic=\"{}\",class=\"{class}\"}} {n}",
+                escape(topic)
+            );
+        }
+    }
+    out.push_str(
+        "# HELP delayq_push_in_flight Push calls under way.
+# TYPE delayq_push_in_flight gauge
+",
+    );
+    for (topic, s) in topics {
+        let _ = writeln!(
+            out,
+            "delayq_push_in_flight{{topic=\"{}\"}} {}",
+            escape(topic),
+            s.in_flight
+        );
+    }
+    out.push_str(
+        "# HELP delayq_push_latency_seconds How long push targets took to answer.
+         # TYPE delayq_push_latency_seconds histogram
+",
+    );
+    for (topic, s) in topics {
+        let topic = escape(topic);
+        for (i, n) in s.latency_buckets.iter().enumerate() {
+            let le = delayq_push::LATENCY_BUCKETS_MS
+                .get(i)
+                .map_or_else(|| "+Inf".to_owned(), |ms| (*ms as f64 / 1000.0).to_string());
+            let _ = writeln!(
+                out,
+                "delayq_push_latency_seconds_bucket{{topic=\"{topic}\",le=\"{le}\"}} {n}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "delayq_push_latency_seconds_sum{{topic=\"{topic}\"}} {}\n\
+             delayq_push_latency_seconds_count{{topic=\"{topic}\"}} {}",
+            s.latency_sum_ms as f64 / 1000.0,
+            s.latency_count
+        );
+    }
 }
 
 #[cfg(test)]
