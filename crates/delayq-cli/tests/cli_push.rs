@@ -134,3 +134,67 @@ async fn targets_survive_a_restart_of_an_embedded_server() {
     assert_eq!(calls.len(), 1);
     assert_eq!(calls[0].header("delayq-id"), Some("later"));
 }
+
+/// Sends beanstalk command lines and reads one reply line each.
+fn beanstalk(stream: &mut std::net::TcpStream, lines: &[&str]) -> Vec<String> {
+    use std::io::{BufRead as _, BufReader, Write as _};
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut replies = Vec::new();
+    for line in lines {
+        stream.write_all(format!("{line}\r\n").as_bytes()).unwrap();
+        let mut reply = String::new();
+        reader.read_line(&mut reply).unwrap();
+        if reply.starts_with("RESERVED") {
+            // The job's body line.
+            let mut body = String::new();
+            reader.read_line(&mut body).unwrap();
+        }
+        replies.push(reply.trim_end().to_owned());
+    }
+    replies
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn beanstalk_reserve_skips_a_pushed_tube() {
+    let receiver = Receiver::ok().await;
+    let bport = free_port();
+    let blisten = format!("127.0.0.1:{bport}");
+    let server = Server::start_with(&["--storage", "memory", "--beanstalk-listen", &blisten]);
+    // One call, then none for a long time: the second task stays READY.
+    server
+        .run(&[
+            "push",
+            "set",
+            "-t",
+            "hooked",
+            "--url",
+            &receiver.url("/"),
+            "--rate",
+            "0.001",
+            "--burst",
+            "1",
+        ])
+        .assert_code(0);
+    server
+        .run(&["add", "-t", "hooked", "-i", "1"])
+        .assert_code(0);
+    receiver.wait_for(1, WAIT).await;
+    server
+        .run(&["add", "-t", "hooked", "-i", "2"])
+        .assert_code(0);
+    let mut conn = std::net::TcpStream::connect(&blisten).unwrap();
+    let replies = beanstalk(
+        &mut conn,
+        &["watch hooked", "ignore default", "reserve-with-timeout 1"],
+    );
+    assert_eq!(replies, ["WATCHING 2", "WATCHING 1", "TIMED_OUT"]);
+    assert_eq!(
+        server.json(&["get", "-t", "hooked", "-i", "2"])["state_name"],
+        "ready"
+    );
+    server
+        .run(&["push", "delete", "-t", "hooked"])
+        .assert_code(0);
+    let replies = beanstalk(&mut conn, &["reserve-with-timeout 5"]);
+    assert!(replies[0].starts_with("RESERVED"), "{replies:?}");
+}

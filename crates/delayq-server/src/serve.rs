@@ -211,6 +211,13 @@ pub async fn run(
             return Err(e);
         }
     };
+    let push = match start_push(&queue, config).await {
+        Ok(push) => push,
+        Err(e) => {
+            let _ = queue.shutdown().await;
+            return Err(e);
+        }
+    };
     let beanstalk = match &config.beanstalk {
         Some(b) => {
             let options = delayq_beanstalk::BeanstalkOptions::default()
@@ -243,6 +250,9 @@ pub async fn run(
         None => None,
     };
     let beanstalk = beanstalk.map(|server| {
+        // Tubes delayq delivers itself are not handed to beanstalk workers.
+        let pushed = push.clone();
+        let server = server.skip_tubes(Arc::new(move |tube| pushed.has_target(tube)));
         let control = server.control();
         tracing::info!(addr = ?server.local_addr().map(|a| a.to_string()), "beanstalk protocol is listening");
         drain_on_sigusr1(control.clone());
@@ -250,13 +260,6 @@ pub async fn run(
     });
     let scheme = if tls.is_some() { "https" } else { "http" };
     let state = AppState::new(queue.clone(), config);
-    let push = match start_push(&queue, config).await {
-        Ok(push) => push,
-        Err(e) => {
-            let _ = queue.shutdown().await;
-            return Err(e);
-        }
-    };
     state.set_push(push.clone());
     let router = app(state.clone());
     let (stop_tx, stop_rx) = watch::channel(false);
