@@ -36,24 +36,35 @@ async fn wait_state(queue: &Queue, topic: &str, id: &str, state: State) -> delay
     }
 }
 
-/// Verifies a `Delayq-Signature` as a receiver would, with the hmac crate directly.
-fn verify(secret: &str, header: &str, body: &[u8]) -> bool {
-    let Some((t, v1)) = header
-        .split_once(',')
-        .and_then(|(t, v)| Some((t.strip_prefix("t=")?, v.strip_prefix("v1=")?)))
-    else {
+/// Verifies a `Delayq-Signature` as a receiver would: this is the README's Rust example,
+/// word for word (with the hmac, sha2 and hex crates).
+fn verify_at(secret: &[u8], header: &str, body: &[u8], now_ms: u64) -> bool {
+    let (mut t, mut v1) = (None, None);
+    for part in header.split(',') {
+        match part.split_once('=') {
+            Some(("t", v)) => t = v.parse::<u64>().ok(),
+            Some(("v1", v)) => v1 = hex::decode(v).ok(),
+            _ => {}
+        }
+    }
+    let (Some(t), Some(v1)) = (t, v1) else {
         return false;
     };
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+    if now_ms.abs_diff(t) > 300_000 {
+        return false; // too old: a replay
+    }
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("any key length");
     mac.update(format!("{t}.").as_bytes());
     mac.update(body);
-    let expected: String = mac
-        .finalize()
-        .into_bytes()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    expected == v1
+    mac.verify_slice(&v1).is_ok() // compares in constant time
+}
+
+fn verify(secret: &str, header: &str, body: &[u8]) -> bool {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    verify_at(secret.as_bytes(), header, body, now_ms)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -98,6 +109,8 @@ async fn a_task_is_delivered_once_with_its_headers_and_a_valid_signature() {
     assert!(verify("s3cret", sig, &call.body), "{sig}");
     assert!(!verify("other", sig, &call.body));
     assert!(!verify("s3cret", sig, b"tampered"));
+    // An old signature is refused even when it matches.
+    assert!(!verify_at(b"s3cret", sig, &call.body, call.at_ms + 600_000));
     // Never early: the call came at or after the due.
     assert!(
         call.at_ms >= info.due_ms,
