@@ -27,6 +27,8 @@ use crate::target::PushTarget;
 /// How long a topic loop waits after its pop failed (storage unavailable) before it tries
 /// again.
 const POP_RETRY_MS: u64 = 1_000;
+/// How long a topic loop waits before it looks again when pops cannot long-poll.
+const EMPTY_POLL_MS: u64 = 20;
 
 /// How the dispatcher runs.
 #[derive(Debug, Clone)]
@@ -382,6 +384,10 @@ async fn run_topic(shared: Arc<Shared>, target: Arc<PushTarget>, mut stop: watch
         .zip(target.effective_burst())
         .map(|(rate, burst)| TokenBucket::new(rate, burst, now_ms(&shared)));
     let mut calls = JoinSet::new();
+    // The pops stay within the queue's limits, whatever they are set to.
+    let limits = &shared.queue.context().limits;
+    let max_count = limits.max_pop_count.max(1);
+    let poll_ms = shared.options.poll_ms.min(limits.max_pop_timeout_ms);
     // Every wait below is `biased` towards the stop: a stopped loop (its target removed)
     // must not take one more task just because a task was ready at the same moment.
     'run: loop {
@@ -394,7 +400,10 @@ async fn run_topic(shared: Arc<Shared>, target: Arc<PushTarget>, mut stop: watch
             p = Arc::clone(&slots).acquire_owned() => p.expect("the semaphore is never closed"),
         };
         let mut permits = vec![first];
-        while let Ok(p) = Arc::clone(&slots).try_acquire_owned() {
+        // One pop takes at most the queue's max_pop_count.
+        while permits.len() < max_count
+            && let Ok(p) = Arc::clone(&slots).try_acquire_owned()
+        {
             permits.push(p);
         }
         if let Some(bucket) = bucket.as_mut() {
@@ -415,9 +424,7 @@ async fn run_topic(shared: Arc<Shared>, target: Arc<PushTarget>, mut stop: watch
         let asked = permits.len();
         let pop = shared.queue.pop(
             &topic,
-            PopOptions::default()
-                .count(asked)
-                .timeout_ms(shared.options.poll_ms),
+            PopOptions::default().count(asked).timeout_ms(poll_ms),
         );
         let popped = tokio::select! {
             biased;
@@ -442,6 +449,15 @@ async fn run_topic(shared: Arc<Shared>, target: Arc<PushTarget>, mut stop: watch
         };
         if let Some(bucket) = bucket.as_mut() {
             bucket.refund((asked - deliveries.len()) as u32);
+        }
+        if deliveries.is_empty() && poll_ms == 0 {
+            // Long-polls are off (max_pop_timeout_ms = 0): look again a little later, not in
+            // a tight loop.
+            tokio::select! {
+                biased;
+                _ = stop.wait_for(|s| *s) => break,
+                () = tokio::time::sleep(Duration::from_millis(EMPTY_POLL_MS)) => {}
+            }
         }
         for (delivery, permit) in deliveries.into_iter().zip(permits.drain(..)) {
             calls.spawn(deliver(
