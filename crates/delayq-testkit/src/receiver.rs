@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
@@ -76,6 +76,7 @@ struct Shared {
 /// The receiver; stops when dropped.
 pub struct Receiver {
     addr: SocketAddr,
+    scheme: &'static str,
     shared: Arc<Shared>,
     task: JoinHandle<()>,
 }
@@ -89,6 +90,21 @@ impl Receiver {
     /// Starts a receiver that answers each request by `answer(call, n)`, `n` counting the
     /// requests from 0.
     pub async fn start(answer: impl Fn(&Call, usize) -> Reply + Send + Sync + 'static) -> Receiver {
+        Receiver::start_with(None, answer).await
+    }
+
+    /// Like [`Receiver::start`], speaking HTTPS through `tls` (its URLs are `https://`).
+    pub async fn start_tls(
+        tls: tokio_rustls::TlsAcceptor,
+        answer: impl Fn(&Call, usize) -> Reply + Send + Sync + 'static,
+    ) -> Receiver {
+        Receiver::start_with(Some(tls), answer).await
+    }
+
+    async fn start_with(
+        tls: Option<tokio_rustls::TlsAcceptor>,
+        answer: impl Fn(&Call, usize) -> Reply + Send + Sync + 'static,
+    ) -> Receiver {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind a loopback port");
@@ -99,17 +115,41 @@ impl Receiver {
             answer: Box::new(answer),
         });
         let s = Arc::clone(&shared);
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let task = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
-                tokio::spawn(serve(stream, Arc::clone(&s)));
+                let _ = stream.set_nodelay(true);
+                let shared = Arc::clone(&s);
+                match tls.clone() {
+                    None => {
+                        tokio::spawn(serve(stream, shared));
+                    }
+                    Some(tls) => {
+                        tokio::spawn(async move {
+                            if let Ok(stream) = tls.accept(stream).await {
+                                serve(stream, shared).await;
+                            }
+                        });
+                    }
+                }
             }
         });
-        Receiver { addr, shared, task }
+        Receiver {
+            addr,
+            scheme,
+            shared,
+            task,
+        }
     }
 
-    /// The receiver's URL for `path` (`/hook`).
+    /// The receiver's URL for `path` (`/hook`), by address.
     pub fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
+        format!("{}://{}{path}", self.scheme, self.addr)
+    }
+
+    /// The receiver's port.
+    pub fn port(&self) -> u16 {
+        self.addr.port()
     }
 
     /// The requests so far.
@@ -139,9 +179,29 @@ impl Drop for Receiver {
     }
 }
 
+/// A connection the receiver serves: plain TCP or TLS over it.
+trait Conn: AsyncRead + AsyncWrite + Unpin + Send {
+    /// Makes the coming close a TCP reset.
+    fn reset_on_close(&self);
+}
+
+impl Conn for TcpStream {
+    fn reset_on_close(&self) {
+        // A zero linger makes the close a reset (as the fault proxy does); the socket is
+        // non-blocking here, so the deprecation's concern does not apply.
+        #[allow(deprecated)]
+        let _ = self.set_linger(Some(Duration::ZERO));
+    }
+}
+
+impl Conn for tokio_rustls::server::TlsStream<TcpStream> {
+    fn reset_on_close(&self) {
+        self.get_ref().0.reset_on_close();
+    }
+}
+
 /// Serves one connection: requests one after the other (keep-alive).
-async fn serve(mut stream: TcpStream, shared: Arc<Shared>) {
-    let _ = stream.set_nodelay(true);
+async fn serve<S: Conn>(mut stream: S, shared: Arc<Shared>) {
     let mut buf: Vec<u8> = Vec::new();
     loop {
         let Some((call, keep_alive)) = read_request(&mut stream, &mut buf).await else {
@@ -165,10 +225,7 @@ async fn serve(mut stream: TcpStream, shared: Arc<Shared>) {
                 (code, String::new(), Vec::new())
             }
             Reply::Reset => {
-                // A zero linger makes the close a reset (as the fault proxy does); the
-                // socket is non-blocking here, so the deprecation's concern does not apply.
-                #[allow(deprecated)]
-                let _ = stream.set_linger(Some(Duration::ZERO));
+                stream.reset_on_close();
                 return;
             }
         };
@@ -188,7 +245,7 @@ async fn serve(mut stream: TcpStream, shared: Arc<Shared>) {
 }
 
 /// Reads one request (headers and a Content-Length body); `None` when the connection ends.
-async fn read_request(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<(Call, bool)> {
+async fn read_request<S: Conn>(stream: &mut S, buf: &mut Vec<u8>) -> Option<(Call, bool)> {
     let end = loop {
         if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
             break i;
