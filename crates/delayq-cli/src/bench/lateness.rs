@@ -68,7 +68,13 @@ impl Default for LatenessBench {
 impl LatenessBench {
     /// Checks the bounds of every setting.
     pub fn validate(&self) -> Result<LatenessBench, CliError> {
-        let check = |ok: bool, what: &str| super::require("lateness", ok, what);
+        self.validate_as("lateness")
+    }
+
+    /// Checks the bounds of every setting, naming `bench` (the push bench shares the
+    /// producer's settings).
+    pub(super) fn validate_as(&self, bench: &str) -> Result<LatenessBench, CliError> {
+        let check = |ok: bool, what: &str| super::require(bench, ok, what);
         check(
             (1..=1_000_000).contains(&self.rate),
             "--rate must be 1 to 1000000",

@@ -26,7 +26,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Notify;
 
 use super::lateness::{LatenessBench, produce};
-use super::{BenchResult, MAX_DURATION_MS, MAX_TASKS, Percentiles, Target};
+use super::{BenchResult, Percentiles, Target};
 use crate::duration::{format_duration, parse_duration};
 use crate::error::CliError;
 
@@ -67,28 +67,13 @@ pub struct PushBench {
 }
 
 impl PushBench {
-    /// Checks the bounds of every setting.
+    /// Checks the bounds of every setting (those of the producer as the lateness bench does).
     pub fn validate(&self) -> Result<PushBench, CliError> {
-        let check = |ok: bool, what: &str| super::require("push", ok, what);
-        check(
-            (1..=1_000_000).contains(&self.rate),
-            "--rate must be 1 to 1000000",
-        )?;
-        check(
-            (1..=MAX_DURATION_MS).contains(&self.duration),
-            "--duration must be 1ms to 10m",
-        )?;
-        check(
-            (10..=60_000).contains(&self.delay_ms),
-            "--delay-ms must be 10 to 60000",
-        )?;
-        check(
+        self.producer().validate_as("push")?;
+        super::require(
+            "push",
             (1..=1_024).contains(&self.concurrency),
             "--concurrency must be 1 to 1024",
-        )?;
-        check(
-            self.producer().total() <= MAX_TASKS,
-            "--rate × --duration must be at most 20000000 tasks",
         )?;
         Ok(self.clone())
     }
