@@ -43,7 +43,8 @@ pub struct PushOptions {
     /// How often the target list is read again from storage (default 1 s), so targets set
     /// through another instance take effect here.
     pub reload_ms: u64,
-    /// The long-poll of a topic loop's pop (default 1 s).
+    /// The long-poll of a topic loop's pop (default 30 s, as an HTTP pop's): a ready task
+    /// wakes it at once, so this only bounds how often an idle topic asks the storage.
     pub poll_ms: u64,
     /// Most idle connections kept per target host (default 32).
     pub max_idle_per_host: usize,
@@ -56,7 +57,7 @@ impl Default for PushOptions {
             ca_file: None,
             max_in_flight: 256,
             reload_ms: 1_000,
-            poll_ms: 1_000,
+            poll_ms: 30_000,
             max_idle_per_host: 32,
         }
     }
