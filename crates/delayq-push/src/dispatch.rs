@@ -486,7 +486,9 @@ async fn deliver(
     let Ok(_global) = Arc::clone(&shared.global).acquire_owned().await else {
         return;
     };
-    let timeout_ms = target.timeout_ms.unwrap_or(delivery.ttr_ms).max(1);
+    let timeout_ms = target
+        .timeout_ms
+        .unwrap_or_else(|| rules::default_timeout_ms(delivery.ttr_ms));
     counters.call_started();
     let started = Instant::now();
     let result = call(&shared, &target, &delivery, timeout_ms).await;

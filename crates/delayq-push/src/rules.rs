@@ -71,6 +71,13 @@ pub fn signature(secret: &[u8], t_ms: u64, body: &[u8]) -> String {
     format!("t={t_ms},v1={hex}")
 }
 
+/// The call timeout of a target that sets none: the task's ttr less a margin (a tenth, at
+/// most 1 s), so that the release carrying the push error lands before the ttr would expire
+/// and redeliver the task with a plain "ttr expired".
+pub fn default_timeout_ms(ttr_ms: u64) -> u64 {
+    ttr_ms.saturating_sub((ttr_ms / 10).min(1_000)).max(1)
+}
+
 /// Reads a `Retry-After` value as a delay in ms from `now_ms`: seconds, or an HTTP date (a
 /// date in the past is 0). `None` when it is neither.
 pub fn parse_retry_after(value: &str, now_ms: u64) -> Option<u64> {
@@ -252,6 +259,19 @@ mod tests {
         assert_ne!(base, signature(b"K", 1, b"x"));
         assert_ne!(base, signature(b"k", 2, b"x"));
         assert_ne!(base, signature(b"k", 1, b"y"));
+    }
+
+    #[test]
+    fn the_default_timeout_leaves_a_margin_before_the_ttr() {
+        for (ttr, timeout) in [
+            (1, 1),
+            (10, 9),
+            (400, 360),
+            (10_000, 9_000),
+            (30_000, 29_000),
+        ] {
+            assert_eq!(default_timeout_ms(ttr), timeout, "ttr {ttr}");
+        }
     }
 
     #[test]
