@@ -46,7 +46,8 @@ pub struct PushOptions {
     /// The long-poll of a topic loop's pop (default 30 s, as an HTTP pop's): a ready task
     /// wakes it at once, so this only bounds how often an idle topic asks the storage.
     pub poll_ms: u64,
-    /// Most idle connections kept per target host (default 32).
+    /// Most idle connections kept per target host (default: as many as calls may be in
+    /// flight, so a busy target's connections are reused rather than reopened).
     pub max_idle_per_host: usize,
 }
 
@@ -58,7 +59,7 @@ impl Default for PushOptions {
             max_in_flight: 256,
             reload_ms: 1_000,
             poll_ms: 30_000,
-            max_idle_per_host: 32,
+            max_idle_per_host: 256,
         }
     }
 }
@@ -76,9 +77,11 @@ impl PushOptions {
         self
     }
 
-    /// Sets the global cap on calls in flight (at least 1).
+    /// Sets the global cap on calls in flight (at least 1), and the idle connections kept
+    /// per host with it.
     pub fn max_in_flight(mut self, n: usize) -> Self {
         self.max_in_flight = n.max(1);
+        self.max_idle_per_host = self.max_in_flight;
         self
     }
 
