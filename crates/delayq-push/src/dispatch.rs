@@ -3,9 +3,11 @@
 //!
 //! A topic loop waits for a free slot of its topic's semaphore (then takes every other free
 //! one), takes as many tokens of its bucket, pops that many tasks with a long-poll, and
-//! spawns one call per task; each call also holds a permit of the global cap while it runs.
-//! So a topic never has more than its concurrency in flight, all topics together never more
-//! than the global cap, and a loop that waits (for a slot, a token or a task) waits alone.
+//! spawns one call per task; each call also holds a permit of the global cap until its
+//! outcome is recorded (the topic's slot is given back as soon as the target answered). So a
+//! topic never has more than its concurrency of calls in flight, all topics together never
+//! more than the global cap of tasks held, and a loop that waits (for a slot, a token or a
+//! task) waits alone.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -484,7 +486,7 @@ async fn deliver(
     target: Arc<PushTarget>,
     counters: Arc<TopicCounters>,
     delivery: Delivery,
-    _slot: OwnedSemaphorePermit,
+    slot: OwnedSemaphorePermit,
 ) {
     let Ok(_global) = Arc::clone(&shared.global).acquire_owned().await else {
         return;
@@ -496,6 +498,10 @@ async fn deliver(
     let started = Instant::now();
     let result = call(&shared, &target, &delivery, timeout_ms).await;
     let latency_ms = started.elapsed().as_millis() as u64;
+    // The topic's concurrency bounds calls to its target; recording the outcome is the
+    // storage's work, so the next call may start meanwhile (the global permit is held until
+    // the outcome is recorded, which bounds the tasks held in all).
+    drop(slot);
     let verdict = rules::verdict(&result, shared.queue.context().limits.max_delay_ms);
     let (topic, id, receipt) = (&delivery.topic, &delivery.id, delivery.receipt.clone());
     let applied = match verdict {
