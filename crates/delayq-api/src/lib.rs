@@ -21,11 +21,13 @@
 //! - [`limits`]: the API's defaults and maxima.
 //! - [`number`]: strict readers of numbers and bodies.
 //! - [`body`]: bodies as bytes, written as text or base64.
+//! - [`push`]: push targets and their figures (docs/design.md §8).
 
 pub mod body;
 pub mod envelope;
 pub mod limits;
 pub mod number;
+pub mod push;
 pub mod request;
 pub mod response;
 pub mod state;

@@ -176,6 +176,10 @@ pub struct StatsView {
     /// When the pause ends by itself, epoch ms; null while not paused or paused until resumed.
     #[serde(default)]
     pub paused_until_ms: Option<u64>,
+    /// The push figures of a topic with a push target on the answering instance; absent
+    /// otherwise (docs/push.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub push: Option<crate::push::PushFigures>,
 }
 
 impl StatsView {
@@ -201,6 +205,7 @@ impl From<TopicStats> for StatsView {
             next_due_ms: s.next_due_ms,
             paused: s.pause.paused,
             paused_until_ms: s.pause.until_ms.filter(|_| s.pause.paused),
+            push: None,
         }
     }
 }
@@ -255,8 +260,8 @@ impl AllStats {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(untagged)]
 pub enum StatsData {
-    /// `GET /stats?topic=T`.
-    Topic(TopicStatsData),
+    /// `GET /stats?topic=T` (boxed: one topic's counters twice outweigh the map of `All`).
+    Topic(Box<TopicStatsData>),
     /// `GET /stats`.
     All(AllStats),
 }

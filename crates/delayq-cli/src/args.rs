@@ -70,6 +70,9 @@ pub enum Command {
     Pause(PauseArgs),
     /// End the pause of a topic.
     Resume(TopicArgs),
+    /// Manage push targets: delayq POSTs a topic's tasks to a URL when they are due.
+    #[command(subcommand)]
+    Push(PushCommand),
     /// Measure a running server end to end (loopback only).
     Bench(BenchArgs),
     /// Run delayq with beanstalkd's command line (-l, -p, -b, -f, -F, -z, -V): a drop-in
@@ -78,6 +81,50 @@ pub enum Command {
     /// Check or repair an embedded data directory (the server must not be running).
     #[command(subcommand)]
     Data(DataCommand),
+}
+
+/// `delayq push ...`: a topic's push target (docs/push.md).
+#[derive(Debug, Subcommand)]
+pub enum PushCommand {
+    /// Set (or replace) the push target of a topic. From then on the server delivers the
+    /// topic's tasks to the URL itself, and clients can no longer pop the topic.
+    Set(PushSetArgs),
+    /// Show the push target of a topic, or every target.
+    Get(StatsArgs),
+    /// Remove the push target of a topic; its tasks then wait for ordinary consumers.
+    Delete(TopicArgs),
+}
+
+/// `delayq push set`.
+#[derive(Debug, Args)]
+pub struct PushSetArgs {
+    /// The topic.
+    #[arg(long, short = 't')]
+    pub topic: String,
+    /// The http:// or https:// URL each task is POSTed to.
+    #[arg(long)]
+    pub url: String,
+    /// How long one call may take (default: the task's time to run).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub timeout: Option<u64>,
+    /// Most calls to the URL at once (default 4).
+    #[arg(long, value_name = "N")]
+    pub concurrency: Option<u32>,
+    /// Most calls per second on average (default: no limit).
+    #[arg(long, value_name = "PER_S")]
+    pub rate: Option<f64>,
+    /// Calls that may go at once after a quiet time (default: one second of --rate).
+    #[arg(long, value_name = "N", requires = "rate")]
+    pub burst: Option<u32>,
+    /// An extra header, `Name: value`; repeat for several.
+    #[arg(long = "header", short = 'H', value_name = "NAME: VALUE")]
+    pub headers: Vec<String>,
+    /// Sign every call with this key (`Delayq-Signature`).
+    #[arg(long, env = "DELAYQ_PUSH_SECRET", hide_env_values = true)]
+    pub secret: Option<String>,
+    /// How to reach the server and how to print.
+    #[command(flatten)]
+    pub client: ClientArgs,
 }
 
 /// `delayq data ...`: offline tools for an embedded data directory.

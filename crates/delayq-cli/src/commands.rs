@@ -15,7 +15,8 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::Value;
 
 use crate::args::{
-    ClientArgs, Command, PopArgs, RequeueArgs, RescheduleArgs, StatsArgs, TaskArgs, TasksArgs,
+    ClientArgs, Command, PopArgs, PushCommand, PushSetArgs, RequeueArgs, RescheduleArgs, StatsArgs,
+    TaskArgs, TasksArgs,
 };
 use crate::config::{AddPlan, Connection, ImportPlan};
 use crate::duration::{format_duration, now_ms};
@@ -116,6 +117,7 @@ pub async fn run(command: Command, out: &mut dyn Write) -> Result<(), CliError> 
             writeln!(out, "{}", output::stats(&rows, now_ms()))?;
             Ok(())
         }
+        Command::Push(command) => push(command, out).await,
         Command::Bench(args) => crate::bench::run(args, out).await,
         Command::Data(command) => crate::data::run(command, out),
     }
@@ -379,4 +381,71 @@ fn due_words(when: When) -> String {
         When::Delay(ms) => format!("due in {}", format_duration(ms)),
         When::At(at) => format!("due {}", output::when(at, now_ms())),
     }
+}
+
+/// `delayq push set|get|delete`.
+async fn push(command: PushCommand, out: &mut dyn Write) -> Result<(), CliError> {
+    match command {
+        PushCommand::Set(args) => {
+            let conn = Connection::from_args(&args.client)?;
+            let call = Call::push_set(&push_target(&args)?);
+            if conn.json {
+                return print_raw(&conn, &call, out).await;
+            }
+            conn.client.send(&call).await?;
+            writeln!(
+                out,
+                "topic {:?} is now delivered to {} by the server",
+                args.topic, args.url
+            )?;
+            Ok(())
+        }
+        PushCommand::Get(args) => {
+            let conn = Connection::from_args(&args.client)?;
+            if conn.json {
+                return print_raw(&conn, &Call::push_get(args.topic.as_deref()), out).await;
+            }
+            let targets = conn.client.push_get(args.topic.as_deref()).await?;
+            writeln!(out, "{}", output::push_targets(&targets))?;
+            Ok(())
+        }
+        PushCommand::Delete(args) => {
+            let conn = Connection::from_args(&args.client)?;
+            let call = Call::push_delete(&args.topic);
+            if conn.json {
+                return print_raw(&conn, &call, out).await;
+            }
+            let deleted = conn.client.push_delete(&args.topic).await?;
+            let words = if deleted {
+                "no longer has a push target: its tasks wait for consumers"
+            } else {
+                "had no push target"
+            };
+            writeln!(out, "topic {:?} {words}", args.topic)?;
+            Ok(())
+        }
+    }
+}
+
+/// The target of `delayq push set`; the server checks it again and names a bad field.
+fn push_target(args: &PushSetArgs) -> Result<delayq_client::PushTarget, CliError> {
+    let mut target = delayq_client::PushTarget::new(&args.topic, &args.url);
+    target.timeout_ms = args.timeout;
+    if let Some(n) = args.concurrency {
+        target.concurrency = n;
+    }
+    target.rate_per_s = args.rate;
+    target.burst = args.burst;
+    for header in &args.headers {
+        let Some((name, value)) = header.split_once(':') else {
+            return Err(CliError::usage(format!(
+                "--header {header:?}: write it as `Name: value`"
+            )));
+        };
+        target
+            .headers
+            .insert(name.trim().to_owned(), value.trim().to_owned());
+    }
+    target.secret = args.secret.clone();
+    Ok(target)
 }

@@ -22,6 +22,46 @@ fn table(header: &[&str]) -> Table {
     table
 }
 
+/// Push targets as a table (never their secret: the server does not send it).
+pub fn push_targets(targets: &[delayq_client::TargetView]) -> String {
+    if targets.is_empty() {
+        return "no push target".into();
+    }
+    let mut t = table(&[
+        "topic",
+        "url",
+        "concurrency",
+        "rate",
+        "timeout",
+        "headers",
+        "signed",
+    ]);
+    for target in targets {
+        let rate = match (target.rate_per_s, target.burst) {
+            (Some(r), Some(b)) => format!("{r}/s (burst {b})"),
+            (Some(r), None) => format!("{r}/s"),
+            _ => "-".into(),
+        };
+        let headers: Vec<String> = target
+            .headers
+            .iter()
+            .map(|(k, v)| format!("{k}: {v}"))
+            .collect();
+        t.add_row(vec![
+            target.topic.clone(),
+            target.url.clone(),
+            target.concurrency.to_string(),
+            rate,
+            target
+                .timeout_ms
+                .map_or_else(|| "ttr".to_owned(), format_duration),
+            headers.join("\n"),
+            if target.has_secret { "yes" } else { "no" }.to_owned(),
+        ]);
+    }
+    t.to_string()
+}
+
 /// An instant with its distance from now: `2030-01-01T08:00:00.000Z (in 15m)`.
 pub fn when(at_ms: u64, now_ms: u64) -> String {
     format!(

@@ -150,3 +150,39 @@ fn bench_refuses_remote_servers() {
     run.assert_code(1);
     assert!(run.stderr.contains("loopback"), "{}", run.stderr);
 }
+
+#[test]
+fn bench_push_delivers_every_task_to_its_receiver() {
+    let server = Server::start();
+    let report = server.json(&[
+        "bench",
+        "push",
+        "--rate",
+        "200",
+        "--duration",
+        "500ms",
+        "--delay-ms",
+        "100",
+    ]);
+    let results = report["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2, "{report}");
+    let (rate, late) = (&results[0], &results[1]);
+    assert_eq!(rate["bench"], "push");
+    assert_eq!(rate["unit"], "deliveries/s");
+    assert_eq!(rate["ops"], 100, "every task arrived: {report}");
+    assert_eq!(rate["errors"], 0, "{report}");
+    assert!(rate["figure"].as_f64().unwrap() > 0.0, "{report}");
+    // 200/s is not the target's condition: kept for reference, not judged.
+    assert!(rate["met"].is_null(), "{report}");
+    assert_eq!(late["unit"], "ms p99");
+    assert_eq!(late["latency_ms"]["count"], 100, "{report}");
+    assert!(
+        rate["notes"].as_array().unwrap().iter().any(|n| n
+            .as_str()
+            .unwrap()
+            .contains("0 arrived before their due time")),
+        "never early: {report}"
+    );
+    // The bench removes its target.
+    assert_eq!(server.json(&["push", "get"])["total"], 0);
+}

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use delayq_api::push::{PushDeleted, PushList, PushQuery, PushTarget, TargetView};
 use delayq_api::{
     AckRequest, AddBatchRequest, AddData, AddRequest, AddTaskRequest, AllStats,
     BatchItem as WireBatchItem, BuryRequest, Count, Envelope, ErrorData, FinishBatchData,
@@ -406,6 +407,25 @@ impl Client {
         page.ok_or_else(|| self.protocol(&call, "no page in the answer".into()))
     }
 
+    /// Sets the push target of `target.topic`; returns it as the server shows it.
+    pub async fn push_set(&self, target: &PushTarget) -> Result<TargetView, ClientError> {
+        let call = Call::push_set(target);
+        let view: Option<TargetView> = self.exchange(&call).await?;
+        view.ok_or_else(|| self.protocol(&call, "no target in the answer".into()))
+    }
+
+    /// The push targets: of one topic (none or one), or every one.
+    pub async fn push_get(&self, topic: Option<&str>) -> Result<Vec<TargetView>, ClientError> {
+        let list: Option<PushList> = self.exchange(&Call::push_get(topic)).await?;
+        Ok(list.map(|l| l.targets).unwrap_or_default())
+    }
+
+    /// Removes a topic's push target; whether it had one.
+    pub async fn push_delete(&self, topic: &str) -> Result<bool, ClientError> {
+        let deleted: Option<PushDeleted> = self.exchange(&Call::push_delete(topic)).await?;
+        Ok(deleted.is_some_and(|d| d.deleted))
+    }
+
     /// The counters of one topic.
     pub async fn stats(&self, topic: &str) -> Result<StatsView, ClientError> {
         let stats: Option<TopicStatsData> = self.exchange(&Call::stats(Some(topic))).await?;
@@ -485,6 +505,7 @@ impl Client {
         let mut request = match call.method {
             CallMethod::Get => self.http.get(url.clone()),
             CallMethod::Post => self.http.post(url.clone()),
+            CallMethod::Delete => self.http.delete(url.clone()),
         };
         if let Some(auth) = &self.inner.auth {
             request = request.header(AUTHORIZATION, auth.clone());
@@ -548,6 +569,7 @@ impl Client {
 enum CallMethod {
     Get,
     Post,
+    Delete,
 }
 
 impl CallMethod {
@@ -555,6 +577,7 @@ impl CallMethod {
         match self {
             CallMethod::Get => "GET",
             CallMethod::Post => "POST",
+            CallMethod::Delete => "DELETE",
         }
     }
 }
@@ -780,6 +803,29 @@ impl Call {
             topic: topic.map(str::to_owned),
         };
         Call::get_call("reading stats", "stats", query_string(&query))
+    }
+
+    /// `POST /push`: sets a topic's push target.
+    pub fn push_set(target: &PushTarget) -> Call {
+        Call::post_call("setting a push target", "push", target)
+    }
+
+    /// `GET /push`, of one topic or of all.
+    pub fn push_get(topic: Option<&str>) -> Call {
+        let query = PushQuery {
+            topic: topic.map(str::to_owned),
+        };
+        Call::get_call("reading push targets", "push", query_string(&query))
+    }
+
+    /// `DELETE /push?topic=`: removes a topic's push target.
+    pub fn push_delete(topic: &str) -> Call {
+        let query = PushQuery {
+            topic: Some(topic.to_owned()),
+        };
+        let mut call = Call::get_call("deleting a push target", "push", query_string(&query));
+        call.method = CallMethod::Delete;
+        call
     }
 
     /// `GET /topics`.

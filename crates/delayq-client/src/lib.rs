@@ -27,6 +27,7 @@ pub mod error;
 mod wire;
 
 pub use client::{Call, Client, ClientOptions, ListOptions, PopOptions};
+pub use delayq_api::push::{PushFigures, PushTarget, TargetView};
 pub use delayq_api::{
     BodyEncoding, PauseData, ReleaseData, StatsView, TaskDelivery, TaskListItem, TaskPage,
     TaskView, decode_body, encode_body,

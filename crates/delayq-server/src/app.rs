@@ -45,6 +45,8 @@ struct Inner {
     draining: watch::Sender<bool>,
     /// The dashboard's activity history; filled by the sampler `serve::run` starts.
     history: History,
+    /// The push dispatcher, once `serve::run` started it (docs/push.md).
+    push: std::sync::OnceLock<delayq_push::Push>,
 }
 
 impl AppState {
@@ -61,8 +63,25 @@ impl AppState {
                 open_long_polls: AtomicUsize::new(0),
                 draining: watch::Sender::new(false),
                 history: History::new(),
+                push: std::sync::OnceLock::new(),
             }),
         }
+    }
+
+    /// Attaches the push dispatcher; `/push` answers 503 without one. Only the first call
+    /// counts.
+    pub fn set_push(&self, push: delayq_push::Push) {
+        let _ = self.inner.push.set(push);
+    }
+
+    /// The push dispatcher, if one is attached.
+    pub fn push(&self) -> Option<&delayq_push::Push> {
+        self.inner.push.get()
+    }
+
+    /// Whether `topic` is delivered by the push dispatcher, so clients may not pop it.
+    pub fn is_pushed(&self, topic: &str) -> bool {
+        self.push().is_some_and(|p| p.has_target(topic))
     }
 
     /// The queue.
@@ -172,6 +191,12 @@ pub fn app(state: AppState) -> Router {
         .route("/topics", get(handlers::inspect::topics))
         .route("/metrics", get(handlers::ops::metrics))
         .route("/openapi.json", get(handlers::ops::openapi))
+        .route(
+            "/push",
+            post(handlers::push::set)
+                .get(handlers::push::get)
+                .delete(handlers::push::delete),
+        )
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             auth::require_auth,

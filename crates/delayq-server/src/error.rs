@@ -97,6 +97,14 @@ pub enum AppError {
     /// A bug: a handler panicked or the router is miswired.
     #[error("internal error: {0}")]
     Internal(String),
+    /// A client popped a topic that delayq delivers itself (it has a push target).
+    #[error(
+        "topic {topic} has a push target: delayq delivers its tasks itself, so clients cannot pop it (remove the target with DELETE /push?topic={topic} first; docs/push.md)"
+    )]
+    PushedTopic {
+        /// The topic.
+        topic: String,
+    },
 }
 
 impl AppError {
@@ -131,6 +139,7 @@ impl AppError {
                 StatusCode::SERVICE_UNAVAILABLE
             }
             AppError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            AppError::PushedTopic { .. } => StatusCode::CONFLICT,
         }
     }
 
@@ -157,6 +166,7 @@ impl AppError {
             | AppError::TooManyLongPolls { .. }
             | AppError::ShuttingDown
             | AppError::Internal(_) => None,
+            AppError::PushedTopic { .. } => Some("topic"),
         }
     }
 
@@ -177,6 +187,7 @@ impl AppError {
             | AppError::RouteNotFound { .. }
             | AppError::MethodNotAllowed { .. }
             | AppError::TooManyLongPolls { .. }
+            | AppError::PushedTopic { .. }
             | AppError::ShuttingDown => Outcome::NotApplied,
         }
     }
@@ -196,6 +207,7 @@ impl AppError {
             | AppError::MethodNotAllowed { .. }
             | AppError::TooManyLongPolls { .. }
             | AppError::ShuttingDown
+            | AppError::PushedTopic { .. }
             | AppError::Internal(_) => self.to_string(),
         }
     }
@@ -235,6 +247,7 @@ impl AppError {
             AppError::TooManyLongPolls { .. } => "overloaded",
             AppError::ShuttingDown => "shutting_down",
             AppError::Internal(_) => "internal_error",
+            AppError::PushedTopic { .. } => "conflict",
         }
     }
 }

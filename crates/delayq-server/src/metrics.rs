@@ -482,6 +482,9 @@ pub async fn render(state: &AppState) -> String {
     );
     state.metrics().write_connections(&mut out);
     state.metrics().write_requests(&mut out);
+    if let Some(push) = state.push() {
+        write_push(&mut out, &push.all_stats());
+    }
     out
 }
 
@@ -509,9 +512,106 @@ fn write_topic_activity(out: &mut String, activity: &[(String, delayq::TopicActi
     }
 }
 
+/// The push figures of each topic that had a target on this instance (docs/push.md).
+fn write_push(out: &mut String, topics: &[(String, delayq_push::PushStats)]) {
+    if topics.is_empty() {
+        return;
+    }
+    out.push_str(
+        "# HELP delayq_push_delivered_total Push calls answered 2xx (tasks finished).\n\
+         # TYPE delayq_push_delivered_total counter\n",
+    );
+    for (topic, s) in topics {
+        let _ = writeln!(
+            out,
+            "delayq_push_delivered_total{{topic=\"{}\"}} {}",
+            escape(topic),
+            s.delivered
+        );
+    }
+    out.push_str(
+        "# HELP delayq_push_failed_total Push calls that failed, by class: status (a non-2xx answer), timeout, connect.\n\
+         # TYPE delayq_push_failed_total counter\n",
+    );
+    for (topic, s) in topics {
+        for (class, n) in [
+            ("status", s.failed_status),
+            ("timeout", s.failed_timeout),
+            ("connect", s.failed_connect),
+        ] {
+            let _ = writeln!(
+                out,
+                "delayq_push_failed_total{{topic=\"{}\",class=\"{class}\"}} {n}",
+                escape(topic)
+            );
+        }
+    }
+    out.push_str(
+        "# HELP delayq_push_in_flight Push calls under way.\n\
+         # TYPE delayq_push_in_flight gauge\n",
+    );
+    for (topic, s) in topics {
+        let _ = writeln!(
+            out,
+            "delayq_push_in_flight{{topic=\"{}\"}} {}",
+            escape(topic),
+            s.in_flight
+        );
+    }
+    out.push_str(
+        "# HELP delayq_push_latency_seconds How long push targets took to answer.\n\
+         # TYPE delayq_push_latency_seconds histogram\n",
+    );
+    for (topic, s) in topics {
+        let topic = escape(topic);
+        for (i, n) in s.latency_buckets.iter().enumerate() {
+            let le = delayq_push::LATENCY_BUCKETS_MS
+                .get(i)
+                .map_or_else(|| "+Inf".to_owned(), |ms| (*ms as f64 / 1000.0).to_string());
+            let _ = writeln!(
+                out,
+                "delayq_push_latency_seconds_bucket{{topic=\"{topic}\",le=\"{le}\"}} {n}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "delayq_push_latency_seconds_sum{{topic=\"{topic}\"}} {}\n\
+             delayq_push_latency_seconds_count{{topic=\"{topic}\"}} {}",
+            s.latency_sum_ms as f64 / 1000.0,
+            s.latency_count
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every line of the push and activity series is a comment or a sample from its first
+    /// column: text with leading blanks (a multi-line literal's indentation) is not the
+    /// exposition format.
+    #[test]
+    fn push_and_activity_series_start_each_line_in_the_first_column() {
+        let mut out = String::new();
+        let mut stats = delayq_push::PushStats::default();
+        stats.delivered = 2;
+        stats.latency_count = 2;
+        stats.latency_buckets = vec![1; delayq_push::LATENCY_BUCKETS_MS.len() + 1];
+        write_push(&mut out, &[("hooks".to_owned(), stats)]);
+        write_topic_activity(
+            &mut out,
+            &[("hooks".to_owned(), delayq::TopicActivity::default())],
+        );
+        assert!(out.contains("delayq_push_delivered_total{topic=\"hooks\"} 2\n"));
+        for line in out.lines() {
+            assert!(
+                line.starts_with("# HELP delayq_")
+                    || line.starts_with("# TYPE delayq_")
+                    || line.starts_with("delayq_"),
+                "{line:?}"
+            );
+        }
+    }
 
     #[test]
     fn counters_render_with_labels() {

@@ -44,12 +44,16 @@ use crate::handlers;
         handlers::ops::readyz,
         handlers::ops::metrics,
         handlers::ops::openapi,
+        handlers::push::set,
+        handlers::push::get,
+        handlers::push::delete,
     ),
     modifiers(&BearerAuth),
     tags(
         (name = "tasks", description = "Add, take and settle tasks"),
         (name = "inspect", description = "Read tasks and counters"),
         (name = "ops", description = "Health, readiness, metrics and this description"),
+        (name = "push", description = "Push targets: delayq POSTs a topic's tasks to a URL"),
     )
 )]
 pub struct ApiDoc;

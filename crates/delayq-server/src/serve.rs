@@ -8,6 +8,9 @@
 //! The listener itself (the connection cap, the timeouts for slow clients, HTTPS) is in
 //! `listener.rs` and `tls.rs`.
 //!
+//! `run` also starts the push dispatcher (`delayq-push`, docs/push.md) over the same queue,
+//! after creating the configuration's targets, and stops it before the queue at shutdown.
+//!
 //! With `--beanstalk-listen`, `run` also binds the beanstalkd protocol listener
 //! (`delayq-beanstalk`) beside the HTTP one, over the same queue. At shutdown it enters drain
 //! mode with the HTTP side (a `put` is answered `DRAINING`), keeps serving the other commands
@@ -79,6 +82,9 @@ pub enum ServerError {
     /// The beanstalk listener could not start.
     #[error(transparent)]
     Beanstalk(#[from] delayq_beanstalk::BeanstalkError),
+    /// The push dispatcher could not start (its CA file).
+    #[error(transparent)]
+    Push(#[from] delayq_push::PushError),
 }
 
 /// Builds the queue the configuration asks for. This is the one place that picks the storage
@@ -205,6 +211,13 @@ pub async fn run(
             return Err(e);
         }
     };
+    let push = match start_push(&queue, config).await {
+        Ok(push) => push,
+        Err(e) => {
+            let _ = queue.shutdown().await;
+            return Err(e);
+        }
+    };
     let beanstalk = match &config.beanstalk {
         Some(b) => {
             let options = delayq_beanstalk::BeanstalkOptions::default()
@@ -237,6 +250,9 @@ pub async fn run(
         None => None,
     };
     let beanstalk = beanstalk.map(|server| {
+        // Tubes delayq delivers itself are not handed to beanstalk workers.
+        let pushed = push.clone();
+        let server = server.skip_tubes(Arc::new(move |tube| pushed.has_target(tube)));
         let control = server.control();
         tracing::info!(addr = ?server.local_addr().map(|a| a.to_string()), "beanstalk protocol is listening");
         drain_on_sigusr1(control.clone());
@@ -246,6 +262,7 @@ pub async fn run(
     let state = AppState::new(queue.clone(), config);
     // The dashboard's history: sampled every second until the queue shuts down.
     let sampler = state.history().spawn_sampler(queue.clone());
+    state.set_push(push.clone());
     let router = app(state.clone());
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut server = tokio::spawn(listener::serve(
@@ -287,6 +304,10 @@ pub async fn run(
             }
         }
     };
+    // Push calls in flight get the same grace as requests; their results are applied while
+    // the queue still runs.
+    push.shutdown(Duration::from_millis(config.shutdown_timeout_ms))
+        .await;
     if let Some((control, task)) = beanstalk {
         // Every beanstalk connection gives back the jobs it holds while the queue still runs.
         control.close();
@@ -305,6 +326,27 @@ pub async fn run(
         });
     tracing::info!("delayq stopped");
     result.and(flushed)
+}
+
+/// Starts the push dispatcher (docs/push.md): the targets of the configuration are created
+/// or updated first, then every stored target is delivered.
+async fn start_push(
+    queue: &Queue,
+    config: &ServerConfig,
+) -> Result<delayq_push::Push, ServerError> {
+    let push = delayq_push::Push::new(queue.clone(), config.push.options())?;
+    for target in &config.push.targets {
+        let topic = target.topic.clone();
+        push.set(target.clone())
+            .await
+            .map_err(|source| ServerError::Storage {
+                op: "storing the push targets of the configuration",
+                source,
+            })?;
+        tracing::info!(%topic, "push target from the configuration");
+    }
+    push.start().await;
+    Ok(push)
 }
 
 fn flatten(

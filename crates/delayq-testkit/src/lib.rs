@@ -8,16 +8,19 @@
 //!
 //! [`history`] records what clients did and saw, and checks delayq's promises over it.
 //! [`SmallFs`] is a small tmpfs of the test's own, to fill up for real. [`FaultProxy`] sits
-//! between a client and a server and injects network faults on command.
+//! between a client and a server and injects network faults on command. [`Receiver`] is a
+//! webhook receiver for push tests that records requests and answers as told.
 
 mod cluster;
 mod fault_proxy;
 pub mod history;
+mod receiver;
 mod sentinel;
 mod small_fs;
 
 pub use cluster::RedisCluster;
 pub use fault_proxy::{FaultProxy, Faults};
+pub use receiver::{Call, Receiver, Reply};
 pub use sentinel::RedisSentinel;
 pub use small_fs::SmallFs;
 

@@ -234,6 +234,21 @@ pub(crate) struct Shared {
     pub started: Instant,
     /// A random id of this instance, as `stats` shows it.
     pub instance: String,
+    /// Tubes that `reserve` skips: those delayq delivers itself (push targets).
+    pub skip: std::sync::OnceLock<SkipTube>,
+}
+
+/// Whether `reserve` must skip a tube (see [`BeanstalkServer::skip_tubes`]).
+pub type SkipTube = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
+impl Shared {
+    /// The watched tubes `reserve` may take from.
+    pub(crate) fn reservable(&self, watch: &[String]) -> Vec<String> {
+        match self.skip.get() {
+            Some(skip) => watch.iter().filter(|t| !skip(t)).cloned().collect(),
+            None => watch.to_vec(),
+        }
+    }
 }
 
 /// Tells a running listener to drain or to close.
@@ -324,6 +339,7 @@ impl BeanstalkServer {
             jobs: jobs::Jobs::default(),
             started: Instant::now(),
             instance: instance_id(),
+            skip: std::sync::OnceLock::new(),
         });
         let slots = Arc::new(tokio::sync::Semaphore::new(shared.options.max_connections));
         BeanstalkServer {
@@ -342,6 +358,15 @@ impl BeanstalkServer {
     /// The handshake must finish within the read timeout.
     pub fn with_tls(mut self, acceptor: tokio_rustls::TlsAcceptor) -> Self {
         self.tls = Some(acceptor);
+        self
+    }
+
+    /// Makes `reserve` skip the tubes for which `skip` is true: the topics delayq delivers
+    /// itself (push targets, docs/push.md). A reserve whose watched tubes are all skipped
+    /// waits (and times out) as if none had a ready job; beanstalkd has no reply for
+    /// "refused".
+    pub fn skip_tubes(self, skip: SkipTube) -> Self {
+        let _ = self.shared.skip.set(skip);
         self
     }
 

@@ -486,11 +486,15 @@ where
     async fn reserve(&mut self, timeout_ms: Option<u64>) -> std::io::Result<Flow> {
         self.set_worker();
         let queue = self.shared.queue.clone();
-        let topics = self.watch.clone();
+        let topics = self.shared.reservable(&self.watch);
         let start = self.now();
         self.prune_held(start);
         // A ready job is handed out even inside the safety margin (beanstalkd's conn_ready).
-        match queue.pop_any(&topics, PopOptions::default()).await {
+        let first = match topics.is_empty() {
+            true => Ok(Vec::new()),
+            false => queue.pop_any(&topics, PopOptions::default()).await,
+        };
+        match first {
             Ok(mut got) if !got.is_empty() => {
                 let reply = self.reserved(got.remove(0)).await;
                 self.reply(reply);
@@ -564,7 +568,16 @@ where
                 .min()
                 .unwrap_or(now + max_step);
             let step = step_end.saturating_sub(now).max(1);
-            let pop = queue.pop_any(topics, PopOptions::default().timeout_ms(step));
+            let pop = async {
+                if topics.is_empty() {
+                    // Every watched tube is delivered by delayq itself: wait like an empty one.
+                    tokio::time::sleep(std::time::Duration::from_millis(step)).await;
+                    return Ok(Vec::new());
+                }
+                queue
+                    .pop_any(topics, PopOptions::default().timeout_ms(step))
+                    .await
+            };
             tokio::pin!(pop);
             let got = loop {
                 tokio::select! {

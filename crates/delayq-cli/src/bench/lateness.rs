@@ -68,7 +68,13 @@ impl Default for LatenessBench {
 impl LatenessBench {
     /// Checks the bounds of every setting.
     pub fn validate(&self) -> Result<LatenessBench, CliError> {
-        let check = |ok: bool, what: &str| super::require("lateness", ok, what);
+        self.validate_as("lateness")
+    }
+
+    /// Checks the bounds of every setting, naming `bench` (the push bench shares the
+    /// producer's settings).
+    pub(super) fn validate_as(&self, bench: &str) -> Result<LatenessBench, CliError> {
+        let check = |ok: bool, what: &str| super::require(bench, ok, what);
         check(
             (1..=1_000_000).contains(&self.rate),
             "--rate must be 1 to 1000000",
@@ -116,8 +122,13 @@ pub fn due_of(i: u64, first_due_ms: u64, rate: u64) -> u64 {
     first_due_ms + i * 1_000 / rate
 }
 
+/// Now, in epoch milliseconds.
+pub(super) fn now_ms() -> u64 {
+    now_us() / 1_000
+}
+
 /// Now, in epoch microseconds.
-fn now_us() -> u64 {
+pub(super) fn now_us() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
@@ -201,14 +212,18 @@ pub async fn run(client: &Client, bench: &LatenessBench) -> Result<Vec<BenchResu
 }
 
 /// What the producer did.
-struct Produced {
-    errors: u64,
-    first_error: Option<String>,
-    late_adds: u64,
+pub(super) struct Produced {
+    /// Tasks refused or failed.
+    pub errors: u64,
+    /// The first error.
+    pub first_error: Option<String>,
+    /// Tasks acknowledged only after their due time.
+    pub late_adds: u64,
 }
 
-/// Adds every task at its add time (`due − delay`), in batches every [`PRODUCER_TICK`].
-async fn produce(
+/// Adds every task at its add time (`due − delay`), in batches every [`PRODUCER_TICK`]
+/// (also the producer of the push bench).
+pub(super) async fn produce(
     client: &Client,
     topic: &str,
     bench: &LatenessBench,

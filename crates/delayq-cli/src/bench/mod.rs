@@ -15,6 +15,8 @@
 //!   and compute lateness = the moment the task arrives at the worker − its `due_ms`. This
 //!   includes the server's firing *and* the HTTP pop path and the client's own scheduling, so
 //!   it is an upper bound of the firing lateness the target is about.
+//! - [`push`]: push delivery to a receiver of the bench's own on loopback: deliveries/s and
+//!   lateness at the receiver.
 //! - [`beanstalk`]: put, then reserve + delete, over the beanstalkd protocol of any server
 //!   that speaks it (`--server HOST:PORT`), to compare delayq with beanstalkd.
 //! - `ceiling`: only the `/healthz` ceiling, to compare the bench's client with `wrk`
@@ -34,6 +36,7 @@ pub mod http;
 pub mod lateness;
 pub mod load;
 pub mod pop;
+pub mod push;
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -124,6 +127,9 @@ pub enum Which {
     /// Lateness of tasks due at a steady rate, as seen by popping workers (target p99 ≤ 2 ms
     /// at 10 000/s).
     Lateness(lateness::LatenessBench),
+    /// Push delivery to a receiver of the bench's own on 127.0.0.1: deliveries/s and lateness
+    /// (target ≥ 10 000/s, p99 ≤ 5 ms).
+    Push(push::PushBench),
     /// Only the ceiling: `GET /healthz` from concurrent clients.
     Ceiling(CeilingBench),
     /// All of them, with their defaults (about a minute).
@@ -529,6 +535,9 @@ pub async fn run(args: BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
         Which::Pop(bench) => results.extend(pop::run(&mut ctx, &bench.validate()?).await?),
         Which::Lateness(bench) => {
             results.extend(lateness::run(&ctx.client, &bench.validate()?).await?);
+        }
+        Which::Push(bench) => {
+            results.extend(push::run(&ctx.client, &bench.validate()?).await?);
         }
         Which::Ceiling(bench) => {
             require(

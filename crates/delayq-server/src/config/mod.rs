@@ -19,6 +19,7 @@
 #[cfg(test)]
 mod docs;
 mod kinds;
+mod push_kinds;
 mod settings;
 mod sources;
 
@@ -208,6 +209,35 @@ pub struct ServerConfig {
     pub redis_wait_timeout_ms: u64,
     /// The beanstalkd protocol listener; `None` when off.
     pub beanstalk: Option<BeanstalkConfig>,
+    /// Push delivery (docs/push.md).
+    pub push: PushConfig,
+}
+
+/// The push dispatcher's settings (docs/push.md).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct PushConfig {
+    /// Where calls may go.
+    pub allow: delayq_push::AllowList,
+    /// Extra CA certificates for HTTPS targets.
+    pub ca_file: Option<PathBuf>,
+    /// Most calls in flight over all topics.
+    pub max_in_flight: usize,
+    /// Targets created or updated at start.
+    pub targets: Vec<delayq_push::PushTarget>,
+}
+
+impl PushConfig {
+    /// The dispatcher's options from these settings.
+    pub fn options(&self) -> delayq_push::PushOptions {
+        let mut options = delayq_push::PushOptions::default()
+            .allow(self.allow.clone())
+            .max_in_flight(self.max_in_flight);
+        if let Some(ca) = &self.ca_file {
+            options = options.ca_file(ca);
+        }
+        options
+    }
 }
 
 /// The beanstalkd protocol listener's settings (docs/beanstalk.md).
@@ -381,6 +411,19 @@ impl ServerConfig {
             tls: beanstalk_tls,
         });
         let tokens = tokens(&s)?;
+        let push = PushConfig {
+            // Checked when read (the kind).
+            allow: delayq_push::AllowList::parse(&s.push_allow).map_err(|reason| {
+                ConfigError::Invalid {
+                    setting: s.origin.push_allow.name().to_owned(),
+                    value: s.push_allow.join(","),
+                    expected: reason,
+                }
+            })?,
+            ca_file: s.push_ca_file.clone(),
+            max_in_flight: s.push_max_in_flight,
+            targets: s.push_targets.clone(),
+        };
         Ok(ServerConfig {
             listen: s.listen,
             storage,
@@ -394,6 +437,7 @@ impl ServerConfig {
             redis_wait_replicas: s.redis_wait_replicas,
             redis_wait_timeout_ms: s.redis_wait_timeout_ms,
             beanstalk,
+            push,
         })
     }
 }

@@ -20,6 +20,7 @@ use super::kinds::{
     Addr, BeanstalkListen, BeanstalkTls, Choice, FsPath, FsyncMode, Int, Kind, Optional, RedisUrl,
     Retries, StorageKind, Tokens,
 };
+use super::push_kinds::{PushAllow, PushTargets};
 use super::sources::{Names, Sources};
 use super::{ConfigError, LogFormat, TokenConfig};
 
@@ -301,6 +302,24 @@ settings! {
     /// `[[read_only_tokens]]` tables).
     read_only_tokens: Vec<TokenConfig> = Vec::new();
         "read-only-token", "DELAYQ_READ_ONLY_TOKENS", "read_only_tokens", Tokens::READ_ONLY;
+
+    // Push delivery (docs/push.md).
+    /// Where push targets may be called, checked on the addresses a name resolves to:
+    /// networks (`10.0.0.0/8`), addresses and host names (`*.example.com` for every name under
+    /// it). Empty (the default): anywhere.
+    push_allow: Vec<String> = Vec::new();
+        "push-allow", "DELAYQ_PUSH_ALLOW", "push_allow", PushAllow;
+    /// A PEM file of CA certificates push calls over HTTPS trust besides the system's roots.
+    push_ca_file: Option<PathBuf> = None;
+        "push-ca-file", "DELAYQ_PUSH_CA_FILE", "push_ca_file", Optional(FsPath::file());
+    /// Most push calls in flight over all topics; each topic also has its own `concurrency`.
+    push_max_in_flight: usize = 256;
+        "push-max-in-flight", "DELAYQ_PUSH_MAX_IN_FLIGHT", "push_max_in_flight", Int::count(1, 100_000);
+    /// Push targets created or updated at start: `[[push]]` tables in the file (`topic`,
+    /// `url`, `timeout_ms`, `concurrency`, `rate_per_s`, `burst`, `headers`, `secret`), or a
+    /// JSON array of them as the flag or variable. Targets set through `POST /push` stay.
+    push_targets: Vec<delayq_push::PushTarget> = Vec::new();
+        "push-targets", "DELAYQ_PUSH_TARGETS", "push", PushTargets;
 }
 
 #[cfg(test)]

@@ -101,10 +101,8 @@ pub async fn stats(
             caller.check_topic(&topic, "topic")?;
             let result = state.queue().stats(&topic).await.map_err(AppError::from);
             let stats = counted(&state, &topic, Op::Stats, result)?;
-            StatsData::Topic(TopicStatsData::new(
-                topic,
-                StatsView::at(stats, now(&state)),
-            ))
+            let view = with_push(&state, &topic, StatsView::at(stats, now(&state)));
+            StatsData::Topic(Box::new(TopicStatsData::new(topic, view)))
         }
         None => {
             let now = now(&state);
@@ -114,7 +112,10 @@ pub async fn stats(
                 .await?
                 .into_iter()
                 .filter(|(name, _)| caller.may_use(name))
-                .map(|(name, stats)| (name, StatsView::at(stats, now)))
+                .map(|(name, stats)| {
+                    let view = with_push(&state, &name, StatsView::at(stats, now));
+                    (name, view)
+                })
                 .collect();
             StatsData::All(AllStats::new(topics))
         }
@@ -141,12 +142,21 @@ pub async fn topics(State(state): State<AppState>, caller: Caller) -> ApiResult<
         .into_iter()
         .filter(|(name, _)| caller.may_use(name))
         .map(|(name, stats)| TopicEntry {
+            stats: with_push(&state, &name, StatsView::at(stats, now)),
             name,
-            stats: StatsView::at(stats, now),
         })
         .collect();
     let total = topics.len() as u64;
     Ok(ok(TopicList { topics, total }))
+}
+
+/// Adds the push figures of `topic` when it had a push target on this instance.
+fn with_push(state: &AppState, topic: &str, mut view: StatsView) -> StatsView {
+    view.push = state
+        .push()
+        .and_then(|p| p.stats(topic))
+        .map(|s| s.figures());
+    view
 }
 
 /// The queue's clock, which says whether a pause with an end still holds.

@@ -6,6 +6,7 @@
 //! - [`control`]: rules 13–15: `/bury`, `/reschedule`, `/pause`, `/resume`.
 //! - [`inspect`]: reads: `/get`, `/tasks`, `/stats`, `/topics`.
 //! - [`ops`]: `/healthz`, `/readyz`, `/metrics`, `/openapi.json`.
+//! - [`push`]: `/push`, the push targets (docs/push.md).
 //!
 //! Each handler checks the caller may use the topic, calls the queue once, counts the
 //! operation in the metrics and wraps the result in the envelope. Errors are returned as
@@ -18,6 +19,7 @@ pub mod inspect;
 pub mod manage;
 pub mod ops;
 pub mod pop;
+pub mod push;
 
 use delayq_api::batch_field;
 use delayq_api::request::BATCH_FIELD;

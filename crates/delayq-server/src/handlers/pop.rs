@@ -29,6 +29,7 @@ use crate::metrics::Op;
     responses(
         (status = 200, description = "The task, or null on timeout; a list when count is given", body = Envelope<Option<PopData>>),
         (status = 400, description = "A field is missing or invalid", body = Envelope<Option<crate::error::ErrorData>>),
+        (status = 409, description = "The topic has a push target: delayq delivers it itself", body = Envelope<Option<crate::error::ErrorData>>),
         (status = 503, description = "Too many open long-polls, or shutting down; retry later", body = Envelope<Option<crate::error::ErrorData>>),
     ),
     security(("bearer" = []))
@@ -39,6 +40,9 @@ pub async fn pop(
     JsonBody(req): JsonBody<PopRequest>,
 ) -> ApiResult<Option<PopData>> {
     caller.check_topic(&req.topic, "topic")?;
+    if state.is_pushed(&req.topic) {
+        return Err(AppError::PushedTopic { topic: req.topic });
+    }
     let topic = req.topic.clone();
     let as_list = req.count.is_some();
     let result = take(&state, req).await;

@@ -96,6 +96,7 @@ pub struct Builder {
     config: ServerConfig,
     clock: Option<ManualClock>,
     token: Option<String>,
+    push: bool,
 }
 
 impl Builder {
@@ -121,6 +122,12 @@ impl Builder {
         self
     }
 
+    /// Runs the push dispatcher with the configuration's push settings, as `serve` does.
+    pub fn with_push(mut self) -> Self {
+        self.push = true;
+        self
+    }
+
     /// Starts the server.
     pub async fn start(self) -> Server {
         let clock: Arc<dyn Clock> = match &self.clock {
@@ -132,6 +139,12 @@ impl Builder {
             .with_defaults(self.config.defaults);
         let queue = Queue::memory_with(ctx);
         let state = AppState::new(queue.clone(), &self.config);
+        if self.push {
+            let push = delayq_push::Push::new(queue.clone(), self.config.push.options())
+                .expect("the push dispatcher starts");
+            push.start().await;
+            state.set_push(push);
+        }
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind 127.0.0.1:0");
@@ -169,6 +182,7 @@ pub fn server() -> Builder {
         config,
         clock: None,
         token: None,
+        push: false,
     }
 }
 
