@@ -31,7 +31,7 @@
 
 mod support;
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -41,7 +41,7 @@ use delayq_redis::RedisOptions;
 use delayq_testkit::history::{
     Answer, CheckOptions, Delivery, History, Op, Outcome, Recorder, TaskKey, TaskState,
 };
-use delayq_testkit::{FaultProxy, Faults, ProxiedCluster, cli};
+use delayq_testkit::{FaultProxy, Faults, ProxiedCluster, cli, random_faults};
 use support::{Instance, RedisServer, eventually, lease_owners};
 
 const TOPICS: [&str; 2] = ["chaos-a", "chaos-b"];
@@ -317,45 +317,6 @@ fn check(history: &History, settled: bool) {
     assert!(violations.is_empty(), "{violations:#?}");
 }
 
-/// A random fault on a random proxy for a while, until `until`.
-async fn chaos(
-    proxies: &[&FaultProxy],
-    until: Instant,
-    rng: &mut Rng,
-    injected: &mut HashMap<&'static str, u32>,
-) {
-    while Instant::now() < until {
-        let proxy = proxies[rng.below(proxies.len() as u64) as usize];
-        let (name, faults) = match rng.below(8) {
-            0 => (
-                "latency",
-                Faults::latency(
-                    Duration::from_millis(20 + rng.below(100)),
-                    Duration::from_millis(rng.below(150)),
-                ),
-            ),
-            1 => ("bandwidth", Faults::bandwidth(2_000 + rng.below(20_000))),
-            2 => ("blackhole", Faults::blackhole()),
-            3 => ("refuse", Faults::refuse()),
-            4 => ("lose_replies", Faults::lose_replies()),
-            5 => {
-                proxy.cut();
-                ("cut", Faults::none())
-            }
-            6 => {
-                proxy.reset_next_reply();
-                ("reset_mid_reply", Faults::none())
-            }
-            _ => ("quiet", Faults::none()),
-        };
-        *injected.entry(name).or_insert(0) += 1;
-        proxy.set(faults);
-        tokio::time::sleep(Duration::from_millis(200 + rng.below(1_300))).await;
-        proxy.heal();
-        tokio::time::sleep(Duration::from_millis(rng.below(500))).await;
-    }
-}
-
 /// How long a random-fault run lasts: `DELAYQ_CHAOS_SECS`, 20 s by default.
 fn chaos_secs() -> u64 {
     std::env::var("DELAYQ_CHAOS_SECS")
@@ -439,9 +400,9 @@ async fn random_faults_under_mixed_load() {
     let load = Load::start(queues, seed);
     let mut rng = Rng(seed);
     let proxies: Vec<&FaultProxy> = nodes.iter().map(|n| &n.proxy).collect();
-    let mut injected = HashMap::new();
+    let mut injected = BTreeMap::new();
     let until = Instant::now() + Duration::from_secs(secs);
-    chaos(&proxies, until, &mut rng, &mut injected).await;
+    random_faults(&proxies, until, &mut rng.0, &mut injected).await;
     for node in &nodes {
         node.proxy.heal();
     }
@@ -562,16 +523,16 @@ async fn random_faults_on_a_proxied_cluster_with_a_failover() {
     let load = Load::start(queues, seed);
     let mut rng = Rng(seed);
     let proxies: Vec<&FaultProxy> = cluster.proxies().iter().collect();
-    let mut injected = HashMap::new();
+    let mut injected = BTreeMap::new();
     let half = Duration::from_secs(secs) / 2;
-    chaos(&proxies, Instant::now() + half, &mut rng, &mut injected).await;
+    random_faults(&proxies, Instant::now() + half, &mut rng.0, &mut injected).await;
     // Half-way, a master hands over to its replica (the faults pause meanwhile; the load
     // goes on): the clients must follow the redirects, through the proxies.
     let masters = cluster.cluster().masters();
     let old = masters[rng.below(masters.len() as u64) as usize];
     let new = tokio::task::block_in_place(|| cluster.fail_over(old));
     eprintln!("failed over the master on {old} to {new}");
-    chaos(&proxies, Instant::now() + half, &mut rng, &mut injected).await;
+    random_faults(&proxies, Instant::now() + half, &mut rng.0, &mut injected).await;
     for proxy in cluster.proxies() {
         proxy.heal();
     }

@@ -20,7 +20,7 @@ mod sentinel;
 mod small_fs;
 
 pub use cluster::RedisCluster;
-pub use fault_proxy::{FaultProxy, Faults};
+pub use fault_proxy::{FaultProxy, Faults, random_faults};
 pub use proxied_cluster::ProxiedCluster;
 pub use sentinel::RedisSentinel;
 pub use small_fs::SmallFs;
