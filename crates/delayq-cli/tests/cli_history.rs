@@ -291,15 +291,7 @@ fn run(mode: Mode) {
         mode.name()
     );
     let c = history.counts();
-    let mut failures: std::collections::BTreeMap<String, usize> = Default::default();
-    for e in &history.events {
-        if let Outcome::Failed(why) | Outcome::Unknown(why) = &e.outcome {
-            let op = e.op.to_string();
-            let op = op.split(' ').next().unwrap_or_default();
-            let why = why.split(' ').next().unwrap_or_default();
-            *failures.entry(format!("{op}: {why}")).or_default() += 1;
-        }
-    }
+    let failures = history.failures();
     eprintln!(
         "[{}] failed or unknown, by operation and cause: {failures:#?}",
         mode.name()

@@ -18,6 +18,8 @@
 //! - `a_redis_reply_lost_after_the_write_is_a_503_with_outcome_unknown`: an add and a finish
 //!   whose write reaches Redis and whose reply is lost answer 503 with `data.outcome:
 //!   "unknown"` and `Retry-After`, the change is there, and the checker accepts the history.
+//!   `a_cluster_reply_lost_after_the_write_is_a_503_with_outcome_unknown` does the same over
+//!   the proxied cluster (the reply lost on whichever node's proxy carried the write).
 //!
 //! A run prints its seed; `DELAYQ_CHAOS_SEED` repeats its random choices.
 
@@ -183,7 +185,10 @@ async fn chaos_run(servers: &[&Server], seed: u64, chaos: impl Future<Output = S
     }
     let history = rec.history();
     let counts = history.counts();
-    eprintln!("{report}; history {counts:?}");
+    eprintln!(
+        "{report}; history {counts:?}; failed or unknown: {:?}",
+        history.failures()
+    );
     assert!(busy.is_empty(), "the topics did not drain: {busy:?}");
     check(&history, true);
     // The run must have done what it checks.
@@ -286,6 +291,17 @@ async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
     false
 }
 
+/// Pops one task of `topic`, trying for up to 10 s.
+async fn pop_one(client: &mut Client, topic: &str) -> Delivery {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if let Some(d) = client.pop(topic, None).await.pop() {
+            return d;
+        }
+    }
+    panic!("nothing to pop from {topic} within 10 s");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_cut_off_from_redis_is_fenced_while_another_takes_over() {
     let seed = seed();
@@ -311,11 +327,7 @@ async fn a_server_cut_off_from_redis_is_fenced_while_another_takes_over() {
     // A delivery held through the server about to be cut off, with a short ttr.
     let held = TaskKey::new(TOPICS[0], "held");
     via_a.add_with(held.clone(), 0, 1_000).await;
-    let first = loop {
-        if let Some(d) = via_a.pop(TOPICS[0], None).await.pop() {
-            break d;
-        }
-    };
+    let first = pop_one(&mut via_a, TOPICS[0]).await;
     assert_eq!(first.key, held);
     pa.set(Faults::blackhole());
     let b = serve(dir.path(), &format!("redis://{}", pb.addr()), "b");
@@ -391,22 +403,58 @@ async fn a_server_cut_off_from_redis_is_fenced_while_another_takes_over() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_reply_lost_after_the_write_is_a_503_with_outcome_unknown() {
-    let seed = seed();
     let dir = TempDir::new().expect("a temp dir");
     let redis = RedisServer::start_with_aof();
     let pa = FaultProxy::start(([127, 0, 0, 1], redis.port()).into()).await;
     let a = serve(dir.path(), &format!("redis://{}", pa.addr()), "a");
     let b = serve(dir.path(), &redis.url(), "b");
-    let rec = Arc::new(Recorder::new());
-    let mut via_a = client(0, &rec, &[&a], seed);
-    let mut via_b = client(1, &rec, &[&b], seed);
-    // Healthy calls first: they load the scripts into Redis (an EVALSHA that meets an empty
-    // script cache writes nothing, whatever becomes of its reply).
-    via_a.add_with(TaskKey::new("lost", "warm"), 0, 5_000).await;
-    let warm = via_a.pop("lost", None).await;
-    assert_eq!(warm.len(), 1, "the warm-up task fires");
-    via_a.ack("finish", &warm[0], None).await;
+    lost_replies(&a, &b, &[&pa]).await;
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_reply_lost_after_the_write_is_a_503_with_outcome_unknown() {
+    let dir = TempDir::new().expect("a temp dir");
+    let cluster = ProxiedCluster::start().await;
+    let a = serve(dir.path(), &cluster.url(), "a");
+    let b = serve(dir.path(), &cluster.url(), "b");
+    let proxies: Vec<&FaultProxy> = cluster.proxies().iter().collect();
+    lost_replies(&a, &b, &proxies).await;
+}
+
+/// Adds and a finish through `a` whose write reaches Redis and whose reply is lost on its
+/// way back through one of `proxies` (the one that carried it); `b` reads the truth (through
+/// the same proxies once healed, or straight).
+async fn lost_replies(a: &Server, b: &Server, proxies: &[&FaultProxy]) {
+    let seed = seed();
+    let rec = Arc::new(Recorder::new());
+    let mut via_a = client(0, &rec, &[a], seed);
+    let mut via_b = client(1, &rec, &[b], seed);
+    let lose_after = |pattern: &str| {
+        for p in proxies {
+            p.set(Faults::lose_replies_after(pattern));
+        }
+    };
+    let heal = || {
+        for p in proxies {
+            p.heal();
+        }
+    };
+    // Healthy calls first, on every partition: they load the scripts into Redis (an EVALSHA
+    // that meets an empty script cache writes nothing, whatever becomes of its reply).
+    for k in 0..16 {
+        via_a
+            .add_with(TaskKey::new("lost", format!("warm-{k}")), 0, 5_000)
+            .await;
+    }
+    let mut warmed = 0;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while warmed < 16 && Instant::now() < deadline {
+        for d in via_a.pop("lost", Some(16)).await {
+            via_a.ack("finish", &d, None).await;
+            warmed += 1;
+        }
+    }
+    assert_eq!(warmed, 16, "the warm-up tasks fire");
     // Adds whose write reaches Redis and whose reply is lost (once a request naming the task
     // went through): each must answer 503 with an unknown outcome, never a failure that
     // says nothing happened, and the task is there.
@@ -414,7 +462,7 @@ async fn a_redis_reply_lost_after_the_write_is_a_503_with_outcome_unknown() {
     let mut seen = Vec::new();
     for k in 0..5 {
         let key = TaskKey::new("lost", format!("add-{k}"));
-        pa.set(Faults::lose_replies_after(key.id.clone()));
+        lose_after(&key.id);
         let body = json!({"topic": key.topic, "id": key.id, "delay_ms": 60_000, "ttr_ms": 5_000});
         let call = rec.invoke(
             0,
@@ -435,7 +483,7 @@ async fn a_redis_reply_lost_after_the_write_is_a_503_with_outcome_unknown() {
         let status = response.status().as_u16();
         let retry_after = response.headers().get("retry-after").cloned();
         let envelope: serde_json::Value = response.json().await.expect("a JSON envelope");
-        pa.heal();
+        heal();
         let reply = if status == 200 {
             Reply::Ok(envelope["data"].clone())
         } else {
@@ -474,14 +522,10 @@ async fn a_redis_reply_lost_after_the_write_is_a_503_with_outcome_unknown() {
     via_a
         .add_with(TaskKey::new("lost", "finish"), 0, 5_000)
         .await;
-    let d = loop {
-        if let Some(d) = via_a.pop("lost", None).await.pop() {
-            break d;
-        }
-    };
-    pa.set(Faults::lose_replies_after(d.receipt.clone()));
+    let d = pop_one(&mut via_a, "lost").await;
+    lose_after(&d.receipt);
     via_a.ack("finish", &d, None).await;
-    pa.heal();
+    heal();
     let history = rec.history();
     let finish = history.events.last().expect("the finish");
     assert!(

@@ -736,3 +736,100 @@ async fn a_reply_lost_after_the_write_is_outcome_unknown() {
     a.instance.queue.shutdown().await.ok();
     b.instance.queue.shutdown().await.ok();
 }
+
+/// Puts `faults` on every proxy of `cluster` until one of them resets a connection, then
+/// heals them all: the fault happens once, and whatever is sent next goes through.
+async fn once(cluster: &ProxiedCluster, faults: Faults) -> impl Future<Output = ()> + '_ {
+    let resets = || {
+        cluster
+            .proxies()
+            .iter()
+            .map(FaultProxy::resets)
+            .sum::<u64>()
+    };
+    let before = resets();
+    for p in cluster.proxies() {
+        p.set(faults.clone());
+    }
+    async move {
+        assert!(
+            eventually(Duration::from_secs(5), || async { resets() > before }).await,
+            "no proxy reset a connection"
+        );
+        for p in cluster.proxies() {
+            p.heal();
+        }
+    }
+}
+
+/// Regression: redis-rs's cluster client resent a command whose connection dropped after it
+/// was sent, so a script whose reply was lost ran twice and answered for the second run: an
+/// add "already exists" (a definite 409 for an add that did happen), a release a conflict
+/// with its own receipt. A reply lost once must leave the outcome unknown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_reply_lost_once_is_not_resent_into_a_wrong_answer() {
+    let cluster = ProxiedCluster::start().await;
+    let instance = Instance::system(cluster_options(&cluster)).await;
+    let q = instance.queue.clone();
+    // Warm the scripts up on every master.
+    for k in 0..32 {
+        q.add(NewTask::new("once", format!("warm-{k}")).ttr_ms(60_000))
+            .await
+            .expect("a healthy add");
+    }
+    let mut unknown = 0;
+    let mut seen = Vec::new();
+    for k in 0..5 {
+        let id = format!("add-{k}");
+        let healed = once(&cluster, Faults::lose_replies_after(id.clone())).await;
+        let add = q.add(NewTask::new("once", &id).delay_ms(60_000));
+        let (result, ()) = tokio::join!(add, healed);
+        let found = q.get("once", &id).await;
+        seen.push(format!(
+            "{id}: {result:?} / {:?}",
+            found.as_ref().map(|t| t.state)
+        ));
+        match &result {
+            Err(e) if e.outcome() == LibOutcome::Unknown => unknown += 1,
+            Err(e) => assert!(
+                found.is_err(),
+                "{id}: a definite failure ({e}), yet the add took effect: {found:?}"
+            ),
+            Ok(_) => {}
+        }
+    }
+    eprintln!("{seen:#?}");
+    assert!(unknown >= 3, "too few adds lost their reply: {seen:#?}");
+    // A release whose reply is lost once: never a conflict with its own receipt. (Every
+    // warm-up task is released once first, which loads the release script on every master.)
+    let all = q
+        .pop("once", PopOptions::default().count(32).timeout_ms(2_000))
+        .await
+        .expect("a pop");
+    assert_eq!(all.len(), 32, "the warm-up tasks are ready");
+    for d in &all {
+        let options = delayq::ReleaseOptions::default().receipt(d.receipt.clone());
+        q.release(&d.topic, &d.id, options)
+            .await
+            .expect("a healthy release");
+    }
+    let held = q
+        .pop("once", PopOptions::default().count(3).timeout_ms(2_000))
+        .await
+        .expect("a pop");
+    assert_eq!(held.len(), 3, "the warm-up tasks are ready again");
+    for d in &held {
+        let healed = once(&cluster, Faults::lose_replies_after(d.receipt.clone())).await;
+        let options = delayq::ReleaseOptions::default()
+            .receipt(d.receipt.clone())
+            .delay_ms(60_000);
+        let release = q.release(&d.topic, &d.id, options);
+        let (result, ()) = tokio::join!(release, healed);
+        let state = q.get(&d.topic, &d.id).await.expect("a get").state;
+        assert_eq!(state, delayq::State::Delayed, "{}: {result:?}", d.id);
+        if let Err(e) = &result {
+            assert_eq!(e.outcome(), LibOutcome::Unknown, "{}: {e}", d.id);
+        }
+    }
+    q.shutdown().await.ok();
+}
