@@ -831,5 +831,21 @@ async fn a_cluster_reply_lost_once_is_not_resent_into_a_wrong_answer() {
             assert_eq!(e.outcome(), LibOutcome::Unknown, "{}: {e}", d.id);
         }
     }
+    // A reply cut in the middle is a connection failure: unavailable (a 503), its outcome
+    // unknown, never a storage failure (a 500). redis-rs's async reader reports it as a parse
+    // error; it was hidden by the resend before.
+    let mut cut = Vec::new();
+    for k in 0..5 {
+        for p in cluster.proxies() {
+            p.reset_next_reply();
+        }
+        if let Err(e) = q.get("once", &format!("add-{k}")).await {
+            assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+            assert_eq!(e.outcome(), LibOutcome::Unknown, "{e}");
+            cut.push(e.to_string());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!cut.is_empty(), "no reply was cut");
     q.shutdown().await.ok();
 }
