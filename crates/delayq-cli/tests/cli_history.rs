@@ -33,9 +33,9 @@ use std::time::{Duration, Instant};
 
 use delayq_testkit::RedisServer;
 use delayq_testkit::history::{
-    Answer, CheckOptions, Delivery, History, Op, Outcome, Recorder, TaskKey, TaskState,
+    Answer, CheckOptions, Delivery, History, Op, Outcome, Recorder, TaskKey,
 };
-use serde_json::{Value, json};
+use support::http_history::{Client, Rng};
 use support::{DELAYQ, Server, free_port};
 use tempfile::TempDir;
 
@@ -57,8 +57,6 @@ const RETENTION_MS: u64 = 60_000;
 const CI_ROUNDS: usize = 4;
 /// How long one request may take before its outcome is unknown.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
-/// The long-poll of a pop: short, so a round ends promptly.
-const POP_TIMEOUT_MS: u64 = 200;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Mode {
@@ -259,7 +257,7 @@ fn run(mode: Mode) {
         rng: Rng(rng.next()),
         next_id: 0,
     };
-    let busy = runtime.block_on(consumer.drain());
+    let busy = runtime.block_on(consumer.drain(&ALL_TOPICS));
     if !busy.is_empty() {
         eprintln!(
             "[{}] the topics did not drain (30 s without a delivery); their counters: {busy:?}",
@@ -293,15 +291,7 @@ fn run(mode: Mode) {
         mode.name()
     );
     let c = history.counts();
-    let mut failures: std::collections::BTreeMap<String, usize> = Default::default();
-    for e in &history.events {
-        if let Outcome::Failed(why) | Outcome::Unknown(why) = &e.outcome {
-            let op = e.op.to_string();
-            let op = op.split(' ').next().unwrap_or_default();
-            let why = why.split(' ').next().unwrap_or_default();
-            *failures.entry(format!("{op}: {why}")).or_default() += 1;
-        }
-    }
+    let failures = history.failures();
     eprintln!(
         "[{}] failed or unknown, by operation and cause: {failures:#?}",
         mode.name()
@@ -473,87 +463,7 @@ struct Round {
     keys: Mutex<Vec<TaskKey>>,
 }
 
-/// The answer to one HTTP request.
-enum Reply {
-    /// 200, with the envelope's `data`.
-    Ok(Value),
-    /// Another status, with the envelope.
-    Status(u16, Value),
-    /// No answer.
-    Transport(reqwest::Error),
-}
-
-impl Reply {
-    /// The recorded outcome; `answer` reads a success's `data`.
-    fn outcome(self, answer: impl FnOnce(&Value) -> Answer) -> Outcome {
-        match self {
-            Reply::Ok(data) => Outcome::Ok(answer(&data)),
-            Reply::Status(status, envelope) => {
-                let unknown = envelope["data"]["outcome"] == "unknown";
-                let text = format!("{status} {}", envelope["message"]);
-                if status >= 500 && unknown {
-                    Outcome::Unknown(text)
-                } else {
-                    Outcome::Failed(text)
-                }
-            }
-            // A refused connection sent nothing; anything later may have reached the server.
-            Reply::Transport(e) if e.is_connect() => Outcome::Failed(format!("connect: {e}")),
-            Reply::Transport(e) => Outcome::Unknown(format!("{e}")),
-        }
-    }
-}
-
-/// One HTTP client of the load, recording everything it does.
-struct Client {
-    n: usize,
-    http: reqwest::Client,
-    rec: Arc<Recorder>,
-    urls: Arc<Vec<String>>,
-    rng: Rng,
-    next_id: u64,
-}
-
 impl Client {
-    fn url(&mut self) -> String {
-        let i = self.rng.below(self.urls.len() as u64) as usize;
-        self.urls[i].clone()
-    }
-
-    async fn send(&mut self, request: reqwest::RequestBuilder) -> Reply {
-        let response = match request.send().await {
-            Ok(r) => r,
-            Err(e) => return Reply::Transport(e),
-        };
-        let status = response.status().as_u16();
-        let text = match response.text().await {
-            Ok(t) => t,
-            Err(e) => return Reply::Transport(e),
-        };
-        let envelope: Value = serde_json::from_str(&text)
-            .unwrap_or_else(|e| panic!("status {status}, a body that is not JSON ({e}): {text}"));
-        if status == 200 {
-            Reply::Ok(envelope["data"].clone())
-        } else {
-            Reply::Status(status, envelope)
-        }
-    }
-
-    async fn post(&mut self, path: &str, body: Value) -> Reply {
-        let url = format!("{}{path}", self.url());
-        let request = self
-            .http
-            .post(url)
-            .header("content-type", "application/json")
-            .body(body.to_string());
-        let reply = self.send(request).await;
-        if matches!(reply, Reply::Transport(_)) {
-            // The server is down: do not spin.
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        reply
-    }
-
     /// The mixed load until the round stops.
     async fn load(&mut self, round: &Round) {
         while !round.stop.load(Ordering::SeqCst) {
@@ -590,7 +500,9 @@ impl Client {
                         85..93 => self.cancel(key).await,
                         93..95 => self.delete(key).await,
                         95..97 => self.requeue(key).await,
-                        _ => self.get(key).await,
+                        _ => {
+                            self.get(key).await;
+                        }
                     }
                 }
             }
@@ -613,160 +525,6 @@ impl Client {
             }
             _ => {}
         }
-    }
-
-    async fn add(&mut self, key: TaskKey) {
-        let delay_ms = self.rng.below(1500);
-        let ttr_ms = 1000 + self.rng.below(2000);
-        let body = json!({"topic": key.topic, "id": key.id, "body": "x",
-            "delay_ms": delay_ms, "ttr_ms": ttr_ms});
-        let call = self.rec.invoke(
-            self.n,
-            Op::Add {
-                key,
-                delay_ms: Some(delay_ms),
-                due_ms: None,
-                ttr_ms: Some(ttr_ms),
-            },
-        );
-        let reply = self.post("/add", body).await;
-        let outcome = reply.outcome(|data| Answer::Added {
-            existed: data["existed"].as_bool().expect("add answers existed"),
-        });
-        self.rec.complete(call, outcome);
-    }
-
-    /// Pops one task (`count` not given, `data` a task or null), or up to `count` (`data` a
-    /// list).
-    async fn pop(&mut self, topic: &str, count: Option<u64>) -> Vec<Delivery> {
-        let call = self.rec.invoke(
-            self.n,
-            Op::Pop {
-                topic: topic.into(),
-            },
-        );
-        let mut body = json!({"topic": topic, "timeout_ms": POP_TIMEOUT_MS});
-        if let Some(count) = count {
-            body["count"] = json!(count);
-        }
-        let reply = self.post("/pop", body).await;
-        let outcome = reply.outcome(|data| match data.as_array() {
-            Some(list) => Answer::Delivered(list.iter().filter_map(delivery).collect()),
-            None => Answer::Delivered(delivery(data).into_iter().collect()),
-        });
-        let delivered = match &outcome {
-            Outcome::Ok(Answer::Delivered(ds)) => ds.clone(),
-            _ => Vec::new(),
-        };
-        self.rec.complete(call, outcome);
-        delivered
-    }
-
-    async fn ack(&mut self, kind: &str, d: &Delivery, delay_ms: Option<u64>) {
-        let (key, receipt) = (d.key.clone(), Some(d.receipt.clone()));
-        let mut body = json!({"topic": key.topic, "id": key.id, "receipt": d.receipt});
-        let op = match kind {
-            "finish" => Op::Finish { key, receipt },
-            "touch" => Op::Touch { key, receipt },
-            "release" => {
-                body["delay_ms"] = json!(delay_ms);
-                Op::Release {
-                    key,
-                    receipt,
-                    delay_ms,
-                }
-            }
-            other => unreachable!("{other}"),
-        };
-        let call = self.rec.invoke(self.n, op);
-        let reply = self.post(&format!("/{kind}"), body).await;
-        self.rec.complete(call, reply.outcome(|_| Answer::Done));
-    }
-
-    async fn cancel(&mut self, key: TaskKey) {
-        self.on_task("/cancel", Op::Cancel { key: key.clone() }, &key)
-            .await;
-    }
-
-    async fn delete(&mut self, key: TaskKey) {
-        self.on_task("/delete", Op::Delete { key: key.clone() }, &key)
-            .await;
-    }
-
-    async fn requeue(&mut self, key: TaskKey) {
-        self.on_task("/requeue", Op::Requeue { key: key.clone() }, &key)
-            .await;
-    }
-
-    async fn on_task(&mut self, path: &str, op: Op, key: &TaskKey) {
-        let call = self.rec.invoke(self.n, op);
-        let reply = self
-            .post(path, json!({"topic": key.topic, "id": key.id}))
-            .await;
-        self.rec.complete(call, reply.outcome(|_| Answer::Done));
-    }
-
-    async fn get(&mut self, key: TaskKey) {
-        let url = format!("{}/get", self.url());
-        let request = self
-            .http
-            .get(url)
-            .query(&[("topic", &key.topic), ("id", &key.id)]);
-        let call = self.rec.invoke(self.n, Op::Get { key });
-        let reply = match self.send(request).await {
-            // A get of no record is an answer, not a failure.
-            Reply::Status(404, _) => Reply::Ok(Value::Null),
-            other => other,
-        };
-        let outcome = reply.outcome(|data| {
-            if data.is_null() {
-                return Answer::Missing;
-            }
-            let name = data["state_name"].as_str().expect("get answers state_name");
-            let state =
-                TaskState::from_name(name).unwrap_or_else(|| panic!("unknown state_name {name:?}"));
-            Answer::Found { state }
-        });
-        self.rec.complete(call, outcome);
-    }
-
-    /// Pops and finishes until no topic has a delayed, ready or active task, or 30 s pass
-    /// without a delivery (a long run leaves a backlog of tens of thousands). Returns the last counters of the topics that were still busy, if any: the caller reads
-    /// every task back, and the checker then names the unsettled ones with their events (or
-    /// there are none, and the counters are wrong).
-    async fn drain(&mut self) -> Vec<Value> {
-        let mut last_progress = Instant::now();
-        let mut busy_stats = Vec::new();
-        while last_progress.elapsed() < Duration::from_secs(30) {
-            busy_stats.clear();
-            for topic in ALL_TOPICS {
-                for d in self.pop(topic, Some(100)).await {
-                    last_progress = Instant::now();
-                    self.ack("finish", &d, None).await;
-                }
-            }
-            let mut busy = 0;
-            for topic in ALL_TOPICS {
-                let url = format!("{}/stats", self.url());
-                let request = self.http.get(url).query(&[("topic", topic)]);
-                match self.send(request).await {
-                    Reply::Ok(s) => {
-                        let before = busy;
-                        for field in ["delayed", "ready", "active"] {
-                            busy += s[field].as_u64().expect("stats counters");
-                        }
-                        if busy > before {
-                            busy_stats.push(s);
-                        }
-                    }
-                    _ => busy += 1,
-                }
-            }
-            if busy == 0 {
-                return Vec::new();
-            }
-        }
-        busy_stats
     }
 }
 
@@ -1051,48 +809,5 @@ impl Beanstalk {
             Err(e) => e.outcome(),
         };
         self.rec.complete(call, outcome);
-    }
-}
-
-/// The delivery in a pop's `data` (`null` when none).
-fn delivery(data: &Value) -> Option<Delivery> {
-    if data.is_null() {
-        return None;
-    }
-    let text = |f: &str| {
-        data[f]
-            .as_str()
-            .unwrap_or_else(|| panic!("a delivery without {f}: {data}"))
-            .to_owned()
-    };
-    let number = |f: &str| {
-        data[f]
-            .as_u64()
-            .unwrap_or_else(|| panic!("a delivery without {f}: {data}"))
-    };
-    Some(Delivery {
-        key: TaskKey::new(text("topic"), text("id")),
-        due_ms: number("due_ms"),
-        ttr_ms: number("ttr_ms"),
-        receipt: text("receipt"),
-        retries: u32::try_from(number("retries")).expect("retries fit u32"),
-    })
-}
-
-/// A small pseudo-random generator (splitmix64): the choices of a run follow from its seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A number in `0..n` (`n` > 0).
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
     }
 }

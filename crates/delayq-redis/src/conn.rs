@@ -15,7 +15,9 @@
 //! `Unavailable` (503), like any Redis outage.
 //!
 //! **Cluster.** Every script touches the keys of one partition, which share a hash tag, so
-//! it runs on one slot; redis-rs routes it and follows `MOVED`/`ASK` and resharding. A
+//! it runs on one slot; redis-rs routes it and refreshes its slot map. Its own retries are
+//! off, because they resend a command whose reply was lost: [`cluster_request`] follows
+//! `MOVED`/`ASK` and retries a refusal given before anything ran, and nothing else. A
 //! pipeline of the backend (several partitions at once) is sent as separate concurrent
 //! requests, one per command, since its commands are in different slots. The registry hash
 //! and the lease keys each live in their own slot and are touched by commands of their own.
@@ -25,11 +27,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use delayq::Outcome;
 use futures_util::future::{BoxFuture, join_all};
 use parking_lot::RwLock;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Pipeline, RedisError, RedisFuture, Value};
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::{Cmd, Pipeline, RedisError, RedisFuture, ServerErrorKind, Value};
+
+use crate::error::{is_transient, outcome_of};
 use tokio::sync::{Notify, watch};
 
 /// A connection of any mode, usable wherever redis-rs wants a `ConnectionLike`.
@@ -47,7 +53,7 @@ impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Conn::Single(c) => c.req_packed_command(cmd),
-            Conn::Cluster(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => Box::pin(cluster_request(c, cmd)),
             Conn::Down(why) => {
                 let why = why.to_string();
                 Box::pin(async move { Err(down(why)) })
@@ -71,7 +77,7 @@ impl ConnectionLike for Conn {
                 Box::pin(async move {
                     let calls = pipeline.cmd_iter().map(|cmd| {
                         let mut c = c.clone();
-                        async move { cmd.query_async::<Value>(&mut c).await }
+                        async move { cluster_request(&mut c, cmd).await }
                     });
                     let mut out = Vec::new();
                     for r in join_all(calls).await {
@@ -92,6 +98,61 @@ impl ConnectionLike for Conn {
             Conn::Single(c) => c.get_db(),
             Conn::Cluster(c) => c.get_db(),
             Conn::Down(_) => 0,
+        }
+    }
+}
+
+/// How many times a cluster request is sent at most.
+const CLUSTER_ATTEMPTS: u32 = 4;
+
+/// Sends `cmd` to the cluster, and sends it again only when Redis certainly did not run it.
+///
+/// redis-rs's own retries are off (`retries(0)` below): they also resend a command whose
+/// connection dropped or timed out after it was sent, so a script whose reply was lost ran a
+/// second time and answered for the second run (an add "already exists", a release or finish
+/// a conflict with its own receipt, a pop another task while the first delivery reached
+/// nobody), each a definite answer to a change that did happen. Here a request is sent again
+/// only after a redirect (to the node it names, after `ASKING` for `ASK`) or a refusal Redis
+/// gives before running anything ([`outcome_of`] says `NotApplied`), a few times with a short
+/// wait; any other failure goes to the caller, whose outcome is then unknown.
+async fn cluster_request(c: &mut ClusterConnection, cmd: &Cmd) -> Result<Value, RedisError> {
+    let mut wait = Duration::from_millis(20);
+    let mut redirect: Option<(String, u16, bool)> = None;
+    let mut attempt = 1;
+    loop {
+        let result = match redirect.take() {
+            None => c.req_packed_command(cmd).await,
+            Some((host, port, ask)) => {
+                let node = SingleNodeRoutingInfo::ByAddress { host, port };
+                if ask {
+                    let mut asking = redis::pipe();
+                    asking.cmd("ASKING").add_command(cmd.clone());
+                    c.route_pipeline(asking, 1, 1, node)
+                        .await
+                        .and_then(|mut replies| replies.pop().unwrap_or(Value::Nil).extract_error())
+                } else {
+                    c.route_command(cmd.clone(), RoutingInfo::SingleNode(node))
+                        .await
+                }
+            }
+        };
+        let e = match result {
+            Ok(value) => return Ok(value),
+            Err(e) => e,
+        };
+        if attempt >= CLUSTER_ATTEMPTS || outcome_of(&e) != Outcome::NotApplied || !is_transient(&e)
+        {
+            return Err(e);
+        }
+        attempt += 1;
+        let ask = matches!(e.kind(), redis::ErrorKind::Server(ServerErrorKind::Ask));
+        redirect = e
+            .redirect_node()
+            .and_then(|(addr, _slot)| addr.rsplit_once(':'))
+            .and_then(|(host, port)| Some((host.to_owned(), port.parse().ok()?, ask)));
+        if redirect.is_none() {
+            tokio::time::sleep(wait).await;
+            wait = (wait * 3).min(Duration::from_millis(300));
         }
     }
 }
@@ -179,9 +240,8 @@ impl Link {
             let client = redis::cluster::ClusterClient::builder(urls)
                 .connection_timeout(settings.connect_timeout)
                 .response_timeout(settings.response_timeout)
-                .retries(3)
-                .min_retry_wait(20)
-                .max_retry_wait(300)
+                // Never resend what may have run: `cluster_request` retries what is safe.
+                .retries(0)
                 .build()
                 .map_err(|e| format!("{url:?}: {e}"))?;
             let config = redis::cluster::ClusterConfig::new()

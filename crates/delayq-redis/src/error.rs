@@ -116,9 +116,18 @@ impl BackendError {
     }
 }
 
+/// Whether a redis-rs error is a reply cut off by the end of its connection. redis-rs's
+/// async reader (the one a Cluster connection uses) reports a connection closed in the
+/// middle of a reply as a parse error ("Unexpected end of input"), where its blocking reader
+/// gives an IO error: it is a connection failure all the same, not a reply of a wrong shape.
+fn is_cut_reply(e: &RedisError) -> bool {
+    matches!(e.kind(), RedisKind::Parse) && e.to_string().contains("end of input")
+}
+
 /// Whether a redis-rs error is about reaching Redis rather than about the request.
 pub fn is_transient(e: &RedisError) -> bool {
-    if e.is_io_error()
+    if is_cut_reply(e)
+        || e.is_io_error()
         || e.is_timeout()
         || e.is_connection_dropped()
         || e.is_connection_refusal()
@@ -259,7 +268,7 @@ mod tests {
         let server = |code: &str| {
             redis::make_extension_error(code.to_owned(), Some("from the server".to_owned()))
         };
-        let table: [(BackendError, ErrorKind, Outcome); 11] = [
+        let table: [(BackendError, ErrorKind, Outcome); 12] = [
             // Never sent.
             (
                 BackendError::redis("adding tasks", io(Io::ConnectionRefused)),
@@ -279,6 +288,17 @@ mod tests {
             ),
             (
                 BackendError::redis("adding tasks", io(Io::ConnectionReset)),
+                ErrorKind::Unavailable,
+                Outcome::Unknown,
+            ),
+            // A reply cut in the middle, as redis-rs's async reader reports it.
+            (
+                BackendError::redis(
+                    "adding tasks",
+                    RedisError::from(redis::ParsingError::from(
+                        "Parse error at 0\nUnexpected end of input\nUnexpected `48`",
+                    )),
+                ),
                 ErrorKind::Unavailable,
                 Outcome::Unknown,
             ),

@@ -16,10 +16,22 @@
 //!   a time, never early.
 //! - `a_reply_lost_after_the_write_is_outcome_unknown`: requests reach Redis and their
 //!   replies are lost: the caller gets `Outcome::Unknown`, and the change is there.
+//!
+//! The same against a Redis Cluster ([`ProxiedCluster`]: 3 masters, 3 replicas, a proxy in
+//! front of every node, which every node announces as its own address):
+//!
+//! - `a_cluster_client_reaches_every_node_only_through_its_proxy`: `CLUSTER SLOTS` names
+//!   proxies only; with every proxy refusing and cut, every request fails and nothing
+//!   arrives; restored, everything goes through.
+//! - `random_faults_on_a_proxied_cluster_with_a_failover`: the random faults on random
+//!   nodes' proxies under the mixed load of three instances, with a manual failover of a
+//!   random master half-way (`CLUSTER FAILOVER` on its replica: lossless; a SIGKILLed master
+//!   may lose writes Redis acknowledged before they reached the replica, pops included,
+//!   which no `WAIT` covers); the history checker must find nothing.
 
 mod support;
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -29,7 +41,7 @@ use delayq_redis::RedisOptions;
 use delayq_testkit::history::{
     Answer, CheckOptions, Delivery, History, Op, Outcome, Recorder, TaskKey, TaskState,
 };
-use delayq_testkit::{FaultProxy, Faults};
+use delayq_testkit::{FaultProxy, Faults, ProxiedCluster, cli, random_faults};
 use support::{Instance, RedisServer, eventually, lease_owners};
 
 const TOPICS: [&str; 2] = ["chaos-a", "chaos-b"];
@@ -305,48 +317,77 @@ fn check(history: &History, settled: bool) {
     assert!(violations.is_empty(), "{violations:#?}");
 }
 
-/// A random fault on a random node for a while, until `until`.
-async fn chaos(nodes: &[Node], until: Instant, rng: &mut Rng) -> HashMap<&'static str, u32> {
-    let mut injected = HashMap::new();
-    while Instant::now() < until {
-        let node = &nodes[rng.below(nodes.len() as u64) as usize];
-        let (name, faults) = match rng.below(8) {
-            0 => (
-                "latency",
-                Faults::latency(
-                    Duration::from_millis(20 + rng.below(100)),
-                    Duration::from_millis(rng.below(150)),
-                ),
-            ),
-            1 => ("bandwidth", Faults::bandwidth(2_000 + rng.below(20_000))),
-            2 => ("blackhole", Faults::blackhole()),
-            3 => ("refuse", Faults::refuse()),
-            4 => ("lose_replies", Faults::lose_replies()),
-            5 => {
-                node.proxy.cut();
-                ("cut", Faults::none())
-            }
-            6 => {
-                node.proxy.reset_next_reply();
-                ("reset_mid_reply", Faults::none())
-            }
-            _ => ("quiet", Faults::none()),
-        };
-        *injected.entry(name).or_insert(0) += 1;
-        node.proxy.set(faults);
-        tokio::time::sleep(Duration::from_millis(200 + rng.below(1_300))).await;
-        node.proxy.heal();
-        tokio::time::sleep(Duration::from_millis(rng.below(500))).await;
+/// How long a random-fault run lasts: `DELAYQ_CHAOS_SECS`, 20 s by default.
+fn chaos_secs() -> u64 {
+    std::env::var("DELAYQ_CHAOS_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20)
+}
+
+/// Four clients of the mixed load over `queues`, all recorded in one history.
+struct Load {
+    rec: Arc<Recorder>,
+    stop: Arc<AtomicBool>,
+    clients: Vec<tokio::task::JoinHandle<Client>>,
+}
+
+impl Load {
+    fn start(queues: Arc<Vec<Queue>>, seed: u64) -> Load {
+        let rec = Arc::new(Recorder::new());
+        let stop = Arc::new(AtomicBool::new(false));
+        let next_id = Arc::new(AtomicU64::new(0));
+        let mut clients = Vec::new();
+        for n in 0..4 {
+            let mut client = Client {
+                n,
+                rec: Arc::clone(&rec),
+                queues: Arc::clone(&queues),
+                rng: Rng(seed.wrapping_mul(n as u64 + 3) | 1),
+                added: Vec::new(),
+            };
+            let stop = Arc::clone(&stop);
+            let next_id = Arc::clone(&next_id);
+            clients.push(tokio::spawn(async move {
+                client.load(&stop, &next_id).await;
+                client
+            }));
+        }
+        Load { rec, stop, clients }
     }
-    injected
+
+    /// Stops the load (the faults must have ended), drains the topics, reads every task
+    /// back and checks the whole history, every task settled.
+    async fn stop_and_check(self, report: &str) {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut added = Vec::new();
+        let mut last = None;
+        for c in self.clients {
+            let c = c.await.expect("a client");
+            added.extend(c.added.iter().cloned());
+            last = Some(c);
+        }
+        let mut drainer = last.expect("a client");
+        drainer.n = 99;
+        let drained = drainer.drain(Duration::from_secs(40)).await;
+        for key in added {
+            let mut tries = 0;
+            while drainer.get(key.clone()).await.is_none() {
+                tries += 1;
+                assert!(tries < 50, "cannot read {key} back once the faults ended");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        let history = self.rec.history();
+        eprintln!("{report}; history {:?}", history.counts());
+        assert!(drained, "the topics did not drain once the faults ended");
+        check(&history, true);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_faults_under_mixed_load() {
-    let secs: u64 = std::env::var("DELAYQ_CHAOS_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(20);
+    let secs = chaos_secs();
     let seed = seed();
     eprintln!("chaos seed {seed} (DELAYQ_CHAOS_SEED repeats it), {secs} s");
     let server = RedisServer::start_with_aof();
@@ -356,57 +397,152 @@ async fn random_faults_under_mixed_load() {
     }
     let queues: Arc<Vec<Queue>> =
         Arc::new(nodes.iter().map(|n| n.instance.queue.clone()).collect());
-    let rec = Arc::new(Recorder::new());
-    let stop = Arc::new(AtomicBool::new(false));
-    let next_id = Arc::new(AtomicU64::new(0));
-    let mut clients = Vec::new();
-    for n in 0..4 {
-        let mut client = Client {
-            n,
-            rec: Arc::clone(&rec),
-            queues: Arc::clone(&queues),
-            rng: Rng(seed.wrapping_mul(n as u64 + 3) | 1),
-            added: Vec::new(),
-        };
-        let stop = Arc::clone(&stop);
-        let next_id = Arc::clone(&next_id);
-        clients.push(tokio::spawn(async move {
-            client.load(&stop, &next_id).await;
-            client
-        }));
-    }
+    let load = Load::start(queues, seed);
     let mut rng = Rng(seed);
-    let injected = chaos(&nodes, Instant::now() + Duration::from_secs(secs), &mut rng).await;
+    let proxies: Vec<&FaultProxy> = nodes.iter().map(|n| &n.proxy).collect();
+    let mut injected = BTreeMap::new();
+    let until = Instant::now() + Duration::from_secs(secs);
+    random_faults(&proxies, until, &mut rng.0, &mut injected).await;
     for node in &nodes {
         node.proxy.heal();
     }
-    stop.store(true, Ordering::Relaxed);
-    let mut added = Vec::new();
-    let mut last = None;
-    for c in clients {
-        let c = c.await.expect("a client");
-        added.extend(c.added.iter().cloned());
-        last = Some(c);
+    let resets: u64 = nodes.iter().map(|n| n.proxy.resets()).sum();
+    load.stop_and_check(&format!(
+        "faults injected {injected:?}; proxy resets {resets}"
+    ))
+    .await;
+    for n in nodes {
+        n.instance.queue.shutdown().await.ok();
     }
-    let mut drainer = last.expect("a client");
-    drainer.n = 99;
-    let drained = drainer.drain(Duration::from_secs(40)).await;
-    for key in added {
+}
+
+/// Options of an instance over the proxied cluster: 8 partitions a topic, so that every
+/// topic has keys on every master.
+fn cluster_options(cluster: &ProxiedCluster) -> RedisOptions {
+    RedisOptions::new(cluster.url())
+        .partitions(8)
+        .connect_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_secs(1))
+        .lease_ms(1_000)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_client_reaches_every_node_only_through_its_proxy() {
+    let cluster = ProxiedCluster::start().await;
+    // What the cluster tells clients names the proxies only, never a node's own port.
+    let any = cluster.proxies()[0].addr().port();
+    let slots = tokio::task::block_in_place(|| cli(any, &["CLUSTER", "SLOTS"]));
+    // redis-cli prints each node as its address, port and id on lines of their own.
+    let lines: Vec<&str> = slots.lines().map(str::trim).collect();
+    let ports: Vec<u16> = lines
+        .windows(2)
+        .filter(|w| w[0] == "127.0.0.1")
+        .filter_map(|w| w[1].parse().ok())
+        .collect();
+    assert!(!ports.is_empty(), "{slots}");
+    for port in &ports {
+        assert!(
+            cluster.proxy_at(*port).is_some(),
+            "CLUSTER SLOTS names {port}, which is no proxy:\n{slots}"
+        );
+    }
+    let instance = Instance::system(cluster_options(&cluster)).await;
+    let q = &instance.queue;
+    let add = |id: String| q.add(NewTask::new("reach", id).delay_ms(60_000));
+    for k in 0..32 {
+        add(format!("before-{k}")).await.expect("a healthy add");
+    }
+    // The tasks of the 8 partitions live on all three masters: the client went to each
+    // through its proxy.
+    for master in cluster.master_proxies() {
+        let proxy = cluster.proxy_at(master.port()).expect("a proxy");
+        assert!(proxy.accepted() > 0, "no connection through {master}");
+    }
+    // Every proxy refuses and resets: no request may succeed, there is no other route.
+    for proxy in cluster.proxies() {
+        proxy.set(Faults::refuse());
+        proxy.cut();
+    }
+    for k in 0..16 {
+        let id = format!("cut-{k}");
+        let added = add(id.clone()).await;
+        assert!(added.is_err(), "{id} was added with every proxy cut");
+        assert!(
+            q.get("reach", &id).await.is_err(),
+            "a get with every proxy cut"
+        );
+    }
+    assert!(
+        q.stats("reach").await.is_err(),
+        "stats with every proxy cut"
+    );
+    // Restored: every request goes through again, and nothing sent while cut arrived.
+    for proxy in cluster.proxies() {
+        proxy.heal();
+    }
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            q.stats("reach").await.is_ok()
+        })
+        .await,
+        "the client is back once the proxies are"
+    );
+    for k in 0..32 {
+        let id = format!("after-{k}");
         let mut tries = 0;
-        while drainer.get(key.clone()).await.is_none() {
+        while add(id.clone()).await.is_err() {
             tries += 1;
-            assert!(tries < 50, "cannot read {key} back once the faults ended");
+            assert!(tries < 50, "{id} cannot be added once the proxies are back");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
-    let history = rec.history();
-    let counts = history.counts();
-    let resets: u64 = nodes.iter().map(|n| n.proxy.resets()).sum();
-    eprintln!("faults injected {injected:?}; proxy resets {resets}; history {counts:?}");
-    assert!(drained, "the topics did not drain once the faults ended");
-    check(&history, true);
-    for n in nodes {
-        n.instance.queue.shutdown().await.ok();
+    for k in 0..16 {
+        let id = format!("cut-{k}");
+        let found = q.get("reach", &id).await;
+        assert!(
+            matches!(&found, Err(e) if e.kind() == ErrorKind::NotFound),
+            "{id}, sent while every proxy refused, is there: {found:?}"
+        );
+    }
+    let stats = q.stats("reach").await.expect("stats");
+    assert_eq!(stats.delayed, 64, "{stats:?}");
+    q.shutdown().await.ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_faults_on_a_proxied_cluster_with_a_failover() {
+    let secs = chaos_secs();
+    let seed = seed();
+    eprintln!("cluster chaos seed {seed} (DELAYQ_CHAOS_SEED repeats it), {secs} s");
+    let cluster = ProxiedCluster::start().await;
+    let mut instances = Vec::new();
+    for _ in 0..3 {
+        instances.push(Instance::system(cluster_options(&cluster)).await);
+    }
+    let queues: Arc<Vec<Queue>> = Arc::new(instances.iter().map(|i| i.queue.clone()).collect());
+    let load = Load::start(queues, seed);
+    let mut rng = Rng(seed);
+    let proxies: Vec<&FaultProxy> = cluster.proxies().iter().collect();
+    let mut injected = BTreeMap::new();
+    let half = Duration::from_secs(secs) / 2;
+    random_faults(&proxies, Instant::now() + half, &mut rng.0, &mut injected).await;
+    // Half-way, a master hands over to its replica (the faults pause meanwhile; the load
+    // goes on): the clients must follow the redirects, through the proxies.
+    let masters = cluster.cluster().masters();
+    let old = masters[rng.below(masters.len() as u64) as usize];
+    let new = tokio::task::block_in_place(|| cluster.fail_over(old));
+    eprintln!("failed over the master on {old} to {new}");
+    random_faults(&proxies, Instant::now() + half, &mut rng.0, &mut injected).await;
+    for proxy in cluster.proxies() {
+        proxy.heal();
+    }
+    let resets: u64 = cluster.proxies().iter().map(FaultProxy::resets).sum();
+    load.stop_and_check(&format!(
+        "faults injected {injected:?}; proxy resets {resets}; failover {old} -> {new}"
+    ))
+    .await;
+    for i in instances {
+        i.queue.shutdown().await.ok();
     }
 }
 
@@ -599,4 +735,117 @@ async fn a_reply_lost_after_the_write_is_outcome_unknown() {
     check(&rec.history(), false);
     a.instance.queue.shutdown().await.ok();
     b.instance.queue.shutdown().await.ok();
+}
+
+/// Puts `faults` on every proxy of `cluster` until one of them resets a connection, then
+/// heals them all: the fault happens once, and whatever is sent next goes through.
+async fn once(cluster: &ProxiedCluster, faults: Faults) -> impl Future<Output = ()> + '_ {
+    let resets = || {
+        cluster
+            .proxies()
+            .iter()
+            .map(FaultProxy::resets)
+            .sum::<u64>()
+    };
+    let before = resets();
+    for p in cluster.proxies() {
+        p.set(faults.clone());
+    }
+    async move {
+        assert!(
+            eventually(Duration::from_secs(5), || async { resets() > before }).await,
+            "no proxy reset a connection"
+        );
+        for p in cluster.proxies() {
+            p.heal();
+        }
+    }
+}
+
+/// Regression: redis-rs's cluster client resent a command whose connection dropped after it
+/// was sent, so a script whose reply was lost ran twice and answered for the second run: an
+/// add "already exists" (a definite 409 for an add that did happen), a release a conflict
+/// with its own receipt. A reply lost once must leave the outcome unknown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_reply_lost_once_is_not_resent_into_a_wrong_answer() {
+    let cluster = ProxiedCluster::start().await;
+    let instance = Instance::system(cluster_options(&cluster)).await;
+    let q = instance.queue.clone();
+    // Warm the scripts up on every master.
+    for k in 0..32 {
+        q.add(NewTask::new("once", format!("warm-{k}")).ttr_ms(60_000))
+            .await
+            .expect("a healthy add");
+    }
+    let mut unknown = 0;
+    let mut seen = Vec::new();
+    for k in 0..5 {
+        let id = format!("add-{k}");
+        let healed = once(&cluster, Faults::lose_replies_after(id.clone())).await;
+        let add = q.add(NewTask::new("once", &id).delay_ms(60_000));
+        let (result, ()) = tokio::join!(add, healed);
+        let found = q.get("once", &id).await;
+        seen.push(format!(
+            "{id}: {result:?} / {:?}",
+            found.as_ref().map(|t| t.state)
+        ));
+        match &result {
+            Err(e) if e.outcome() == LibOutcome::Unknown => unknown += 1,
+            Err(e) => assert!(
+                found.is_err(),
+                "{id}: a definite failure ({e}), yet the add took effect: {found:?}"
+            ),
+            Ok(_) => {}
+        }
+    }
+    eprintln!("{seen:#?}");
+    assert!(unknown >= 3, "too few adds lost their reply: {seen:#?}");
+    // A release whose reply is lost once: never a conflict with its own receipt. (Every
+    // warm-up task is released once first, which loads the release script on every master.)
+    let all = q
+        .pop("once", PopOptions::default().count(32).timeout_ms(2_000))
+        .await
+        .expect("a pop");
+    assert_eq!(all.len(), 32, "the warm-up tasks are ready");
+    for d in &all {
+        let options = delayq::ReleaseOptions::default().receipt(d.receipt.clone());
+        q.release(&d.topic, &d.id, options)
+            .await
+            .expect("a healthy release");
+    }
+    let held = q
+        .pop("once", PopOptions::default().count(3).timeout_ms(2_000))
+        .await
+        .expect("a pop");
+    assert_eq!(held.len(), 3, "the warm-up tasks are ready again");
+    for d in &held {
+        let healed = once(&cluster, Faults::lose_replies_after(d.receipt.clone())).await;
+        let options = delayq::ReleaseOptions::default()
+            .receipt(d.receipt.clone())
+            .delay_ms(60_000);
+        let release = q.release(&d.topic, &d.id, options);
+        let (result, ()) = tokio::join!(release, healed);
+        let state = q.get(&d.topic, &d.id).await.expect("a get").state;
+        assert_eq!(state, delayq::State::Delayed, "{}: {result:?}", d.id);
+        if let Err(e) = &result {
+            assert_eq!(e.outcome(), LibOutcome::Unknown, "{}: {e}", d.id);
+        }
+    }
+    // A reply cut in the middle is a connection failure: unavailable (a 503), its outcome
+    // unknown, never a storage failure (a 500). redis-rs's async reader reports it as a parse
+    // error; it was hidden by the resend before.
+    let mut cut = Vec::new();
+    for k in 0..5 {
+        for p in cluster.proxies() {
+            p.reset_next_reply();
+        }
+        if let Err(e) = q.get("once", &format!("add-{k}")).await {
+            assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+            assert_eq!(e.outcome(), LibOutcome::Unknown, "{e}");
+            cut.push(e.to_string());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!cut.is_empty(), "no reply was cut");
+    q.shutdown().await.ok();
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use delayq::{NewTask, PopOptions, State};
 use delayq_redis::RedisOptions;
-use delayq_testkit::RedisCluster;
+use delayq_testkit::{RedisCluster, cli};
 
 fn options(prefix: &str) -> RedisOptions {
     RedisOptions::new(RedisCluster::shared().url())
@@ -102,4 +102,102 @@ async fn wakeups_cross_instances_over_the_cluster() {
     );
     let _ = a.queue.shutdown().await;
     let _ = b.queue.shutdown().await;
+}
+
+/// A slot in the middle of a migration: its keys have moved to the importing node, so the
+/// source answers `ASK` and the backend must send the request there after `ASKING` (the
+/// backend follows redirects itself: redis-rs's retries are off, `src/conn.rs`). Once the
+/// slot is handed over, `MOVED` is followed too. A cluster of its own: the slot map changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_follow_ask_and_moved_while_a_slot_migrates() {
+    let cluster = tokio::task::block_in_place(RedisCluster::start);
+    let options = RedisOptions::new(cluster.url())
+        .topic_partitions("mig", 1)
+        .connect_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_secs(2));
+    let instance = support::Instance::system(options).await;
+    let q = &instance.queue;
+    q.add(NewTask::new("mig", "before").delay_ms(60_000))
+        .await
+        .expect("add");
+    let (source, target, slot) = tokio::task::block_in_place(|| {
+        let slot = cluster.keyslot("dq:{mig#0}:records");
+        let source = cluster
+            .master_of_slot(slot)
+            .expect("a master serves the slot");
+        let target = *cluster
+            .masters()
+            .iter()
+            .find(|&&m| m != source)
+            .expect("another master");
+        let id = |port: u16| cli(port, &["CLUSTER", "MYID"]).trim().to_owned();
+        let (source_id, target_id) = (id(source), id(target));
+        let slot_arg = slot.to_string();
+        let setslot = |port: u16, how: &str, node: &str| {
+            let out = cli(port, &["CLUSTER", "SETSLOT", &slot_arg, how, node]);
+            assert_eq!(out.trim(), "OK", "SETSLOT {how} on {port}: {out}");
+        };
+        setslot(target, "IMPORTING", &source_id);
+        setslot(source, "MIGRATING", &target_id);
+        let keys = cli(source, &["CLUSTER", "GETKEYSINSLOT", &slot_arg, "1000"]);
+        let keys: Vec<&str> = keys.lines().filter(|k| !k.trim().is_empty()).collect();
+        assert!(!keys.is_empty(), "the topic's keys are in slot {slot}");
+        let target_port = target.to_string();
+        let mut migrate = vec![
+            "MIGRATE",
+            "127.0.0.1",
+            &target_port,
+            "",
+            "0",
+            "5000",
+            "KEYS",
+        ];
+        migrate.extend(keys.iter().copied());
+        let out = cli(source, &migrate);
+        assert_eq!(out.trim(), "OK", "MIGRATE: {out}");
+        (source, target, slot)
+    });
+    // Mid-migration: the source answers ASK for the topic's keys.
+    let asked = cli(source, &["EXISTS", "dq:{mig#0}:records"]);
+    assert!(asked.contains("ASK"), "the source redirects: {asked}");
+    let got = q.get("mig", "before").await.expect("a get through ASK");
+    assert_eq!(got.state, State::Delayed);
+    // An add touches keys the migration has not created on the target yet: Redis refuses
+    // such a multi-key request with TRYAGAIN until the slot is handed over. That refusal
+    // comes before anything runs, so it must say so (a retryable 503, nothing applied).
+    let during = q.add(NewTask::new("mig", "during").delay_ms(60_000)).await;
+    if let Err(e) = &during {
+        assert!(
+            e.outcome() == delayq::Outcome::NotApplied && e.is_retryable(),
+            "an add during the migration: {e}"
+        );
+    }
+    // Handed over: every master says so, and a stale slot map meets MOVED.
+    tokio::task::block_in_place(|| {
+        let target_id = cli(target, &["CLUSTER", "MYID"]).trim().to_owned();
+        for m in cluster.masters() {
+            let out = cli(
+                m,
+                &["CLUSTER", "SETSLOT", &slot.to_string(), "NODE", &target_id],
+            );
+            assert_eq!(out.trim(), "OK", "SETSLOT NODE on {m}: {out}");
+        }
+    });
+    q.add(NewTask::new("mig", "after").delay_ms(60_000))
+        .await
+        .expect("an add after MOVED");
+    let mut ids = vec!["before", "after"];
+    if during.is_ok() {
+        ids.push("during");
+    } else {
+        let missing = q.get("mig", "during").await;
+        assert!(missing.is_err(), "a refused add took effect: {missing:?}");
+    }
+    for id in &ids {
+        let got = q.get("mig", id).await.expect("a get");
+        assert_eq!(got.state, State::Delayed, "{id}");
+    }
+    let stats = q.stats("mig").await.expect("stats");
+    assert_eq!(stats.delayed, ids.len() as u64, "{stats:?}");
+    q.shutdown().await.ok();
 }

@@ -40,10 +40,15 @@ impl RedisCluster {
     }
 
     fn start_inner(replicas: usize) -> Self {
-        let args = |s: &str| -> Vec<String> { s.split(' ').map(str::to_owned).collect() };
+        Self::join(Self::start_nodes(replicas), replicas)
+    }
+
+    /// Starts the `3 * (1 + replicas)` processes in cluster mode, not yet joined (a
+    /// [`crate::ProxiedCluster`] sets what they announce in between).
+    pub(crate) fn start_nodes(replicas: usize) -> Vec<RedisServer> {
         // The bus port is given explicitly: the default (port + 10000) may be out of range
         // or taken for a port the OS picked.
-        let nodes: Vec<RedisServer> = (0..3 * (1 + replicas))
+        (0..3 * (1 + replicas))
             .map(|_| {
                 let mut extra = args(
                     "--cluster-enabled yes --cluster-config-file {dir}/nodes.conf \
@@ -53,7 +58,13 @@ impl RedisCluster {
                 extra.push(free_port().to_string());
                 RedisServer::start_with_args(false, extra)
             })
-            .collect();
+            .collect()
+    }
+
+    /// Joins `nodes` with `redis-cli --cluster create` (each master with `replicas` replicas)
+    /// and waits until every node reports `cluster_state:ok`. Panics when that does not
+    /// happen in time.
+    pub(crate) fn join(nodes: Vec<RedisServer>, replicas: usize) -> Self {
         let mut create: Vec<String> = vec!["--cluster".into(), "create".into()];
         create.extend(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port())));
         create.extend(args(&format!(
@@ -210,6 +221,11 @@ impl RedisCluster {
                     .all(|n| cluster_info(n.port(), "cluster_state").as_deref() == Some("ok"))
         })
     }
+}
+
+/// Command-line arguments from one string.
+fn args(s: &str) -> Vec<String> {
+    s.split_whitespace().map(str::to_owned).collect()
 }
 
 /// One field of `CLUSTER INFO` of the node on `port`.

@@ -23,11 +23,15 @@
 //! and [`FaultProxy::reset_next_reply`] lets half of the next reply through and then resets
 //! that connection (a reply cut in the middle). Every close the proxy makes is a reset (RST,
 //! zero linger), as a dead peer or a middlebox would give.
+//!
+//! [`random_faults`] is the chaos loop the chaos tests share: one random fault on one random
+//! proxy at a time, each for a random while.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -362,5 +366,53 @@ async fn pump(
         if reset_after {
             return End::Reset;
         }
+    }
+}
+
+/// Until `until`: puts a random fault on a random proxy of `proxies` for 0.2–1.5 s, heals
+/// it, waits up to 0.5 s, and again. The faults: latency (20–120 ms) with jitter (up to
+/// 150 ms), a bandwidth limit (2–22 kB/s), a blackhole, refused connections, lost replies, a
+/// cut of every open connection, a reply reset in the middle, or nothing. `rng` is the state
+/// of a xorshift generator (not 0), so a seed repeats the choices; `injected` counts the
+/// faults by name.
+pub async fn random_faults(
+    proxies: &[&FaultProxy],
+    until: Instant,
+    rng: &mut u64,
+    injected: &mut BTreeMap<&'static str, u32>,
+) {
+    let mut below = |n: u64| {
+        *rng ^= *rng << 13;
+        *rng ^= *rng >> 7;
+        *rng ^= *rng << 17;
+        *rng % n.max(1)
+    };
+    while Instant::now() < until {
+        let proxy = proxies[below(proxies.len() as u64) as usize];
+        let (name, faults) = match below(8) {
+            0 => {
+                let latency = Duration::from_millis(20 + below(100));
+                let jitter = Duration::from_millis(below(150));
+                ("latency", Faults::latency(latency, jitter))
+            }
+            1 => ("bandwidth", Faults::bandwidth(2_000 + below(20_000))),
+            2 => ("blackhole", Faults::blackhole()),
+            3 => ("refuse", Faults::refuse()),
+            4 => ("lose_replies", Faults::lose_replies()),
+            5 => {
+                proxy.cut();
+                ("cut", Faults::none())
+            }
+            6 => {
+                proxy.reset_next_reply();
+                ("reset_mid_reply", Faults::none())
+            }
+            _ => ("quiet", Faults::none()),
+        };
+        *injected.entry(name).or_insert(0) += 1;
+        proxy.set(faults);
+        tokio::time::sleep(Duration::from_millis(200 + below(1_300))).await;
+        proxy.heal();
+        tokio::time::sleep(Duration::from_millis(below(500))).await;
     }
 }

@@ -29,7 +29,7 @@
 //! completion yet. Reading the clock is the only thing the recorder does besides memory: no
 //! IO, so the checker is pure and its unit tests build histories by hand.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::{Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -436,6 +436,7 @@ impl Recorder {
 
 /// A promise of DESIGN §2 that a history can show broken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
 pub enum Invariant {
     /// An acknowledged add was not found later (rule 3).
     AckedAddLost,
@@ -447,6 +448,10 @@ pub enum Invariant {
     DeliveredAfterFinal,
     /// A task was neither finished, cancelled nor dead at the end.
     NotSettled,
+    /// Every add of a task failed with an answer that says nothing happened (a 4xx, a 5xx
+    /// without an unknown outcome), yet the task was found or delivered: the answer was false
+    /// (the failure's contract, `docs/http-api.md`: a definite failure changed nothing).
+    FailedButApplied,
 }
 
 /// One broken promise, with the events that show it.
@@ -541,6 +546,21 @@ impl History {
         c
     }
 
+    /// The operations that failed or ended unknown, counted by the operation's name and the
+    /// first word of why (an HTTP status, say), for reports: `"add: 503" -> 12`.
+    pub fn failures(&self) -> BTreeMap<String, usize> {
+        let mut failures = BTreeMap::new();
+        for e in &self.events {
+            if let Outcome::Failed(why) | Outcome::Unknown(why) = &e.outcome {
+                let op = e.op.to_string();
+                let op = op.split(' ').next().unwrap_or_default();
+                let why = why.split(' ').next().unwrap_or_default();
+                *failures.entry(format!("{op}: {why}")).or_default() += 1;
+            }
+        }
+        failures
+    }
+
     /// Every violation the history shows, by task.
     pub fn check(&self, options: &CheckOptions) -> Vec<Violation> {
         let mut tasks: HashMap<&TaskKey, TaskEvents> = HashMap::new();
@@ -607,6 +627,7 @@ struct TaskCheck<'a> {
 impl TaskCheck<'_> {
     fn run(&self, out: &mut Vec<Violation>) {
         self.acked_adds_found(out);
+        self.failed_adds_absent(out);
         self.never_early(out);
         self.one_holder(out);
         self.final_is_final(out);
@@ -665,6 +686,40 @@ impl TaskCheck<'_> {
                     );
                 }
             }
+        }
+    }
+
+    /// (a') A task whose every add failed for certain (and was added at least once) is
+    /// never found nor delivered: a definite failure says nothing happened.
+    fn failed_adds_absent(&self, out: &mut Vec<Violation>) {
+        let mut adds = self
+            .ops
+            .iter()
+            .copied()
+            .filter(|e| matches!(e.op, Op::Add { .. }))
+            .peekable();
+        let Some(&first) = adds.peek() else {
+            return;
+        };
+        if !adds.all(|e| matches!(e.outcome, Outcome::Failed(_))) {
+            return;
+        }
+        let seen = self
+            .ops
+            .iter()
+            .copied()
+            .find(|e| matches!(e.outcome, Outcome::Ok(Answer::Found { .. })))
+            .or_else(|| self.deliveries.first().map(|&(pop, _)| pop));
+        if let Some(seen) = seen {
+            out.push(
+                self.violation(
+                    Invariant::FailedButApplied,
+                    "every add failed with an answer that says nothing happened, yet the task \
+                 exists"
+                        .into(),
+                    vec![first, seen],
+                ),
+            );
         }
     }
 

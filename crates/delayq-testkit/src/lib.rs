@@ -8,18 +8,22 @@
 //!
 //! [`history`] records what clients did and saw, and checks delayq's promises over it.
 //! [`SmallFs`] is a small tmpfs of the test's own, to fill up for real. [`FaultProxy`] sits
-//! between a client and a server and injects network faults on command. [`Receiver`] is a
+//! between a client and a server and injects network faults on command; [`ProxiedCluster`] is
+//! a Redis Cluster with a proxy in front of every node, announced as the node's address, so
+//! that a cluster client reaches every node only through the faults. [`Receiver`] is a
 //! webhook receiver for push tests that records requests and answers as told.
 
 mod cluster;
 mod fault_proxy;
 pub mod history;
+mod proxied_cluster;
 mod receiver;
 mod sentinel;
 mod small_fs;
 
 pub use cluster::RedisCluster;
-pub use fault_proxy::{FaultProxy, Faults};
+pub use fault_proxy::{FaultProxy, Faults, random_faults};
+pub use proxied_cluster::ProxiedCluster;
 pub use receiver::{Call, Receiver, Reply};
 pub use sentinel::RedisSentinel;
 pub use small_fs::SmallFs;

@@ -6,6 +6,8 @@
 
 #![allow(dead_code)]
 
+pub mod http_history;
+
 use std::io::{Read as _, Write as _};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;

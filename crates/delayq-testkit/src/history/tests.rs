@@ -34,6 +34,21 @@ fn add(delay_ms: u64, inv: u64, done: u64) -> Event {
     )
 }
 
+/// An add (no ttr given) with this outcome.
+fn add_then(delay_ms: u64, inv: u64, done: u64, outcome: Outcome) -> Event {
+    ev(
+        Op::Add {
+            key: key(),
+            delay_ms: Some(delay_ms),
+            due_ms: None,
+            ttr_ms: None,
+        },
+        inv,
+        done,
+        outcome,
+    )
+}
+
 fn pop(inv: u64, done: u64, due_ms: u64, receipt: &str) -> Event {
     ev(
         Op::Pop { topic: T.into() },
@@ -129,17 +144,7 @@ fn each_check_fails_on_its_violation_and_only_there() {
         (
             "an add whose outcome is unknown may be missing",
             vec![
-                ev(
-                    Op::Add {
-                        key: key(),
-                        delay_ms: Some(100),
-                        due_ms: None,
-                        ttr_ms: None,
-                    },
-                    1000,
-                    1001,
-                    unknown(),
-                ),
+                add_then(100, 1000, 1001, unknown()),
                 on_task("get", 1300, 1301, missing()),
             ],
             loose,
@@ -174,6 +179,34 @@ fn each_check_fails_on_its_violation_and_only_there() {
             ],
             loose,
             vec![AckedAddLost],
+        ),
+        (
+            "an add that failed for certain, yet found",
+            vec![
+                add_then(100, 1000, 1001, Outcome::Failed("409 exists".into())),
+                on_task("get", 1300, 1301, found(TaskState::Delayed)),
+            ],
+            loose,
+            vec![FailedButApplied],
+        ),
+        (
+            "an add that failed for certain, yet delivered",
+            vec![
+                add_then(0, 1000, 1001, Outcome::Failed("409 exists".into())),
+                pop(1050, 1100, 1000, "r1"),
+            ],
+            loose,
+            vec![FailedButApplied],
+        ),
+        (
+            "a failed add, then an acknowledged one, found",
+            vec![
+                add_then(100, 900, 901, Outcome::Failed("503 unavailable".into())),
+                add(100, 1000, 1001),
+                on_task("get", 1300, 1301, found(TaskState::Delayed)),
+            ],
+            loose,
+            vec![],
         ),
         (
             "delivered before its own due_ms",
