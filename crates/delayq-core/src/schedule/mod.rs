@@ -479,8 +479,10 @@ mod tests {
             assert_eq!(err.field, field, "{what}: {err}");
         }
         assert!(validate_schedule(ok, &Limits::default()).is_ok());
-        let mut limits = Limits::default();
-        limits.min_every_ms = 10;
+        let limits = Limits {
+            min_every_ms: 10,
+            ..Limits::default()
+        };
         let fast = ScheduleDef {
             topic: "t".into(),
             name: "n".into(),
@@ -516,16 +518,17 @@ mod tests {
         let mut skip = s.clone();
         skip.def.missed = Missed::Skip;
         // (what, schedule, cursor, now, grace, added, cursor after, wake)
-        let cases: Vec<(
-            &str,
-            &Schedule,
+        type Case<'a> = (
+            &'a str,
+            &'a Schedule,
             Option<u64>,
             u64,
             u64,
             Vec<u64>,
             Option<u64>,
             Option<u64>,
-        )> = vec![
+        );
+        let cases: Vec<Case> = vec![
             (
                 "fresh: the next after now",
                 &s,

@@ -353,7 +353,8 @@ mod tests {
     #[test]
     fn every_table() {
         // (what, every, start, end, after, expected)
-        let cases: &[(&str, u64, Option<u64>, Option<u64>, u64, &[u64])] = &[
+        type Case<'a> = (&'a str, u64, Option<u64>, Option<u64>, u64, &'a [u64]);
+        let cases: &[Case] = &[
             (
                 "epoch anchored",
                 1_000,
