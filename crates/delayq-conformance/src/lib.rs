@@ -1,6 +1,6 @@
 //! The conformance suite: every rule of docs/design.md §2 and every operation of §3 as one test, run
 //! against any [`Storage`] backend. [`cases`] holds rules 1–12, [`cases11`] rules 11–15 and the
-//! operations that came with the beanstalkd protocol.
+//! operations that came with the beanstalkd protocol, [`schedules`] the recurring schedules of §9.
 //!
 //! A backend crate adds one line to an integration test file:
 //!
@@ -16,6 +16,7 @@
 
 pub mod cases;
 pub mod cases11;
+pub mod schedules;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -162,6 +163,20 @@ macro_rules! suite {
             next_job_id_starts_at_one, meta_put_list_delete, take_hands_out_one_named_task,
             take_ignores_pause_and_renews_receipt, delayed_ties_come_out_in_added_order
         );
+        $crate::suite!(@schedules $make;
+            schedule_occurrences_fire_once_on_time, schedule_delete_stops_it,
+            schedule_pause_skips_occurrences, schedule_restart_loses_and_doubles_nothing
+        );
+    };
+    (@schedules $make:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let harness = $crate::Harness::new($make).await;
+                $crate::schedules::$case(&harness).await;
+                let _ = harness.queue.shutdown().await;
+            }
+        )*
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
         $(
