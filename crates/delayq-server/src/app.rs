@@ -17,6 +17,7 @@ use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use delayq::{Limits, Queue};
+use delayq::{Scheduler, SchedulerOptions};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::trace::TraceLayer;
@@ -42,6 +43,7 @@ struct Inner {
     long_polls: Arc<Semaphore>,
     open_long_polls: AtomicUsize,
     draining: watch::Sender<bool>,
+    scheduler: Scheduler,
 }
 
 impl AppState {
@@ -50,13 +52,14 @@ impl AppState {
     pub fn new(queue: Queue, config: &ServerConfig) -> Self {
         AppState {
             inner: Arc::new(Inner {
-                queue,
+                queue: queue.clone(),
                 http: config.http,
                 auth: Auth::new(config.tokens.clone()),
                 metrics: HttpMetrics::default(),
                 long_polls: Arc::new(Semaphore::new(config.http.max_long_polls)),
                 open_long_polls: AtomicUsize::new(0),
                 draining: watch::Sender::new(false),
+                scheduler: Scheduler::new(queue.clone(), SchedulerOptions::default()),
             }),
         }
     }
@@ -64,6 +67,11 @@ impl AppState {
     /// The queue.
     pub fn queue(&self) -> &Queue {
         &self.inner.queue
+    }
+
+    /// The scheduler of the queue's recurring schedules (its loop is started by `serve`).
+    pub fn scheduler(&self) -> &Scheduler {
+        &self.inner.scheduler
     }
 
     /// The queue's input limits.
@@ -161,6 +169,27 @@ pub fn app(state: AppState) -> Router {
         .route("/topics", get(handlers::inspect::topics))
         .route("/metrics", get(handlers::ops::metrics))
         .route("/openapi.json", get(handlers::ops::openapi))
+        // Recurring schedules (docs/schedules.md).
+        .route(
+            "/schedules",
+            get(handlers::schedules::list_schedules).post(handlers::schedules::put_schedule),
+        )
+        .route(
+            "/schedules/pause",
+            post(handlers::schedules::pause_schedule),
+        )
+        .route(
+            "/schedules/resume",
+            post(handlers::schedules::resume_schedule),
+        )
+        .route(
+            "/schedules/delete",
+            post(handlers::schedules::delete_schedule),
+        )
+        .route(
+            "/schedules/{*path}",
+            get(handlers::schedules::get_schedule).delete(handlers::schedules::delete_schedule_at),
+        )
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             auth::require_auth,

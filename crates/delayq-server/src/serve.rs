@@ -244,6 +244,7 @@ pub async fn run(
     });
     let scheme = if tls.is_some() { "https" } else { "http" };
     let state = AppState::new(queue.clone(), config);
+    let scheduler = start_scheduler(&state, config).await;
     let router = app(state.clone());
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut server = tokio::spawn(listener::serve(
@@ -285,6 +286,7 @@ pub async fn run(
             }
         }
     };
+    scheduler.stop();
     if let Some((control, task)) = beanstalk {
         // Every beanstalk connection gives back the jobs it holds while the queue still runs.
         control.close();
@@ -302,6 +304,26 @@ pub async fn run(
         });
     tracing::info!("delayq stopped");
     result.and(flushed)
+}
+
+/// Creates or updates the schedules of the configuration and starts the loop that adds their
+/// occurrences (docs/schedules.md). A schedule that cannot be written now (storage down) is
+/// logged; the server still starts, as it does for every other storage failure.
+async fn start_scheduler(state: &AppState, config: &ServerConfig) -> delayq::Scheduler {
+    let scheduler = state.scheduler().clone();
+    for def in &config.schedules {
+        let (topic, name) = (def.topic.clone(), def.name.clone());
+        match scheduler.put(def.clone()).await {
+            Ok(outcome) => {
+                tracing::info!(%topic, %name, outcome = outcome.name(), "schedule from the configuration")
+            }
+            Err(e) => {
+                tracing::error!(%topic, %name, error = %e, "schedule from the configuration not written")
+            }
+        }
+    }
+    scheduler.spawn();
+    scheduler
 }
 
 fn flatten(

@@ -533,6 +533,73 @@ impl Kind for Tokens {
     }
 }
 
+/// Recurring schedules created or updated at start: `[[schedules]]` tables in the file, or
+/// a flag (repeatable) whose text is the JSON of `POST /schedules`. Each is read into the API's
+/// request shape here; the fields are checked against the limits when the configuration is
+/// composed, naming the field.
+pub(crate) struct Schedules;
+
+impl Kind for Schedules {
+    type Value = Vec<delayq_api::ScheduleRequest>;
+
+    fn accepts(&self) -> String {
+        "a schedule as the JSON object of POST /schedules (in the file, [[schedules]] tables with the same keys)".into()
+    }
+
+    fn value_name(&self) -> String {
+        "JSON".into()
+    }
+
+    fn read_text(&self, text: &str) -> Result<Self::Value, Rejected> {
+        serde_json::from_str(text)
+            .map(|s| vec![s])
+            .map_err(|e| Rejected::text(text, format!("{}: {e}", self.accepts())))
+    }
+
+    fn read_texts(&self, texts: &[String]) -> Result<Self::Value, Rejected> {
+        // A repeatable setting's values are split at spaces (the variable is a
+        // space-separated list), which also cuts a JSON object apart: joined with single
+        // spaces again, the pieces give back the texts exactly, read as a stream of objects.
+        let joined = texts.join(" ");
+        serde_json::Deserializer::from_str(&joined)
+            .into_iter::<delayq_api::ScheduleRequest>()
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| Rejected::text(&joined, format!("{}: {e}", self.accepts())))
+    }
+
+    fn read_toml(&self, value: &toml::Value) -> Result<Self::Value, Rejected> {
+        let expected = "an array of tables, each a schedule with the keys of POST /schedules";
+        let Some(tables) = value.as_array() else {
+            return Err(Rejected::toml(value, expected.into()));
+        };
+        tables
+            .iter()
+            .enumerate()
+            .map(|(i, table)| {
+                // Through JSON, so numbers and bodies are read by the API's own readers.
+                let json = serde_json::to_value(table).map_err(|e| Rejected {
+                    at: format!("[{i}]"),
+                    value: show_toml(table),
+                    expected: e.to_string(),
+                })?;
+                serde_json::from_value(json).map_err(|e| Rejected {
+                    at: format!("[{i}]"),
+                    value: show_toml(table),
+                    expected: format!("a schedule with the keys of POST /schedules: {e}"),
+                })
+            })
+            .collect()
+    }
+
+    fn show(&self, _: &Self::Value) -> String {
+        String::new()
+    }
+
+    fn repeated(&self) -> bool {
+        true
+    }
+}
+
 /// Reads one `[[tokens]]` table: `token = "..."`, optional `topics = [...]`, nothing else.
 fn token_from_toml(value: &toml::Value) -> Result<TokenConfig, Rejected> {
     let refuse = |at: &str, value: &toml::Value, expected: &str| Rejected {
