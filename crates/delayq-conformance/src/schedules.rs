@@ -64,7 +64,8 @@ async fn step(h: &Harness, schedulers: &[&Scheduler], to: u64) {
         h.advance(to - now);
     }
     for s in schedulers {
-        s.tick(h.now()).await.expect("a look");
+        let report = s.tick(h.now()).await.expect("a look");
+        assert_eq!(report.failed, 0, "every schedule's look succeeded: {report:?}");
     }
 }
 
