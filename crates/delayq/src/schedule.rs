@@ -139,9 +139,11 @@ pub struct TickReport {
     pub added: usize,
     /// Occurrences that were there already (another instance added them).
     pub existed: usize,
-    /// Schedules whose look failed (storage errors, or a stored schedule that no longer
-    /// validates); they are looked at again at the next look.
+    /// Schedules whose look failed on a storage error; the loop looks again soon.
     pub failed: usize,
+    /// Stored schedules that no longer validate (a limit such as `min_every_ms` was raised
+    /// after they were written): skipped and logged until they are fixed or deleted.
+    pub invalid: usize,
     /// The earliest pending occurrence: when to look again.
     pub next_wake_ms: Option<Millis>,
 }
@@ -371,7 +373,7 @@ impl Scheduler {
             .await?
             .ok_or_else(|| not_found(topic, name))?;
         let cursor = self.cursor(topic, name).await?;
-        self.info(stored, cursor, upcoming)
+        Ok(self.info(stored, cursor, upcoming))
     }
 
     /// Every schedule (of `topic` when given), ordered by topic and name, each with its next
@@ -389,7 +391,7 @@ impl Scheduler {
                 continue;
             }
             let cursor = cursors.get(&k).copied();
-            out.push(self.info(stored, cursor, upcoming)?);
+            out.push(self.info(stored, cursor, upcoming));
         }
         out.sort_by(|a, b| (&a.def.topic, &a.def.name).cmp(&(&b.def.topic, &b.def.name)));
         Ok(out)
@@ -407,17 +409,13 @@ impl Scheduler {
         Ok((all, cursors))
     }
 
-    fn info(
-        &self,
-        stored: Stored,
-        cursor: Option<Millis>,
-        upcoming: usize,
-    ) -> Result<ScheduleInfo> {
+    fn info(&self, stored: Stored, cursor: Option<Millis>, upcoming: usize) -> ScheduleInfo {
         let upcoming = upcoming.min(MAX_UPCOMING);
         let now = self.now();
         let mut upcoming_ms = Vec::new();
-        if !stored.def.paused && upcoming > 0 {
-            let schedule = self.validate(stored.def.clone())?;
+        // A stored schedule that no longer validates is still shown, with no occurrences.
+        let valid = self.validate(stored.def.clone()).ok();
+        if let Some(schedule) = valid.filter(|_| !stored.def.paused && upcoming > 0) {
             let tt = &schedule.timetable;
             match cursor {
                 Some(c) if c > now => {
@@ -427,13 +425,13 @@ impl Scheduler {
                 _ => upcoming_ms = tt.upcoming(now, upcoming),
             }
         }
-        Ok(ScheduleInfo {
+        ScheduleInfo {
             def: stored.def,
             created_at_ms: stored.created_at_ms,
             updated_at_ms: stored.updated_at_ms,
             cursor_ms: cursor,
             upcoming_ms,
-        })
+        }
     }
 
     /// One look at every schedule at `now`: adds the occurrences that are due to be added
@@ -453,7 +451,7 @@ impl Scheduler {
                 Ok(s) => s,
                 Err(e) => {
                     tracing::warn!(key = %k, error = %e, "a stored schedule cannot be used; skipped");
-                    report.failed += 1;
+                    report.invalid += 1;
                     continue;
                 }
             };
@@ -586,5 +584,37 @@ fn not_found(topic: &str, name: &str) -> Error {
     Error::ScheduleNotFound {
         topic: topic.to_owned(),
         name: name.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::{ManualClock, StorageContext};
+
+    #[tokio::test]
+    async fn a_stored_schedule_that_no_longer_validates_is_shown_and_skipped() {
+        let clock = ManualClock::new(1_800_000_000_000);
+        let queue = Queue::memory_with(StorageContext::new(Arc::new(clock)));
+        let scheduler = Scheduler::new(queue.clone(), SchedulerOptions::default());
+        // Written when the minimum interval was lower than it is now.
+        let mut def = ScheduleDef::default();
+        def.topic = "t".into();
+        def.name = "fast".into();
+        def.every_ms = Some(10);
+        let stored = Stored {
+            def,
+            created_at_ms: 1,
+            updated_at_ms: 1,
+        };
+        scheduler.write(&stored).await.unwrap();
+        let report = scheduler.tick(1_800_000_000_000).await.unwrap();
+        assert_eq!((report.invalid, report.failed, report.added), (1, 0, 0));
+        let list = scheduler.list(None, 3).await.unwrap();
+        assert_eq!(list.len(), 1);
+        assert!(list[0].upcoming_ms.is_empty());
+        scheduler.delete("t", "fast").await.unwrap();
     }
 }
