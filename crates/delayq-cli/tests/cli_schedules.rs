@@ -212,8 +212,16 @@ fn a_file_schedule_is_created_at_start_and_survives_a_restart() {
     );
     let args = ["--config", &config, "--data-dir", data.to_str().unwrap()];
     let mut server = Server::start_with(&args);
-    let list = server.json(&["schedule", "list"]);
-    assert_eq!(list["schedules"][0]["name"], "s", "{list}");
+    // The server writes the file's schedules right after it starts listening.
+    let start = Instant::now();
+    loop {
+        let list = server.json(&["schedule", "list"]);
+        if list["schedules"][0]["name"] == "s" {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "{list}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let mut seen = pop_occurrences(&server, 2);
     let down = Instant::now();
     assert!(server.terminate(Duration::from_secs(15)).success());

@@ -307,21 +307,44 @@ pub async fn run(
 }
 
 /// Creates or updates the schedules of the configuration and starts the loop that adds their
-/// occurrences (docs/schedules.md). A schedule that cannot be written now (storage down) is
-/// logged; the server still starts, as it does for every other storage failure.
+/// occurrences (docs/schedules.md). The server does not wait for them: a schedule that cannot
+/// be written now (storage down, the Redis clock not yet read) is tried again every second in
+/// the background until it is written or the server stops, as every other storage failure
+/// leaves the server running.
 async fn start_scheduler(state: &AppState, config: &ServerConfig) -> delayq::Scheduler {
     let scheduler = state.scheduler().clone();
-    for def in &config.schedules {
-        let (topic, name) = (def.topic.clone(), def.name.clone());
-        match scheduler.put(def.clone()).await {
-            Ok(outcome) => {
-                tracing::info!(%topic, %name, outcome = outcome.name(), "schedule from the configuration")
+    let defs = config.schedules.clone();
+    let writer = scheduler.clone();
+    tokio::spawn(async move {
+        let mut pending = defs;
+        let mut logged = false;
+        while !pending.is_empty() && !writer.queue().is_closing() {
+            let mut failed = Vec::new();
+            for def in pending {
+                let (topic, name) = (def.topic.clone(), def.name.clone());
+                match writer.put(def.clone()).await {
+                    Ok(outcome) => tracing::info!(
+                        %topic, %name, outcome = outcome.name(),
+                        "schedule from the configuration"
+                    ),
+                    Err(e) => {
+                        if !logged {
+                            tracing::warn!(
+                                %topic, %name, error = %e,
+                                "schedule from the configuration not written yet; trying again every second"
+                            );
+                        }
+                        failed.push(def);
+                    }
+                }
             }
-            Err(e) => {
-                tracing::error!(%topic, %name, error = %e, "schedule from the configuration not written")
+            logged = logged || !failed.is_empty();
+            pending = failed;
+            if !pending.is_empty() {
+                tokio::time::sleep(Duration::from_secs(1)).await;
             }
         }
-    }
+    });
     scheduler.spawn();
     scheduler
 }
