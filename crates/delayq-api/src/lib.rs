@@ -17,6 +17,7 @@
 //! - [`task`]: the views of a task (`/get`, `/tasks`, `/pop`) and their conversion from the
 //!   library's types.
 //! - [`response`]: the other answers (add results, stats, topics, ...).
+//! - [`schedule`]: recurring schedules (`/schedules`), also the TOML `[[schedules]]` shape.
 //! - [`state`]: state codes and names on the wire.
 //! - [`limits`]: the API's defaults and maxima.
 //! - [`number`]: strict readers of numbers and bodies.
@@ -30,6 +31,7 @@ pub mod number;
 pub mod push;
 pub mod request;
 pub mod response;
+pub mod schedule;
 pub mod state;
 pub mod task;
 
@@ -47,5 +49,9 @@ pub use response::{
     AddData, AddResponse, AllStats, BatchItem, FinishBatchData, FinishItem, Health, NoData,
     PauseData, PopData, ReleaseData, RequeueData, StatsData, StatsView, TopicEntry, TopicList,
     TopicStatsData, TouchData,
+};
+pub use schedule::{
+    PutScheduleData, ScheduleKey, ScheduleList, ScheduleQuery, ScheduleRequest, ScheduleView,
+    SchedulesQuery,
 };
 pub use task::{TaskDelivery, TaskFields, TaskListItem, TaskPage, TaskView};

@@ -73,6 +73,9 @@ pub enum Command {
     /// Manage push targets: delayq POSTs a topic's tasks to a URL when they are due.
     #[command(subcommand)]
     Push(PushCommand),
+    /// Manage recurring schedules: each occurrence becomes a task `<name>@<due ms>`.
+    #[command(subcommand)]
+    Schedule(ScheduleCommand),
     /// Measure a running server end to end (loopback only).
     Bench(BenchArgs),
     /// Run delayq with beanstalkd's command line (-l, -p, -b, -f, -F, -z, -V): a drop-in
@@ -593,4 +596,126 @@ mod tests {
             assert!(Cli::try_parse_from(argv).is_err(), "{argv:?}");
         }
     }
+}
+
+/// `delayq schedule ...`: recurring schedules (docs/schedules.md).
+#[derive(Debug, Subcommand)]
+pub enum ScheduleCommand {
+    /// Create a schedule, or replace the definition of the one with the same topic and name.
+    Add(ScheduleAddArgs),
+    /// List the schedules (of one topic) with their next occurrence.
+    List(ScheduleListArgs),
+    /// Show one schedule and its next occurrences.
+    Get(ScheduleGetArgs),
+    /// Delete a schedule; its pending occurrence is cancelled.
+    Delete(ScheduleKeyArgs),
+    /// Pause a schedule: its pending occurrence is cancelled and none is added until resumed.
+    Pause(ScheduleKeyArgs),
+    /// Resume a paused schedule with the first occurrence after now.
+    Resume(ScheduleKeyArgs),
+}
+
+/// What to do with occurrences missed while no server ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum MissedPolicy {
+    /// One occurrence fires for all the missed ones (the default).
+    FireOnce,
+    /// Missed occurrences do not fire.
+    Skip,
+}
+
+/// `delayq schedule add`.
+#[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("recurrence").required(true).args(["cron", "every", "every_ms"]))]
+pub struct ScheduleAddArgs {
+    /// The topic its occurrences are added to.
+    #[arg(long, short = 't')]
+    pub topic: String,
+    /// The schedule's name, unique in the topic ([A-Za-z0-9._:+=-], no '@' or '/').
+    #[arg(long, short = 'n')]
+    pub name: String,
+    /// A cron expression: 5 fields, 6 with seconds first, or @hourly, @daily, ...
+    #[arg(long)]
+    pub cron: Option<String>,
+    /// A fixed interval instead of --cron: 1s, 15m, 1h, 1d.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub every: Option<u64>,
+    /// A fixed interval in milliseconds instead of --cron.
+    #[arg(long, value_name = "MS")]
+    pub every_ms: Option<u64>,
+    /// The IANA time zone of --cron (default UTC): Europe/Berlin, America/New_York.
+    #[arg(long, value_name = "ZONE")]
+    pub timezone: Option<String>,
+    /// The body of every occurrence, as text.
+    #[arg(long, short = 'b')]
+    pub body: Option<String>,
+    /// The priority of every occurrence (default 1024).
+    #[arg(long, short = 'p', value_name = "N")]
+    pub priority: Option<u32>,
+    /// The time to run of every occurrence.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub ttr: Option<u64>,
+    /// The redeliveries of every occurrence: 0 for one attempt, -1 for no limit.
+    #[arg(long, allow_negative_numbers = true, value_name = "N")]
+    pub max_retries: Option<i64>,
+    /// No occurrence before this instant (RFC 3339); the anchor of --every.
+    #[arg(long, value_parser = parse_instant, value_name = "TIME")]
+    pub start: Option<u64>,
+    /// No occurrence after this instant (RFC 3339).
+    #[arg(long, value_parser = parse_instant, value_name = "TIME")]
+    pub end: Option<u64>,
+    /// Create it paused.
+    #[arg(long)]
+    pub paused: bool,
+    /// What happens to occurrences missed while no server ran.
+    #[arg(long, value_enum, value_name = "POLICY")]
+    pub missed: Option<MissedPolicy>,
+    /// How many upcoming occurrences to show after writing it.
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    pub next: u64,
+    /// How to reach the server and how to print.
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// `delayq schedule list`.
+#[derive(Debug, Args)]
+pub struct ScheduleListArgs {
+    /// Only the schedules of this topic.
+    #[arg(long, short = 't')]
+    pub topic: Option<String>,
+    /// How to reach the server and how to print.
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// `delayq schedule get`.
+#[derive(Debug, Args)]
+pub struct ScheduleGetArgs {
+    /// The topic.
+    #[arg(long, short = 't')]
+    pub topic: String,
+    /// The schedule's name.
+    #[arg(long, short = 'n')]
+    pub name: String,
+    /// How many upcoming occurrences to show (at most 1000).
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub next: u64,
+    /// How to reach the server and how to print.
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// Schedule commands that name one schedule.
+#[derive(Debug, Args)]
+pub struct ScheduleKeyArgs {
+    /// The topic.
+    #[arg(long, short = 't')]
+    pub topic: String,
+    /// The schedule's name.
+    #[arg(long, short = 'n')]
+    pub name: String,
+    /// How to reach the server and how to print.
+    #[command(flatten)]
+    pub client: ClientArgs,
 }

@@ -6,7 +6,9 @@
 //! through here: it is the server's `data`, printed as is.
 
 use comfy_table::{Cell, ContentArrangement, Table, presets};
-use delayq_client::{BodyEncoding, PauseData, StatsView, TaskDelivery, TaskPage, TaskView};
+use delayq_client::{
+    BodyEncoding, PauseData, ScheduleView, StatsView, TaskDelivery, TaskPage, TaskView,
+};
 
 use crate::duration::{format_duration, format_instant, format_relative};
 
@@ -275,6 +277,76 @@ pub fn stats(rows: &[(String, StatsView)], now_ms: u64) -> String {
     }
     if rows.is_empty() {
         return format!("{t}\nno topics");
+    }
+    t.to_string()
+}
+
+/// How a schedule recurs, in words: `cron 30 2 * * * (Europe/Berlin)` or `every 1s`.
+fn recurrence(s: &ScheduleView) -> String {
+    match (&s.cron, s.every_ms) {
+        (Some(cron), _) => format!("cron {cron} ({})", s.timezone.as_deref().unwrap_or("UTC")),
+        (None, Some(every)) => format!("every {}", format_duration(every)),
+        (None, None) => "-".into(),
+    }
+}
+
+/// One schedule: its definition, its pending occurrence and the next ones.
+pub fn schedule(s: &ScheduleView, now_ms: u64) -> String {
+    let mut t = table(&["field", "value"]);
+    let missed = serde_json::to_value(s.missed)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default();
+    let rows: Vec<(&str, String)> = vec![
+        ("topic", s.topic.clone()),
+        ("name", s.name.clone()),
+        ("recurs", recurrence(s)),
+        ("paused", if s.paused { "yes".into() } else { "no".into() }),
+        ("missed", missed),
+        (
+            "body",
+            short_body(&body_words(&s.body, s.body_encoding.unwrap_or_default())),
+        ),
+        (
+            "pending",
+            s.cursor_ms
+                .filter(|&c| c > now_ms)
+                .map(|c| format!("{}@{c}, {}", s.name, when(c, now_ms)))
+                .unwrap_or_else(|| "-".into()),
+        ),
+    ];
+    for (field, value) in rows {
+        t.add_row(vec![field.to_owned(), value]);
+    }
+    let mut text = t.to_string();
+    if s.next_ms.is_empty() {
+        text.push_str("\nno upcoming occurrences");
+    } else {
+        text.push_str("\nnext occurrences:");
+        for at in &s.next_ms {
+            text.push_str(&format!("\n  {}@{at}  {}", s.name, when(*at, now_ms)));
+        }
+    }
+    text
+}
+
+/// Schedules, one per row, with their next occurrence.
+pub fn schedules(list: &[ScheduleView], now_ms: u64) -> String {
+    let mut t = table(&["topic", "name", "recurs", "paused", "next"]);
+    for s in list {
+        t.add_row(vec![
+            s.topic.clone(),
+            s.name.clone(),
+            recurrence(s),
+            if s.paused { "yes".into() } else { "no".into() },
+            s.next_ms
+                .first()
+                .map(|&at| when(at, now_ms))
+                .unwrap_or_else(|| "-".into()),
+        ]);
+    }
+    if list.is_empty() {
+        return format!("{t}\nno schedules");
     }
     t.to_string()
 }

@@ -15,9 +15,10 @@ use delayq_api::{
     AckRequest, AddBatchRequest, AddData, AddRequest, AddTaskRequest, AllStats,
     BatchItem as WireBatchItem, BuryRequest, Count, Envelope, ErrorData, FinishBatchData,
     FinishBatchRequest, FinishRequest, GetQuery, Ms, PauseData, PauseRequest, PopData, PopRequest,
-    ReleaseData, ReleaseRequest, RequeueData, RequeueRequest, RescheduleRequest, StatsQuery,
-    StatsView, TaskDelivery, TaskKey, TaskPage, TaskView, TasksQuery, TopicList, TopicRequest,
-    TopicStatsData, TouchData,
+    PutScheduleData, ReleaseData, ReleaseRequest, RequeueData, RequeueRequest, RescheduleRequest,
+    ScheduleKey, ScheduleList, ScheduleQuery, ScheduleRequest, ScheduleView, SchedulesQuery,
+    StatsQuery, StatsView, TaskDelivery, TaskKey, TaskPage, TaskView, TasksQuery, TopicList,
+    TopicRequest, TopicStatsData, TouchData,
 };
 use delayq_core::{AddOutcome, BuryOptions, Millis, NewTask, ReleaseOptions, State, When};
 use reqwest::Url;
@@ -388,6 +389,63 @@ impl Client {
         data.ok_or_else(|| self.protocol(&call, "no pause in the answer".into()))
     }
 
+    /// Creates a schedule, or replaces the definition of the one with the same topic and name.
+    pub async fn put_schedule(
+        &self,
+        schedule: &ScheduleRequest,
+    ) -> Result<PutScheduleData, ClientError> {
+        let call = Call::put_schedule(schedule);
+        let data: Option<PutScheduleData> = self.exchange(&call).await?;
+        data.ok_or_else(|| self.protocol(&call, "no schedule in the answer".into()))
+    }
+
+    /// Every schedule, or those of `topic`.
+    pub async fn schedules(&self, topic: Option<&str>) -> Result<ScheduleList, ClientError> {
+        let call = Call::schedules(topic);
+        let data: Option<ScheduleList> = self.exchange(&call).await?;
+        data.ok_or_else(|| self.protocol(&call, "no schedules in the answer".into()))
+    }
+
+    /// One schedule with its next `next` occurrences (server default 10).
+    pub async fn schedule(
+        &self,
+        topic: &str,
+        name: &str,
+        next: Option<u64>,
+    ) -> Result<ScheduleView, ClientError> {
+        let call = Call::schedule(topic, name, next);
+        let data: Option<ScheduleView> = self.exchange(&call).await?;
+        data.ok_or_else(|| self.protocol(&call, "no schedule in the answer".into()))
+    }
+
+    /// Deletes a schedule; its pending occurrence is cancelled.
+    pub async fn delete_schedule(&self, topic: &str, name: &str) -> Result<(), ClientError> {
+        self.exchange_ignoring_data(&Call::delete_schedule(topic, name))
+            .await
+    }
+
+    /// Pauses a schedule. Returns it as it now stands.
+    pub async fn pause_schedule(
+        &self,
+        topic: &str,
+        name: &str,
+    ) -> Result<ScheduleView, ClientError> {
+        let call = Call::pause_schedule(topic, name);
+        let data: Option<ScheduleView> = self.exchange(&call).await?;
+        data.ok_or_else(|| self.protocol(&call, "no schedule in the answer".into()))
+    }
+
+    /// Resumes a paused schedule. Returns it as it now stands.
+    pub async fn resume_schedule(
+        &self,
+        topic: &str,
+        name: &str,
+    ) -> Result<ScheduleView, ClientError> {
+        let call = Call::resume_schedule(topic, name);
+        let data: Option<ScheduleView> = self.exchange(&call).await?;
+        data.ok_or_else(|| self.protocol(&call, "no schedule in the answer".into()))
+    }
+
     /// Removes a task's record, whatever its state.
     pub async fn delete(&self, topic: &str, id: &str) -> Result<(), ClientError> {
         self.exchange_ignoring_data(&Call::delete(topic, id)).await
@@ -481,7 +539,7 @@ impl Client {
         let mut url = self
             .inner
             .base
-            .join(call.endpoint)
+            .join(&call.endpoint)
             .unwrap_or_else(|_| self.inner.base.clone());
         if !call.query.is_empty() {
             url.set_query(Some(&call.query));
@@ -591,7 +649,8 @@ impl CallMethod {
 pub struct Call {
     op: &'static str,
     method: CallMethod,
-    endpoint: &'static str,
+    /// The path under the base URL: a word, or `schedules/{topic}/{name}`.
+    endpoint: std::borrow::Cow<'static, str>,
     /// The query string, without the `?`.
     query: String,
     body: Option<Vec<u8>>,
@@ -600,11 +659,15 @@ pub struct Call {
 }
 
 impl Call {
-    fn get_call(op: &'static str, endpoint: &'static str, query: String) -> Call {
+    fn get_call(
+        op: &'static str,
+        endpoint: impl Into<std::borrow::Cow<'static, str>>,
+        query: String,
+    ) -> Call {
         Call {
             op,
             method: CallMethod::Get,
-            endpoint,
+            endpoint: endpoint.into(),
             query,
             body: None,
             long_poll: None,
@@ -615,7 +678,7 @@ impl Call {
         Call {
             op,
             method: CallMethod::Post,
-            endpoint,
+            endpoint: endpoint.into(),
             query: String::new(),
             // Serializing these request structs and `serde_json::Value`s cannot fail: they
             // have string keys only and no custom serializers that error.
@@ -828,6 +891,58 @@ impl Call {
         call
     }
 
+    /// `POST /schedules`: creates a schedule or replaces its definition.
+    pub fn put_schedule(schedule: &ScheduleRequest) -> Call {
+        Call::post_call("writing a schedule", "schedules", schedule)
+    }
+
+    /// `GET /schedules`, of one topic or of all.
+    pub fn schedules(topic: Option<&str>) -> Call {
+        let query = SchedulesQuery {
+            topic: topic.map(str::to_owned),
+        };
+        Call::get_call("listing schedules", "schedules", query_string(&query))
+    }
+
+    /// `GET /schedules/{topic}/{name}` with the next `next` occurrences (server default 10).
+    pub fn schedule(topic: &str, name: &str, next: Option<u64>) -> Call {
+        let query = ScheduleQuery {
+            next: next.map(Count),
+        };
+        Call::get_call(
+            "getting a schedule",
+            format!("schedules/{topic}/{name}"),
+            query_string(&query),
+        )
+    }
+
+    /// `POST /schedules/delete`.
+    pub fn delete_schedule(topic: &str, name: &str) -> Call {
+        Call::post_call(
+            "deleting a schedule",
+            "schedules/delete",
+            &schedule_key(topic, name),
+        )
+    }
+
+    /// `POST /schedules/pause`.
+    pub fn pause_schedule(topic: &str, name: &str) -> Call {
+        Call::post_call(
+            "pausing a schedule",
+            "schedules/pause",
+            &schedule_key(topic, name),
+        )
+    }
+
+    /// `POST /schedules/resume`.
+    pub fn resume_schedule(topic: &str, name: &str) -> Call {
+        Call::post_call(
+            "resuming a schedule",
+            "schedules/resume",
+            &schedule_key(topic, name),
+        )
+    }
+
     /// `GET /topics`.
     pub fn topics() -> Call {
         Call::get_call("listing topics", "topics", String::new())
@@ -955,6 +1070,13 @@ impl BatchItem {
 impl std::fmt::Display for BatchItemError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{} ({})", self.message, self.code)
+    }
+}
+
+fn schedule_key(topic: &str, name: &str) -> ScheduleKey {
+    ScheduleKey {
+        topic: topic.to_owned(),
+        name: name.to_owned(),
     }
 }
 

@@ -2,6 +2,7 @@
 //! against any [`Storage`] backend. [`cases`] holds rules 1–12, [`cases11`] rules 11–15 and the
 //! operations that came with the beanstalkd protocol, [`cases12`] what the dashboard reads
 //! (due-time range counts, per-topic activity).
+//! operations that came with the beanstalkd protocol, [`schedules`] the recurring schedules of §9.
 //!
 //! A backend crate adds one line to an integration test file:
 //!
@@ -18,6 +19,7 @@
 pub mod cases;
 pub mod cases11;
 pub mod cases12;
+pub mod schedules;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -167,6 +169,20 @@ macro_rules! suite {
         $crate::suite!(@cases12 $make;
             due_counts_count_delayed_tasks_by_range, activity_counts_each_topic
         );
+        $crate::suite!(@schedules $make;
+            schedule_occurrences_fire_once_on_time, schedule_delete_stops_it,
+            schedule_pause_skips_occurrences, schedule_restart_loses_and_doubles_nothing
+        );
+    };
+    (@schedules $make:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let harness = $crate::Harness::new($make).await;
+                $crate::schedules::$case(&harness).await;
+                let _ = harness.queue.shutdown().await;
+            }
+        )*
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
         $crate::suite!(@in cases $make; $($case),*);

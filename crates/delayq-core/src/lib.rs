@@ -11,11 +11,13 @@
 //! - [`backoff`]: retry schedules.
 //! - [`hash`]: the stable hashes that place data in shards and partitions.
 //! - [`validate`]: limits, defaults and validation at the edge.
+//! - [`schedule`]: recurring schedules: model, validation, occurrence times (cron, time zones).
 //! - [`wheel`]: the hierarchical timing wheel that decides when things happen.
 
 pub mod backoff;
 pub mod hash;
 pub mod lifecycle;
+pub mod schedule;
 pub mod task;
 pub mod validate;
 pub mod wheel;

@@ -77,6 +77,8 @@ pub struct Limits {
     pub max_error_bytes: usize,
     /// Largest page of a listing (default 1 000).
     pub max_page_size: u64,
+    /// Smallest `every_ms` of a schedule (default 1 s).
+    pub min_every_ms: u64,
 }
 
 impl Default for Limits {
@@ -91,6 +93,7 @@ impl Default for Limits {
             max_pop_timeout_ms: 60_000,
             max_error_bytes: 4_096,
             max_page_size: MAX_PAGE_SIZE,
+            min_every_ms: crate::schedule::DEFAULT_MIN_EVERY_MS,
         }
     }
 }

@@ -17,6 +17,7 @@ use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use delayq::{Limits, Queue};
+use delayq::{Scheduler, SchedulerOptions};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::trace::TraceLayer;
@@ -47,6 +48,7 @@ struct Inner {
     history: History,
     /// The push dispatcher, once `serve::run` started it (docs/push.md).
     push: std::sync::OnceLock<delayq_push::Push>,
+    scheduler: Scheduler,
 }
 
 impl AppState {
@@ -55,7 +57,7 @@ impl AppState {
     pub fn new(queue: Queue, config: &ServerConfig) -> Self {
         AppState {
             inner: Arc::new(Inner {
-                queue,
+                queue: queue.clone(),
                 http: config.http,
                 auth: Auth::new(config.tokens.clone()),
                 metrics: HttpMetrics::default(),
@@ -64,6 +66,7 @@ impl AppState {
                 draining: watch::Sender::new(false),
                 history: History::new(),
                 push: std::sync::OnceLock::new(),
+                scheduler: Scheduler::new(queue.clone(), SchedulerOptions::default()),
             }),
         }
     }
@@ -87,6 +90,11 @@ impl AppState {
     /// The queue.
     pub fn queue(&self) -> &Queue {
         &self.inner.queue
+    }
+
+    /// The scheduler of the queue's recurring schedules (its loop is started by `serve`).
+    pub fn scheduler(&self) -> &Scheduler {
+        &self.inner.scheduler
     }
 
     /// The queue's input limits.
@@ -196,6 +204,27 @@ pub fn app(state: AppState) -> Router {
             post(handlers::push::set)
                 .get(handlers::push::get)
                 .delete(handlers::push::delete),
+        )
+        // Recurring schedules (docs/schedules.md).
+        .route(
+            "/schedules",
+            get(handlers::schedules::list_schedules).post(handlers::schedules::put_schedule),
+        )
+        .route(
+            "/schedules/pause",
+            post(handlers::schedules::pause_schedule),
+        )
+        .route(
+            "/schedules/resume",
+            post(handlers::schedules::resume_schedule),
+        )
+        .route(
+            "/schedules/delete",
+            post(handlers::schedules::delete_schedule),
+        )
+        .route(
+            "/schedules/{*path}",
+            get(handlers::schedules::get_schedule).delete(handlers::schedules::delete_schedule_at),
         )
         .route_layer(middleware::from_fn_with_state(
             state.clone(),

@@ -151,6 +151,7 @@ impl AppError {
             AppError::Missing { field } | AppError::Invalid { field, .. } => Some(field),
             AppError::Queue(
                 delayq::Error::NotFound { .. }
+                | delayq::Error::ScheduleNotFound { .. }
                 | delayq::Error::Duplicate { .. }
                 | delayq::Error::Conflict { .. }
                 | delayq::Error::Unavailable { .. }

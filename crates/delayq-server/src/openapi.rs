@@ -40,6 +40,13 @@ use crate::handlers;
         handlers::inspect::list_tasks,
         handlers::inspect::stats,
         handlers::inspect::topics,
+        handlers::schedules::put_schedule,
+        handlers::schedules::list_schedules,
+        handlers::schedules::get_schedule,
+        handlers::schedules::delete_schedule_at,
+        handlers::schedules::delete_schedule,
+        handlers::schedules::pause_schedule,
+        handlers::schedules::resume_schedule,
         handlers::ops::healthz,
         handlers::ops::readyz,
         handlers::ops::metrics,
@@ -52,6 +59,7 @@ use crate::handlers;
     tags(
         (name = "tasks", description = "Add, take and settle tasks"),
         (name = "inspect", description = "Read tasks and counters"),
+        (name = "schedules", description = "Recurring schedules: each occurrence an ordinary task"),
         (name = "ops", description = "Health, readiness, metrics and this description"),
         (name = "push", description = "Push targets: delayq POSTs a topic's tasks to a URL"),
     )

@@ -263,6 +263,7 @@ pub async fn run(
     // The dashboard's history: sampled every second until the queue shuts down.
     let sampler = state.history().spawn_sampler(queue.clone());
     state.set_push(push.clone());
+    let scheduler = start_scheduler(&state, config).await;
     let router = app(state.clone());
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut server = tokio::spawn(listener::serve(
@@ -308,6 +309,7 @@ pub async fn run(
     // the queue still runs.
     push.shutdown(Duration::from_millis(config.shutdown_timeout_ms))
         .await;
+    scheduler.stop();
     if let Some((control, task)) = beanstalk {
         // Every beanstalk connection gives back the jobs it holds while the queue still runs.
         control.close();
@@ -347,6 +349,49 @@ async fn start_push(
     }
     push.start().await;
     Ok(push)
+}
+
+/// Creates or updates the schedules of the configuration and starts the loop that adds their
+/// occurrences (docs/schedules.md). The server does not wait for them: a schedule that cannot
+/// be written now (storage down, the Redis clock not yet read) is tried again every second in
+/// the background until it is written or the server stops, as every other storage failure
+/// leaves the server running.
+async fn start_scheduler(state: &AppState, config: &ServerConfig) -> delayq::Scheduler {
+    let scheduler = state.scheduler().clone();
+    let defs = config.schedules.clone();
+    let writer = scheduler.clone();
+    tokio::spawn(async move {
+        let mut pending = defs;
+        let mut logged = false;
+        while !pending.is_empty() && !writer.queue().is_closing() {
+            let mut failed = Vec::new();
+            for def in pending {
+                let (topic, name) = (def.topic.clone(), def.name.clone());
+                match writer.put(def.clone()).await {
+                    Ok(outcome) => tracing::info!(
+                        %topic, %name, outcome = outcome.name(),
+                        "schedule from the configuration"
+                    ),
+                    Err(e) => {
+                        if !logged {
+                            tracing::warn!(
+                                %topic, %name, error = %e,
+                                "schedule from the configuration not written yet; trying again every second"
+                            );
+                        }
+                        failed.push(def);
+                    }
+                }
+            }
+            logged = logged || !failed.is_empty();
+            pending = failed;
+            if !pending.is_empty() {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    });
+    scheduler.spawn();
+    scheduler
 }
 
 fn flatten(

@@ -99,6 +99,13 @@ pub enum Error {
         /// The id asked for.
         id: String,
     },
+    /// No schedule of that name exists in the topic. Nothing was changed.
+    ScheduleNotFound {
+        /// The topic asked for.
+        topic: String,
+        /// The schedule's name.
+        name: String,
+    },
     /// The task exists already and `on_duplicate` is `reject`. Nothing was changed.
     Duplicate {
         /// The topic.
@@ -147,6 +154,9 @@ impl std::fmt::Display for Error {
             Error::Invalid(field) => std::fmt::Display::fmt(field, f),
             Error::TooLarge { field, reason } => write!(f, "{field} is too large: {reason}"),
             Error::NotFound { topic, id } => write!(f, "task {id:?} of topic {topic:?} not found"),
+            Error::ScheduleNotFound { topic, name } => {
+                write!(f, "schedule {name:?} of topic {topic:?} not found")
+            }
             Error::Duplicate { topic, id } => {
                 write!(f, "task {id:?} of topic {topic:?} already exists")
             }
@@ -180,6 +190,7 @@ impl std::error::Error for Error {
             Error::Unavailable { source, .. } | Error::Storage { source, .. } => Some(&**source),
             Error::TooLarge { .. }
             | Error::NotFound { .. }
+            | Error::ScheduleNotFound { .. }
             | Error::Duplicate { .. }
             | Error::Conflict { .. }
             | Error::ShuttingDown => None,
@@ -206,7 +217,7 @@ impl Error {
         match self {
             Error::Invalid(_) => ErrorKind::Invalid,
             Error::TooLarge { .. } => ErrorKind::TooLarge,
-            Error::NotFound { .. } => ErrorKind::NotFound,
+            Error::NotFound { .. } | Error::ScheduleNotFound { .. } => ErrorKind::NotFound,
             Error::Duplicate { .. } => ErrorKind::Duplicate,
             Error::Conflict { .. } => ErrorKind::Conflict,
             Error::Unavailable { .. } => ErrorKind::Unavailable,
@@ -237,6 +248,7 @@ impl Error {
             Error::Invalid(_)
             | Error::TooLarge { .. }
             | Error::NotFound { .. }
+            | Error::ScheduleNotFound { .. }
             | Error::Duplicate { .. }
             | Error::Conflict { .. }
             | Error::ShuttingDown => Outcome::NotApplied,
@@ -266,6 +278,7 @@ impl Error {
             definite @ (Error::Invalid(_)
             | Error::TooLarge { .. }
             | Error::NotFound { .. }
+            | Error::ScheduleNotFound { .. }
             | Error::Duplicate { .. }
             | Error::Conflict { .. }
             | Error::ShuttingDown) => definite,
@@ -310,6 +323,7 @@ impl Error {
             Error::Invalid(_)
             | Error::TooLarge { .. }
             | Error::NotFound { .. }
+            | Error::ScheduleNotFound { .. }
             | Error::Duplicate { .. }
             | Error::Conflict { .. }
             | Error::Unavailable { .. }
@@ -331,6 +345,7 @@ impl Error {
             | Error::Invalid(_)
             | Error::TooLarge { .. }
             | Error::NotFound { .. }
+            | Error::ScheduleNotFound { .. }
             | Error::Duplicate { .. }
             | Error::Unavailable { .. }
             | Error::ShuttingDown

@@ -21,12 +21,14 @@
 //!   timing wheel. Pure, no IO.
 //! - [`storage`]: the [`Storage`] trait and its backends.
 //! - [`Queue`]: validation, long-poll, callbacks ([`Queue::on_expire`]).
+//! - [`schedule`]: recurring schedules, each occurrence an ordinary task ([`Scheduler`]).
 //! - [`clock`], [`waiters`], [`metrics`]: what the pieces share.
 
 pub mod clock;
 pub mod error;
 pub mod metrics;
 pub mod queue;
+pub mod schedule;
 pub mod storage;
 pub mod waiters;
 pub mod workers;
@@ -37,5 +39,6 @@ pub use clock::{Clock, ClockUnavailable, ManualClock, SystemClock};
 pub use error::{Cause, Error, ErrorKind, Outcome, Result};
 pub use metrics::TopicActivity;
 pub use queue::{PopOptions, Queue};
+pub use schedule::{PutOutcome, ScheduleInfo, Scheduler, SchedulerOptions, TickReport};
 pub use storage::{AddResult, MAX_DUE_BOUNDS, ReleaseOptions, Storage, StorageContext};
 pub use workers::{WorkerOptions, Workers};

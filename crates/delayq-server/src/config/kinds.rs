@@ -533,6 +533,104 @@ impl Kind for Tokens {
     }
 }
 
+/// Recurring schedules created or updated at start: `[[schedules]]` tables in the file, or
+/// a flag (repeatable) whose text is the JSON of `POST /schedules`. Each is read into the API's
+/// request shape here; the fields are checked against the limits when the configuration is
+/// composed, naming the field.
+pub(crate) struct Schedules;
+
+/// The keys of a `[[schedules]]` table: the fields of `POST /schedules`.
+const SCHEDULE_KEYS: &[&str] = &[
+    "topic",
+    "name",
+    "cron",
+    "every_ms",
+    "timezone",
+    "body",
+    "body_encoding",
+    "priority",
+    "ttr_ms",
+    "max_retries",
+    "backoff",
+    "start_ms",
+    "end_ms",
+    "paused",
+    "missed",
+];
+
+impl Kind for Schedules {
+    type Value = Vec<delayq_api::ScheduleRequest>;
+
+    fn accepts(&self) -> String {
+        "a schedule as the JSON object of POST /schedules (in the file, [[schedules]] tables with the same keys)".into()
+    }
+
+    fn value_name(&self) -> String {
+        "JSON".into()
+    }
+
+    fn read_text(&self, text: &str) -> Result<Self::Value, Rejected> {
+        serde_json::from_str(text)
+            .map(|s| vec![s])
+            .map_err(|e| Rejected::text(text, format!("{}: {e}", self.accepts())))
+    }
+
+    fn read_texts(&self, texts: &[String]) -> Result<Self::Value, Rejected> {
+        // A repeatable setting's values are split at spaces (the variable is a
+        // space-separated list), which also cuts a JSON object apart: joined with single
+        // spaces again, the pieces give back the texts exactly, read as a stream of objects.
+        let joined = texts.join(" ");
+        serde_json::Deserializer::from_str(&joined)
+            .into_iter::<delayq_api::ScheduleRequest>()
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| Rejected::text(&joined, format!("{}: {e}", self.accepts())))
+    }
+
+    fn read_toml(&self, value: &toml::Value) -> Result<Self::Value, Rejected> {
+        let expected = "an array of tables, each a schedule with the keys of POST /schedules";
+        let Some(tables) = value.as_array() else {
+            return Err(Rejected::toml(value, expected.into()));
+        };
+        tables
+            .iter()
+            .enumerate()
+            .map(|(i, table)| {
+                // The file refuses unknown keys (a typo such as `timezon` would otherwise
+                // silently mean UTC), unlike the JSON API, which ignores them.
+                if let Some((key, v)) = table
+                    .as_table()
+                    .and_then(|t| t.iter().find(|(k, _)| !SCHEDULE_KEYS.contains(&k.as_str())))
+                {
+                    return Err(Rejected {
+                        at: format!("[{i}].{key}"),
+                        value: show_toml(v),
+                        expected: format!("no such key ({})", SCHEDULE_KEYS.join(", ")),
+                    });
+                }
+                // Through JSON, so numbers and bodies are read by the API's own readers.
+                let json = serde_json::to_value(table).map_err(|e| Rejected {
+                    at: format!("[{i}]"),
+                    value: show_toml(table),
+                    expected: e.to_string(),
+                })?;
+                serde_json::from_value(json).map_err(|e| Rejected {
+                    at: format!("[{i}]"),
+                    value: show_toml(table),
+                    expected: format!("a schedule with the keys of POST /schedules: {e}"),
+                })
+            })
+            .collect()
+    }
+
+    fn show(&self, _: &Self::Value) -> String {
+        String::new()
+    }
+
+    fn repeated(&self) -> bool {
+        true
+    }
+}
+
 /// Reads one `[[tokens]]` table: `token = "..."`, optional `topics = [...]`, nothing else.
 fn token_from_toml(value: &toml::Value) -> Result<TokenConfig, Rejected> {
     let refuse = |at: &str, value: &toml::Value, expected: &str| Rejected {
@@ -620,6 +718,43 @@ fn check_topics(topics: Vec<String>) -> Result<Vec<String>, Rejected> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_schedule_keys_are_the_fields_of_post_schedules() {
+        let req = delayq_api::ScheduleRequest {
+            cron: Some("@daily".into()),
+            every_ms: Some(delayq_api::Ms(1)),
+            timezone: Some("UTC".into()),
+            body: Some(delayq_api::BodyText("b".into())),
+            body_encoding: Some(delayq_api::BodyEncoding::Text),
+            priority: Some(1),
+            ttr_ms: Some(delayq_api::Ms(1)),
+            max_retries: Some(MaxRetries::Limited(1)),
+            backoff: Some(delayq::Backoff::Fixed { ms: 1 }),
+            start_ms: Some(delayq_api::Ms(1)),
+            end_ms: Some(delayq_api::Ms(1)),
+            paused: Some(true),
+            missed: Some(delayq::core::schedule::Missed::Skip),
+            ..delayq_api::ScheduleRequest::default()
+        };
+        let json = serde_json::to_value(&req).unwrap();
+        let mut fields: Vec<&str> = json
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        let mut keys = SCHEDULE_KEYS.to_vec();
+        fields.sort_unstable();
+        keys.sort_unstable();
+        assert_eq!(fields, keys);
+        let doc: toml::Table = toml::from_str(
+            "s = [{topic = \"t\", name = \"n\", every_ms = 1000, timezon = \"UTC\"}]",
+        )
+        .unwrap();
+        let err = Schedules.read_toml(&doc["s"]).unwrap_err();
+        assert_eq!(err.at, "[0].timezon");
+    }
+
     use super::*;
 
     #[test]

@@ -209,6 +209,8 @@ pub struct ServerConfig {
     pub redis_wait_timeout_ms: u64,
     /// The beanstalkd protocol listener; `None` when off.
     pub beanstalk: Option<BeanstalkConfig>,
+    /// Recurring schedules created or updated at start, validated.
+    pub schedules: Vec<delayq::core::schedule::ScheduleDef>,
     /// Push delivery (docs/push.md).
     pub push: PushConfig,
 }
@@ -345,6 +347,7 @@ impl ServerConfig {
         limits.max_error_bytes = s.max_error_bytes;
         // The queue enforces the page size too, so every caller of the library gets the same.
         limits.max_page_size = s.max_page_size;
+        limits.min_every_ms = s.min_every_ms;
         let http = HttpLimits {
             max_request_bytes: s.max_request_bytes,
             default_pop_timeout_ms: below_max(
@@ -424,6 +427,7 @@ impl ServerConfig {
             max_in_flight: s.push_max_in_flight,
             targets: s.push_targets.clone(),
         };
+        let schedules = schedules(&s, &limits)?;
         Ok(ServerConfig {
             listen: s.listen,
             storage,
@@ -438,8 +442,42 @@ impl ServerConfig {
             redis_wait_timeout_ms: s.redis_wait_timeout_ms,
             beanstalk,
             push,
+            schedules,
         })
     }
+}
+
+/// Checks each configured schedule as `POST /schedules` would, naming the schedule and field.
+fn schedules(
+    s: &Settings,
+    limits: &Limits,
+) -> Result<Vec<delayq::core::schedule::ScheduleDef>, ConfigError> {
+    let mut out = Vec::with_capacity(s.schedules.len());
+    for (i, req) in s.schedules.iter().enumerate() {
+        let refuse = |field: String, reason: String| ConfigError::Invalid {
+            setting: format!("{}[{i}].{field}", s.origin.schedules.name()),
+            value: format!("{}/{}", req.topic, req.name),
+            expected: reason,
+        };
+        let def = req
+            .clone()
+            .into_def()
+            .map_err(|e| refuse(e.field, e.reason))?;
+        let checked = delayq::core::schedule::validate_schedule(def, limits)
+            .map_err(|e| refuse(e.field, e.reason))?;
+        if out.iter().any(|d: &delayq::core::schedule::ScheduleDef| {
+            d.topic == checked.def.topic && d.name == checked.def.name
+        }) {
+            return Err(ConfigError::Conflict(format!(
+                "the schedule {:?} of topic {:?} is given twice in {}",
+                checked.def.name,
+                checked.def.topic,
+                s.origin.schedules.name()
+            )));
+        }
+        out.push(checked.def);
+    }
+    Ok(out)
 }
 
 /// A default that must not exceed its maximum: when not given, it follows a lowered maximum
@@ -835,5 +873,57 @@ mod tests {
             msg.contains("--max-request-bytes") && msg.contains("--max-body-bytes"),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn schedules_come_from_the_file_and_flags_and_are_checked() {
+        let c = resolve_file(
+            "[limits]\nmin_every_ms = 500\n\n[[schedules]]\ntopic = \"reports\"\nname = \"daily\"\ncron = \"30 2 * * *\"\ntimezone = \"Europe/Berlin\"\nbody = \"go  now\"\n\n[[schedules]]\ntopic = \"beat\"\nname = \"half\"\nevery_ms = 500\n",
+        )
+        .unwrap();
+        assert_eq!(c.schedules.len(), 2);
+        assert_eq!(c.schedules[0].body, b"go  now".to_vec());
+        assert_eq!(c.schedules[1].every_ms, Some(500));
+        // A flag's JSON survives the space-splitting of repeatable settings, runs of spaces
+        // in strings included.
+        let c = resolve(&[
+            "--schedule",
+            r#"{"topic": "t", "name": "a", "every_ms": 1000, "body": "x  y"}"#,
+            "--schedule",
+            r#"{"topic": "t", "name": "b", "cron": "@hourly"}"#,
+        ])
+        .unwrap();
+        assert_eq!(c.schedules.len(), 2);
+        assert_eq!(c.schedules[0].body, b"x  y".to_vec());
+        let table = [
+            (
+                "[[schedules]]\ntopic = \"t\"\nname = \"n\"\ncron = \"99 * * * *\"",
+                "schedules in delayq.toml[0].cron",
+            ),
+            (
+                "[[schedules]]\ntopic = \"t\"\nname = \"n\"\nevery_ms = 10",
+                "schedules in delayq.toml[0].every_ms",
+            ),
+            (
+                "[[schedules]]\ntopic = \"t\"\nname = \"n\"\ncron = \"@daily\"\ntimezone = \"Nowhere/City\"",
+                "[0].timezone",
+            ),
+            (
+                "[[schedules]]\ntopic = \"t\"\nname = \"a@b\"\nevery_ms = 1000",
+                "[0].name",
+            ),
+            (
+                "[[schedules]]\ntopic = \"t\"\nname = \"n\"\nevery_ms = -1",
+                "schedules[0] in delayq.toml",
+            ),
+            (
+                "[[schedules]]\ntopic = \"t\"\nname = \"n\"\nevery_ms = 1000\n[[schedules]]\ntopic = \"t\"\nname = \"n\"\nevery_ms = 2000",
+                "given twice",
+            ),
+        ];
+        for (text, want) in table {
+            let msg = resolve_file(text).unwrap_err().to_string();
+            assert!(msg.contains(want), "{text:?}: {msg}");
+        }
     }
 }

@@ -18,7 +18,7 @@ use delayq::{Limits, MaxRetries, TaskDefaults};
 
 use super::kinds::{
     Addr, BeanstalkListen, BeanstalkTls, Choice, FsPath, FsyncMode, Int, Kind, Optional, RedisUrl,
-    Retries, StorageKind, Tokens,
+    Retries, Schedules, StorageKind, Tokens,
 };
 use super::push_kinds::{PushAllow, PushTargets};
 use super::sources::{Names, Sources};
@@ -320,6 +320,13 @@ settings! {
     /// JSON array of them as the flag or variable. Targets set through `POST /push` stay.
     push_targets: Vec<delayq_push::PushTarget> = Vec::new();
         "push-targets", "DELAYQ_PUSH_TARGETS", "push", PushTargets;
+    /// Smallest `every_ms` a recurring schedule may have.
+    min_every_ms: u64 = limits().min_every_ms;
+        "min-every-ms", "DELAYQ_MIN_EVERY_MS", "limits.min_every_ms", Int::ms(1, TEN_YEARS_MS);
+    /// A recurring schedule created or updated at start (docs/schedules.md): the JSON of
+    /// `POST /schedules`; repeat for several. In the file, `[[schedules]]` tables.
+    schedules: Vec<delayq_api::ScheduleRequest> = Vec::new();
+        "schedule", "DELAYQ_SCHEDULES", "schedules", Schedules;
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 //! - [`ack`]: what a consumer does with a task it holds: `/finish`, `/release`, `/touch`.
 //! - [`manage`]: what a producer or operator does: `/cancel`, `/requeue`, `/delete`.
 //! - [`control`]: rules 13–15: `/bury`, `/reschedule`, `/pause`, `/resume`.
+//! - [`schedules`]: recurring schedules: `/schedules` and its pause, resume and delete.
 //! - [`inspect`]: reads: `/get`, `/tasks`, `/stats`, `/topics`.
 //! - [`ops`]: `/healthz`, `/readyz`, `/metrics`, `/openapi.json`.
 //! - [`push`]: `/push`, the push targets (docs/push.md).
@@ -20,6 +21,7 @@ pub mod manage;
 pub mod ops;
 pub mod pop;
 pub mod push;
+pub mod schedules;
 
 use delayq_api::batch_field;
 use delayq_api::request::BATCH_FIELD;

@@ -1,0 +1,243 @@
+//! Recurring schedules (docs/design.md §9, `docs/schedules.md`): `POST /schedules` creates or
+//! replaces one, `GET /schedules[?topic=]` lists them, `GET` and `DELETE`
+//! `/schedules/{topic}/{name}` read and delete one, and `POST /schedules/pause`,
+//! `/schedules/resume` and `/schedules/delete` take `{topic, name}` like the other writes of
+//! the API.
+//!
+//! A topic may hold `/` and a name may not, so in `/schedules/{topic}/{name}` the name is the
+//! last segment and the topic everything before it. The work is the [`delayq::Scheduler`]'s;
+//! the loop of `delayq serve` adds the occurrences.
+
+use axum::extract::{Path, State};
+use delayq::{ScheduleInfo, Scheduler};
+use delayq_api::schedule::DEFAULT_NEXT;
+use delayq_api::{
+    NoData, PutScheduleData, ScheduleKey, ScheduleList, ScheduleQuery, ScheduleRequest,
+    ScheduleView, SchedulesQuery,
+};
+
+use super::ApiResult;
+use crate::app::AppState;
+use crate::auth::Caller;
+use crate::error::{AppError, Envelope, ErrorData, ok};
+use crate::extract::{JsonBody, QueryParams};
+
+fn view(info: ScheduleInfo) -> ScheduleView {
+    ScheduleView::new(
+        info.def,
+        info.created_at_ms,
+        info.updated_at_ms,
+        info.cursor_ms,
+        info.upcoming_ms,
+    )
+}
+
+/// Splits `topic/name` at its last `/`.
+fn split_path(path: &str) -> Result<(&str, &str), AppError> {
+    path.rsplit_once('/').ok_or_else(|| {
+        AppError::invalid("name", "is missing: the path is /schedules/{topic}/{name}")
+    })
+}
+
+fn scheduler(state: &AppState) -> &Scheduler {
+    state.scheduler()
+}
+
+/// Creates a schedule, or gives the one with the same topic and name a new definition.
+/// Changing its times starts the new series after now; pausing cancels the pending occurrence.
+#[utoipa::path(
+    post,
+    path = "/schedules",
+    tag = "schedules",
+    request_body = ScheduleRequest,
+    responses(
+        (status = 200, description = "Created, updated or unchanged; data is the schedule with its next 10 occurrences", body = Envelope<PutScheduleData>),
+        (status = 400, description = "A bad cron expression, unknown time zone, every_ms below the minimum, bad name or other field (named in the message)", body = Envelope<Option<ErrorData>>),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn put_schedule(
+    State(state): State<AppState>,
+    caller: Caller,
+    JsonBody(req): JsonBody<ScheduleRequest>,
+) -> ApiResult<PutScheduleData> {
+    caller.check_topic(&req.topic, "topic")?;
+    let def = req.into_def().map_err(delayq::Error::from)?;
+    let (topic, name) = (def.topic.clone(), def.name.clone());
+    let outcome = scheduler(&state).put(def).await?;
+    let info = scheduler(&state)
+        .get(&topic, &name, DEFAULT_NEXT as usize)
+        .await?;
+    Ok(ok(PutScheduleData {
+        outcome: outcome.name().to_owned(),
+        schedule: view(info),
+    }))
+}
+
+/// Every schedule (of one topic), by topic and name, each with its next occurrence. A token
+/// limited to topics sees only its topics' schedules.
+#[utoipa::path(
+    get,
+    path = "/schedules",
+    tag = "schedules",
+    params(SchedulesQuery),
+    responses(
+        (status = 200, description = "The schedules", body = Envelope<ScheduleList>),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn list_schedules(
+    State(state): State<AppState>,
+    caller: Caller,
+    QueryParams(q): QueryParams<SchedulesQuery>,
+) -> ApiResult<ScheduleList> {
+    if let Some(topic) = &q.topic {
+        caller.check_topic(topic, "topic")?;
+    }
+    let all = scheduler(&state).list(q.topic.as_deref(), 1).await?;
+    let schedules: Vec<ScheduleView> = all
+        .into_iter()
+        .filter(|s| caller.may_use(&s.def.topic))
+        .map(view)
+        .collect();
+    Ok(ok(ScheduleList {
+        total: schedules.len(),
+        schedules,
+    }))
+}
+
+/// One schedule with its next occurrences (`next`, default 10).
+#[utoipa::path(
+    get,
+    path = "/schedules/{topic}/{name}",
+    tag = "schedules",
+    params(
+        ("topic" = String, Path, description = "The topic (may hold /)"),
+        ("name" = String, Path, description = "The schedule's name"),
+        ScheduleQuery,
+    ),
+    responses(
+        (status = 200, description = "The schedule", body = Envelope<ScheduleView>),
+        (status = 404, description = "No such schedule", body = Envelope<Option<ErrorData>>),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn get_schedule(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(path): Path<String>,
+    QueryParams(q): QueryParams<ScheduleQuery>,
+) -> ApiResult<ScheduleView> {
+    let (topic, name) = split_path(&path)?;
+    caller.check_topic(topic, "topic")?;
+    let next = q.next.map_or(DEFAULT_NEXT, |n| n.0);
+    let max = delayq::schedule::MAX_UPCOMING as u64;
+    if next > max {
+        return Err(AppError::invalid(
+            "next",
+            format!("is {next}, the limit is {max}"),
+        ));
+    }
+    let info = scheduler(&state).get(topic, name, next as usize).await?;
+    Ok(ok(view(info)))
+}
+
+/// Deletes a schedule and cancels its pending occurrence (`DELETE /schedules/{topic}/{name}`).
+#[utoipa::path(
+    delete,
+    path = "/schedules/{topic}/{name}",
+    tag = "schedules",
+    params(
+        ("topic" = String, Path, description = "The topic (may hold /)"),
+        ("name" = String, Path, description = "The schedule's name"),
+    ),
+    responses(
+        (status = 200, description = "Deleted; data is null", body = Envelope<Option<NoData>>),
+        (status = 404, description = "No such schedule", body = Envelope<Option<ErrorData>>),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn delete_schedule_at(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(path): Path<String>,
+) -> ApiResult<Option<()>> {
+    let (topic, name) = split_path(&path)?;
+    caller.check_topic(topic, "topic")?;
+    scheduler(&state).delete(topic, name).await?;
+    Ok(ok(None))
+}
+
+/// Deletes a schedule and cancels its pending occurrence (the JSON form of `DELETE`).
+#[utoipa::path(
+    post,
+    path = "/schedules/delete",
+    tag = "schedules",
+    request_body = ScheduleKey,
+    responses(
+        (status = 200, description = "Deleted; data is null", body = Envelope<Option<NoData>>),
+        (status = 404, description = "No such schedule", body = Envelope<Option<ErrorData>>),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn delete_schedule(
+    State(state): State<AppState>,
+    caller: Caller,
+    JsonBody(key): JsonBody<ScheduleKey>,
+) -> ApiResult<Option<()>> {
+    caller.check_topic(&key.topic, "topic")?;
+    scheduler(&state).delete(&key.topic, &key.name).await?;
+    Ok(ok(None))
+}
+
+/// Pauses a schedule: its pending occurrence is cancelled and none is added until it is
+/// resumed.
+#[utoipa::path(
+    post,
+    path = "/schedules/pause",
+    tag = "schedules",
+    request_body = ScheduleKey,
+    responses(
+        (status = 200, description = "Paused; data is the schedule", body = Envelope<ScheduleView>),
+        (status = 404, description = "No such schedule", body = Envelope<Option<ErrorData>>),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn pause_schedule(
+    State(state): State<AppState>,
+    caller: Caller,
+    JsonBody(key): JsonBody<ScheduleKey>,
+) -> ApiResult<ScheduleView> {
+    caller.check_topic(&key.topic, "topic")?;
+    scheduler(&state).pause(&key.topic, &key.name).await?;
+    let info = scheduler(&state)
+        .get(&key.topic, &key.name, DEFAULT_NEXT as usize)
+        .await?;
+    Ok(ok(view(info)))
+}
+
+/// Resumes a paused schedule with the first occurrence after now; those that fell in the
+/// pause are skipped.
+#[utoipa::path(
+    post,
+    path = "/schedules/resume",
+    tag = "schedules",
+    request_body = ScheduleKey,
+    responses(
+        (status = 200, description = "Resumed; data is the schedule", body = Envelope<ScheduleView>),
+        (status = 404, description = "No such schedule", body = Envelope<Option<ErrorData>>),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn resume_schedule(
+    State(state): State<AppState>,
+    caller: Caller,
+    JsonBody(key): JsonBody<ScheduleKey>,
+) -> ApiResult<ScheduleView> {
+    caller.check_topic(&key.topic, "topic")?;
+    scheduler(&state).resume(&key.topic, &key.name).await?;
+    let info = scheduler(&state)
+        .get(&key.topic, &key.name, DEFAULT_NEXT as usize)
+        .await?;
+    Ok(ok(view(info)))
+}
