@@ -18,7 +18,7 @@ use delayq::{Limits, MaxRetries, TaskDefaults};
 
 use super::kinds::{
     Addr, BeanstalkListen, BeanstalkTls, Choice, FsPath, FsyncMode, Int, Kind, Optional, RedisUrl,
-    Retries, StorageKind, Tokens,
+    Retries, StorageKind, Switch, Tokens,
 };
 use super::sources::{Names, Sources};
 use super::{ConfigError, LogFormat, TokenConfig};
@@ -82,6 +82,8 @@ pub(crate) struct Meta {
     pub repeated: bool,
     /// Whether values are secrets.
     pub secret: bool,
+    /// Whether the flag may be given alone, meaning `true`.
+    pub switch: bool,
 }
 
 impl Meta {
@@ -95,6 +97,7 @@ impl Meta {
             default: kind.show(default),
             repeated: kind.repeated(),
             secret: kind.secret(),
+            switch: kind.switch(),
         }
     }
 }
@@ -301,6 +304,9 @@ settings! {
     /// `[[read_only_tokens]]` tables).
     read_only_tokens: Vec<TokenConfig> = Vec::new();
         "read-only-token", "DELAYQ_READ_ONLY_TOKENS", "read_only_tokens", Tokens::READ_ONLY;
+    /// Do not serve the web dashboard at `/` (docs/dashboard.md); the API is unchanged.
+    no_dashboard: bool = false;
+        "no-dashboard", "DELAYQ_NO_DASHBOARD", "no_dashboard", Switch;
 }
 
 #[cfg(test)]
