@@ -1,6 +1,7 @@
 //! The conformance suite: every rule of docs/design.md §2 and every operation of §3 as one test, run
 //! against any [`Storage`] backend. [`cases`] holds rules 1–12, [`cases11`] rules 11–15 and the
-//! operations that came with the beanstalkd protocol.
+//! operations that came with the beanstalkd protocol, [`cases12`] what the dashboard reads
+//! (due-time range counts, per-topic activity).
 //!
 //! A backend crate adds one line to an integration test file:
 //!
@@ -16,6 +17,7 @@
 
 pub mod cases;
 pub mod cases11;
+pub mod cases12;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -162,23 +164,26 @@ macro_rules! suite {
             next_job_id_starts_at_one, meta_put_list_delete, take_hands_out_one_named_task,
             take_ignores_pause_and_renews_receipt, delayed_ties_come_out_in_added_order
         );
+        $crate::suite!(@cases12 $make;
+            due_counts_count_delayed_tasks_by_range, activity_counts_each_topic
+        );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $case() {
-                let harness = $crate::Harness::new($make).await;
-                $crate::cases::$case(&harness).await;
-                let _ = harness.queue.shutdown().await;
-            }
-        )*
+        $crate::suite!(@in cases $make; $($case),*);
     };
     (@cases11 $make:expr; $($case:ident),* $(,)?) => {
+        $crate::suite!(@in cases11 $make; $($case),*);
+    };
+    (@cases12 $make:expr; $($case:ident),* $(,)?) => {
+        $crate::suite!(@in cases12 $make; $($case),*);
+    };
+    // One test per case of module `$module`, on a fresh backend each.
+    (@in $module:ident $make:expr; $($case:ident),* $(,)?) => {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $case() {
                 let harness = $crate::Harness::new($make).await;
-                $crate::cases11::$case(&harness).await;
+                $crate::$module::$case(&harness).await;
                 let _ = harness.queue.shutdown().await;
             }
         )*

@@ -256,13 +256,15 @@ impl Promoter {
             let next = payload.first().and_then(int).unwrap_or(-1);
             let more = payload.get(1).and_then(int).unwrap_or(0) == 1;
             let ttr_expired = payload.get(2).and_then(int).unwrap_or(0);
-            for _ in 0..ttr_expired {
-                s.ctx.metrics.observe_ttr_expired();
-            }
-            for due in payload.iter().skip(3).filter_map(int) {
-                s.ctx
-                    .metrics
-                    .observe_fire(now.saturating_sub(u64::try_from(due).unwrap_or(now)));
+            if ttr_expired > 0 || payload.len() > 3 {
+                let counters = s.ctx.metrics.topic(topic);
+                for _ in 0..ttr_expired {
+                    s.ctx.metrics.observe_ttr_expired(&counters);
+                }
+                for due in payload.iter().skip(3).filter_map(int) {
+                    let lateness = now.saturating_sub(u64::try_from(due).unwrap_or(now));
+                    s.ctx.metrics.observe_fire(&counters, lateness);
+                }
             }
             if let Some(slot) = self.next.get_mut(&(topic.clone(), *p)) {
                 *slot = if more {

@@ -25,6 +25,7 @@ use crate::auth::{self, Auth};
 use crate::config::{HttpLimits, ServerConfig};
 use crate::error::AppError;
 use crate::handlers;
+use crate::history::History;
 use crate::metrics::{self, HttpMetrics};
 
 /// What every handler shares: the queue and the server's settings. Cheap to clone.
@@ -43,6 +44,8 @@ struct Inner {
     open_long_polls: AtomicUsize,
     draining: watch::Sender<bool>,
     dashboard: crate::dashboard::Options,
+    /// The dashboard's activity history; filled by the sampler `serve::run` starts.
+    history: History,
 }
 
 impl AppState {
@@ -59,6 +62,7 @@ impl AppState {
                 open_long_polls: AtomicUsize::new(0),
                 draining: watch::Sender::new(false),
                 dashboard: crate::dashboard::Options::of(config),
+                history: History::new(),
             }),
         }
     }
@@ -91,6 +95,13 @@ impl AppState {
     /// The HTTP layer's metrics.
     pub fn metrics(&self) -> &HttpMetrics {
         &self.inner.metrics
+    }
+
+    /// The activity history (rates and lateness over the last hour, the instances) the
+    /// dashboard shows. Empty until a sampler runs ([`History::spawn_sampler`]; `serve::run`
+    /// starts one).
+    pub fn history(&self) -> &History {
+        &self.inner.history
     }
 
     /// Starts a graceful shutdown: open long-polls return at once with no task, new ones do not

@@ -10,6 +10,7 @@
 //! - [`error`]: [`AppError`] and the response envelope; [`extract`]: the JSON and query
 //!   extractors whose rejections answer in that envelope.
 //! - [`dashboard`]: the web dashboard at `/`, server-rendered over the same queue and auth.
+//! - [`history`]: per-second activity over the last hour, for the dashboard.
 //! - [`auth`]: bearer tokens; [`metrics`]: `/metrics`; [`openapi`]: `/openapi.json`. The
 //!   JSON shapes are the contract crate's, [`delayq_api`].
 //!
@@ -29,6 +30,7 @@ pub mod dashboard;
 pub mod error;
 pub mod extract;
 pub mod handlers;
+pub mod history;
 pub mod logging;
 pub mod metrics;
 pub mod openapi;

@@ -423,6 +423,8 @@ pub async fn render(state: &AppState) -> String {
         );
     }
 
+    write_topic_activity(&mut out, &state.queue().activity());
+
     let snap = state.queue().context().metrics.snapshot();
     out.push_str(
         "# HELP delayq_fire_lateness_seconds How long after its due time a task became ready.\n\
@@ -481,6 +483,30 @@ pub async fn render(state: &AppState) -> String {
     state.metrics().write_connections(&mut out);
     state.metrics().write_requests(&mut out);
     out
+}
+
+/// The per-topic activity counters of [`delayq::Queue::activity`], one series per topic and
+/// event (the dashboard's rates come from the same counters).
+fn write_topic_activity(out: &mut String, activity: &[(String, delayq::TopicActivity)]) {
+    out.push_str(
+        "# HELP delayq_topic_events_total Tasks added, fired, finished, failed attempts and tasks gone dead, per topic, counted by this instance.\n\
+         # TYPE delayq_topic_events_total counter\n",
+    );
+    for (topic, a) in activity {
+        for (event, n) in [
+            ("added", a.added),
+            ("fired", a.fired),
+            ("finished", a.finished),
+            ("failed", a.failed),
+            ("dead", a.dead),
+        ] {
+            let _ = writeln!(
+                out,
+                "delayq_topic_events_total{{topic=\"{}\",event=\"{event}\"}} {n}",
+                escape(topic)
+            );
+        }
+    }
 }
 
 #[cfg(test)]

@@ -244,6 +244,8 @@ pub async fn run(
     });
     let scheme = if tls.is_some() { "https" } else { "http" };
     let state = AppState::new(queue.clone(), config);
+    // The dashboard's history: sampled every second until the queue shuts down.
+    let sampler = state.history().spawn_sampler(queue.clone());
     let router = app(state.clone());
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut server = tokio::spawn(listener::serve(
@@ -293,6 +295,7 @@ pub async fn run(
             tracing::warn!("beanstalk connections still open after the shutdown timeout");
         }
     }
+    sampler.abort();
     let flushed = queue
         .shutdown()
         .await

@@ -382,6 +382,8 @@ async fn health_readiness_metrics_openapi() {
         r#"delayq_http_request_duration_seconds_count{method="POST",route="/add",status="200"} 1"#,
         r#"delayq_http_request_duration_seconds_count{method="POST",route="/add",status="409"} 1"#,
         "delayq_long_polls_open 0",
+        r#"delayq_topic_events_total{topic="mt",event="added"} 1"#,
+        r#"delayq_topic_events_total{topic="mt",event="finished"} 0"#,
     ] {
         assert!(r.text.contains(line), "metrics lack {line:?}:\n{}", r.text);
     }

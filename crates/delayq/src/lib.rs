@@ -35,6 +35,7 @@ pub use delayq_core::{self as core, *};
 
 pub use clock::{Clock, ClockUnavailable, ManualClock, SystemClock};
 pub use error::{Cause, Error, ErrorKind, Outcome, Result};
+pub use metrics::TopicActivity;
 pub use queue::{PopOptions, Queue};
-pub use storage::{AddResult, ReleaseOptions, Storage, StorageContext};
+pub use storage::{AddResult, MAX_DUE_BOUNDS, ReleaseOptions, Storage, StorageContext};
 pub use workers::{WorkerOptions, Workers};

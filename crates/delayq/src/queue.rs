@@ -25,7 +25,8 @@ use tokio::sync::watch;
 
 use crate::clock::{Clock, ClockUnavailable, SystemClock};
 use crate::error::{Error, ErrorKind, Result};
-use crate::storage::{AddResult, ReleaseOptions, Storage, StorageContext, memory};
+use crate::metrics::{TopicActivity, TopicCounters};
+use crate::storage::{AddResult, MAX_DUE_BOUNDS, ReleaseOptions, Storage, StorageContext, memory};
 use crate::workers::{WorkerOptions, Workers};
 
 /// How often a parked long-poll looks again while storage is unavailable.
@@ -173,8 +174,13 @@ impl Queue {
     pub async fn add(&self, task: NewTask) -> Result<AddOutcome> {
         self.check_open()?;
         let spec = self.spec(task, self.now())?;
+        let counters = self.inner.ctx.metrics.topic(&spec.topic);
         let mut results = self.inner.storage.add(vec![spec]).await?;
-        results.pop().expect("one result per task")
+        let result = results.pop().expect("one result per task");
+        if matches!(result, Ok(AddOutcome::Added | AddOutcome::Replaced)) {
+            self.inner.ctx.metrics.observe_added(&counters, 1);
+        }
+        result
     }
 
     /// Adds a batch of tasks, one durable write per shard or partition they fall in. Each task
@@ -201,9 +207,20 @@ impl Queue {
         let mut results: Vec<Option<AddResult>> = Vec::with_capacity(tasks.len());
         let mut specs = Vec::with_capacity(tasks.len());
         let mut slots = Vec::with_capacity(tasks.len());
+        // The activity counters of each valid task's topic, looked up once per run of tasks
+        // of one topic (a batch is usually of one).
+        let mut counters: Vec<Arc<TopicCounters>> = Vec::with_capacity(tasks.len());
         for (i, task) in tasks.into_iter().enumerate() {
             match self.spec(task, now) {
                 Ok(spec) => {
+                    let same = specs
+                        .last()
+                        .is_some_and(|last: &TaskSpec| last.topic == spec.topic);
+                    let c = match counters.last() {
+                        Some(c) if same => Arc::clone(c),
+                        _ => ctx.metrics.topic(&spec.topic),
+                    };
+                    counters.push(c);
                     specs.push(spec);
                     slots.push(i);
                     results.push(None);
@@ -213,7 +230,10 @@ impl Queue {
         }
         if !specs.is_empty() {
             let added = self.inner.storage.add(specs).await?;
-            for (slot, result) in slots.into_iter().zip(added) {
+            for ((slot, result), c) in slots.into_iter().zip(added).zip(&counters) {
+                if matches!(result, Ok(AddOutcome::Added | AddOutcome::Replaced)) {
+                    ctx.metrics.observe_added(c, 1);
+                }
                 results[slot] = Some(result);
             }
         }
@@ -234,9 +254,13 @@ impl Queue {
         self.check_open()?;
         check_topic(topic)?;
         self.check_pop_options(options)?;
-        let storage = &self.inner.storage;
         if options.timeout_ms == 0 {
-            return storage.pop(topic, options.count, options.auto_finish).await;
+            let got = self
+                .inner
+                .storage
+                .pop(topic, options.count, options.auto_finish)
+                .await?;
+            return Ok(self.count_auto_finished(options, got));
         }
         self.long_poll(&[topic.to_owned()], options).await
     }
@@ -267,14 +291,30 @@ impl Queue {
     /// One look for tasks: a pop of one topic, or over several.
     async fn pop_now(&self, topics: &[String], options: PopOptions) -> Result<Vec<Delivery>> {
         let storage = &self.inner.storage;
-        match topics {
-            [topic] => storage.pop(topic, options.count, options.auto_finish).await,
+        let got = match topics {
+            [topic] => {
+                storage
+                    .pop(topic, options.count, options.auto_finish)
+                    .await?
+            }
             _ => {
                 storage
                     .pop_any(topics, options.count, options.auto_finish)
-                    .await
+                    .await?
+            }
+        };
+        Ok(self.count_auto_finished(options, got))
+    }
+
+    /// Tasks handed out with `auto_finish` are finished: counted so in the activity counters.
+    fn count_auto_finished(&self, options: PopOptions, got: Vec<Delivery>) -> Vec<Delivery> {
+        if options.auto_finish {
+            let metrics = &self.inner.ctx.metrics;
+            for d in &got {
+                metrics.observe_finished(&metrics.topic(&d.topic), 1);
             }
         }
+        got
     }
 
     /// Waits up to `options.timeout_ms` for tasks of any of `topics`: parked on each, woken by
@@ -342,7 +382,10 @@ impl Queue {
     pub async fn finish(&self, topic: &str, id: &str, receipt: Option<&str>) -> Result<()> {
         check_key(topic, id)?;
         self.check_clock()?;
-        self.inner.storage.finish(topic, id, receipt).await
+        self.inner.storage.finish(topic, id, receipt).await?;
+        let metrics = &self.inner.ctx.metrics;
+        metrics.observe_finished(&metrics.topic(topic), 1);
+        Ok(())
     }
 
     /// Finishes a batch of tasks, each `(topic, id, receipt)` on its own: one result per task
@@ -381,7 +424,10 @@ impl Queue {
             // plus the delay.
             validate::check_duration("delay_ms", delay, self.inner.ctx.limits.max_delay_ms)?;
         }
-        self.inner.storage.release(topic, id, options).await
+        let state = self.inner.storage.release(topic, id, options).await?;
+        let metrics = &self.inner.ctx.metrics;
+        metrics.observe_failed(&metrics.topic(topic));
+        Ok(state)
     }
 
     /// ACTIVE: restarts the ttr. Returns the new deadline.
@@ -462,6 +508,26 @@ impl Queue {
         self.inner.storage.topics().await
     }
 
+    /// How many DELAYED tasks of `topic` fall due in each range of `bounds` (epoch ms): for
+    /// `b0 < b1 < … < bn`, n counts, the i-th of dues in `[b_i, b_(i+1))`. The dashboard's
+    /// timeline ahead; see [`Storage::due_counts`] for what each backend costs. `bounds` must
+    /// be strictly increasing, with 2 to [`MAX_DUE_BOUNDS`] entries.
+    pub async fn due_counts(&self, topic: &str, bounds: &[Millis]) -> Result<Vec<u64>> {
+        check_topic(topic)?;
+        check_due_bounds(bounds)?;
+        self.check_clock()?;
+        self.inner.storage.due_counts(topic, bounds).await
+    }
+
+    /// The cumulative activity of every topic this process has seen, by name: tasks added,
+    /// fired, finished, failed attempts, dead, and the fire lateness histogram (see
+    /// [`crate::metrics`] for where each is counted). It costs no storage access. Counters
+    /// start from zero when the process starts; in Redis mode each instance counts what it
+    /// did, so the deployment's activity is the sum over instances.
+    pub fn activity(&self) -> Vec<(String, TopicActivity)> {
+        self.inner.ctx.metrics.activity()
+    }
+
     /// Pops over several topics at once with one order across them (beanstalkd's watch
     /// list), waiting like [`Queue::pop`].
     /// An empty list of topics is invalid; a topic named twice counts once.
@@ -491,7 +557,10 @@ impl Queue {
     pub async fn bury(&self, topic: &str, id: &str, options: BuryOptions) -> Result<()> {
         check_key(topic, id)?;
         self.check_clock()?;
-        self.inner.storage.bury(topic, id, options).await
+        self.inner.storage.bury(topic, id, options).await?;
+        let metrics = &self.inner.ctx.metrics;
+        metrics.observe_failed(&metrics.topic(topic));
+        Ok(())
     }
 
     /// DELAYED or READY → a new due, `When::Delay(0)` meaning now, keeping body, id and
@@ -639,6 +708,32 @@ impl Queue {
 /// The error of an operation refused because the clock cannot bound now (HTTP 503).
 fn clock_unavailable(e: ClockUnavailable) -> Error {
     Error::unavailable("reading the clock", e)
+}
+
+/// `bounds` of [`Queue::due_counts`]: 2 to [`MAX_DUE_BOUNDS`] strictly increasing instants.
+fn check_due_bounds(bounds: &[Millis]) -> Result<()> {
+    if bounds.len() < 2 || bounds.len() > MAX_DUE_BOUNDS {
+        return Err(Error::invalid(
+            "bounds",
+            format!(
+                "has {} entries, it must have 2 to {MAX_DUE_BOUNDS}",
+                bounds.len()
+            ),
+        ));
+    }
+    if let Some(i) = bounds.windows(2).position(|w| w[0] >= w[1]) {
+        return Err(Error::invalid(
+            "bounds",
+            format!(
+                "must be strictly increasing, but entry {} ({}) is not below entry {} ({})",
+                i,
+                bounds[i],
+                i + 1,
+                bounds[i + 1]
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn check_key(topic: &str, id: &str) -> Result<()> {

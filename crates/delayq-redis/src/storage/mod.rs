@@ -164,8 +164,11 @@ impl Shared {
                 at,
             });
         }
-        for _ in 0..reply.dead {
-            self.ctx.metrics.observe_dead();
+        if reply.dead > 0 {
+            let counters = self.ctx.metrics.topic(topic);
+            for _ in 0..reply.dead {
+                self.ctx.metrics.observe_dead(&counters);
+            }
         }
     }
 }
@@ -381,6 +384,14 @@ impl Storage for RedisStorage {
 
     async fn topics(&self) -> Result<Vec<(String, TopicStats)>> {
         self.shared.topics().await
+    }
+
+    async fn due_counts(&self, topic: &str, bounds: &[Millis]) -> Result<Vec<u64>> {
+        self.shared.due_counts(topic, bounds).await
+    }
+
+    fn instance(&self) -> Option<String> {
+        Some(self.shared.instance.clone())
     }
 
     async fn check_ready(&self) -> Result<()> {

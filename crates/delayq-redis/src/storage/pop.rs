@@ -264,8 +264,13 @@ impl Shared {
             self.effects(part.0, part.1, &reply);
             let popped = parse_pop(part.0, &reply.payload, what)?;
             self.wake_at_pause_end(part.0, popped.pause);
-            for due in popped.promoted {
-                self.ctx.metrics.observe_fire(now.saturating_sub(due));
+            if !popped.promoted.is_empty() {
+                let counters = self.ctx.metrics.topic(part.0);
+                for due in popped.promoted {
+                    self.ctx
+                        .metrics
+                        .observe_fire(&counters, now.saturating_sub(due));
+                }
             }
             out.push((part, wanted, popped.deliveries));
         }

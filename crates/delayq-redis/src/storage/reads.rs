@@ -215,6 +215,43 @@ impl Shared {
         Ok(out)
     }
 
+    /// How many DELAYED tasks of `topic` fall due in each range of `bounds`: one `ZCOUNT`
+    /// per (partition, range) on the partition's delayed set, all in one pipeline, summed
+    /// over the partitions. No task is read.
+    pub(super) async fn due_counts(&self, topic: &str, bounds: &[Millis]) -> Result<Vec<u64>> {
+        self.check_open()?;
+        let ranges = bounds.len().saturating_sub(1);
+        let mut counts = vec![0u64; ranges];
+        let Some(parts) = self.partitions(topic, false).await? else {
+            return Ok(counts);
+        };
+        if ranges == 0 {
+            return Ok(counts);
+        }
+        let what = format!("counting the delayed tasks of topic {topic:?} by due");
+        let mut pipe = redis::pipe();
+        for p in 0..parts {
+            let delayed = self.keys.partition(topic, p).state_set(State::Delayed);
+            for w in bounds.windows(2) {
+                // [b_i, b_(i+1)): "(" makes the upper end exclusive.
+                pipe.cmd("ZCOUNT")
+                    .arg(&delayed)
+                    .arg(w[0])
+                    .arg(format!("({}", w[1]));
+            }
+        }
+        let all: Vec<u64> = self
+            .redis
+            .io(&what, pipe.query_async(&mut self.redis.conn()))
+            .await?;
+        for per_partition in all.chunks(ranges) {
+            for (sum, n) in counts.iter_mut().zip(per_partition) {
+                *sum += n;
+            }
+        }
+        Ok(counts)
+    }
+
     /// The counters of each partition of a topic, one stats script per partition.
     async fn partition_stats(
         &self,

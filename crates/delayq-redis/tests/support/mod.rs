@@ -178,6 +178,12 @@ impl delayq::Storage for Served {
     async fn topics(&self) -> delayq::Result<Vec<(String, delayq::TopicStats)>> {
         self.storage.topics().await
     }
+    async fn due_counts(&self, topic: &str, bounds: &[u64]) -> delayq::Result<Vec<u64>> {
+        self.storage.due_counts(topic, bounds).await
+    }
+    fn instance(&self) -> Option<String> {
+        delayq::Storage::instance(&*self.storage)
+    }
     async fn check_ready(&self) -> delayq::Result<()> {
         self.storage.check_ready().await
     }

@@ -88,6 +88,13 @@ impl std::fmt::Debug for StorageContext {
 
 pub use delayq_core::ReleaseOptions;
 
+/// The most bounds [`Storage::due_counts`] takes (so at most 999 ranges).
+pub const MAX_DUE_BOUNDS: usize = 1_000;
+
+/// The most DELAYED tasks the engine counts under one hold of a shard's lock in
+/// [`Storage::due_counts`]; it then lets other operations in and goes on.
+pub const DUE_COUNT_STEP: usize = 65_536;
+
 /// The result of one task of a batch add.
 pub type AddResult = Result<AddOutcome>;
 
@@ -221,6 +228,27 @@ pub trait Storage: Send + Sync + 'static {
 
     /// Every topic that has records, with its counters, ordered by name.
     async fn topics(&self) -> Result<Vec<(String, TopicStats)>>;
+
+    /// How many DELAYED tasks of `topic` fall due in each range of `bounds`: for bounds
+    /// `b0 < b1 < … < bn` the answer has n counts, the i-th of dues in `[b_i, b_(i+1))`
+    /// (the dashboard's timeline ahead). `bounds` is validated by [`crate::Queue::due_counts`]
+    /// (sorted, at least 2, at most [`MAX_DUE_BOUNDS`]); a topic never seen answers zeros.
+    ///
+    /// What it costs per backend (docs/storage.md):
+    /// - memory and embedded: a walk of the topic's DELAYED ordering between `b0` and `bn`,
+    ///   O(log n + k) for k tasks inside, done in steps of at most [`DUE_COUNT_STEP`] tasks
+    ///   under the shard's lock, so a big topic never holds the shard for long (the counts of
+    ///   a topic that changes meanwhile are then a close estimate, not one snapshot);
+    /// - Redis: one `ZCOUNT` per range and partition on the partition's delayed sorted set,
+    ///   all in one pipeline: O(partitions × ranges × log n), no task is read.
+    async fn due_counts(&self, topic: &str, bounds: &[Millis]) -> Result<Vec<u64>>;
+
+    /// This instance's id when several instances share this storage (Redis mode), so that
+    /// what each instance publishes about itself can be told apart; `None` when the storage
+    /// belongs to this process alone.
+    fn instance(&self) -> Option<String> {
+        None
+    }
 
     /// Whether the storage is reachable and accepting work (`/readyz`).
     async fn check_ready(&self) -> Result<()>;

@@ -672,6 +672,21 @@ impl<J: Journal> Storage for Engine<J> {
         Ok(all)
     }
 
+    async fn due_counts(&self, topic: &str, bounds: &[Millis]) -> Result<Vec<u64>> {
+        let mut counts = vec![0; bounds.len().saturating_sub(1)];
+        let mut resume = None;
+        loop {
+            resume = self.read(topic, |s| {
+                s.due_counts_step(topic, bounds, &mut counts, resume, super::DUE_COUNT_STEP)
+            })?;
+            if resume.is_none() {
+                return Ok(counts);
+            }
+            // Let the shard's other work in between steps.
+            tokio::task::yield_now().await;
+        }
+    }
+
     async fn check_ready(&self) -> Result<()> {
         self.check_open()?;
         for cell in self.shards.iter() {

@@ -40,9 +40,9 @@ use slab::Slab;
 use std::hash::BuildHasher;
 
 use super::Journal;
-use super::record::{Extra, Record, due_of_key, mix_receipt, slot_of_key};
+use super::record::{Extra, Record, SEQ_MAX, due_of_key, mix_receipt, slot_of_key};
 use crate::error::{Error, Result};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, TopicCounters};
 use crate::storage::ReleaseOptions;
 
 /// The tasks of one topic inside a shard.
@@ -59,6 +59,8 @@ struct Topic {
     dead: BTreeSet<(u64, u64, u32)>,
     /// The topic's pause as set; [`Pause::at`] says whether it still holds.
     pause: Pause,
+    /// The topic's activity counters, found once when the topic is first seen.
+    activity: Arc<TopicCounters>,
 }
 
 impl Topic {
@@ -206,6 +208,7 @@ impl<J: Journal> Shard<J> {
             ready: BTreeSet::new(),
             dead: BTreeSet::new(),
             pause: Pause::default(),
+            activity: self.metrics.topic(&name),
         });
         self.topic_index.insert(name, idx);
         idx
@@ -548,7 +551,8 @@ impl<J: Journal> Shard<J> {
             }
             AfterFailure::Dead => {
                 let due = r.due_ms;
-                self.metrics.observe_dead();
+                let topic = &self.topics[r.topic as usize].activity;
+                self.metrics.observe_dead(topic);
                 self.transition(idx, State::Dead, due, now);
                 State::Dead
             }
@@ -648,7 +652,8 @@ impl<J: Journal> Shard<J> {
         }
         r.push_failure(now, "buried", Some(error));
         let due = r.due_ms;
-        self.metrics.observe_dead();
+        let topic = &self.topics[r.topic as usize].activity;
+        self.metrics.observe_dead(topic);
         self.enter(idx, State::Dead, due, now);
         self.journal_put(idx);
         Ok(())
@@ -919,6 +924,56 @@ impl<J: Journal> Shard<J> {
             .unwrap_or_default()
     }
 
+    /// Adds to `counts[i]` the DELAYED tasks of `topic` due in `[bounds[i], bounds[i + 1])`
+    /// (`bounds` sorted, `counts` one shorter), walking the topic's DELAYED ordering from
+    /// after `resume` (a key returned by an earlier call) or from `bounds[0]`, and visiting at
+    /// most `budget` tasks. Returns the key to resume after when the budget ran out, so a
+    /// caller can count a big topic in steps without holding the shard for long.
+    pub fn due_counts_step(
+        &self,
+        topic: &str,
+        bounds: &[Millis],
+        counts: &mut [u64],
+        resume: Option<(u64, u64)>,
+        budget: usize,
+    ) -> Option<(u64, u64)> {
+        use std::ops::Bound::{Excluded, Included};
+        let (Some(&first), Some(&last)) = (bounds.first(), bounds.last()) else {
+            return None;
+        };
+        if counts.len() + 1 != bounds.len() {
+            return None;
+        }
+        let t = &self.topics[self.topic_idx(topic)? as usize];
+        // A due key's first half is `due << 16 | ...`: every key of a due at or after `d` is
+        // at or after `(d << 16, 0)` (dues clamp at SEQ_MAX as in `Record::due_key`).
+        let key_of = |d: Millis| (d.min(SEQ_MAX) << 16, 0u64);
+        let end = key_of(last);
+        let start = match resume {
+            Some(k) if k >= end => return None,
+            Some(k) => Excluded(k),
+            None if key_of(first) >= end => return None,
+            None => Included(key_of(first)),
+        };
+        let mut bucket = 0;
+        let mut counted = None;
+        for (n, &key) in t.by_state[State::Delayed as usize]
+            .range((start, Excluded(end)))
+            .enumerate()
+        {
+            if n >= budget.max(1) {
+                return counted;
+            }
+            let due = due_of_key(key);
+            while bucket + 1 < counts.len() && due >= bounds[bucket + 1] {
+                bucket += 1;
+            }
+            counts[bucket] += 1;
+            counted = Some(key);
+        }
+        None
+    }
+
     /// Every topic with records or a pause in force, with its counters.
     pub fn topics(&self, now: Millis) -> Vec<(String, TopicStats)> {
         self.topics
@@ -944,14 +999,16 @@ impl<J: Journal> Shard<J> {
                 continue; // defensive: a timer that was replaced
             }
             r.timer = None;
+            let topic = &self.topics[r.topic as usize].activity;
             match r.state {
                 State::Delayed => {
-                    self.metrics.observe_fire(now.saturating_sub(r.due_ms));
+                    self.metrics
+                        .observe_fire(topic, now.saturating_sub(r.due_ms));
                     let due = r.due_ms;
                     self.transition(idx, State::Ready, due, now);
                 }
                 State::Active => {
-                    self.metrics.observe_ttr_expired();
+                    self.metrics.observe_ttr_expired(topic);
                     self.fail(idx, now, None, "ttr_expired", None);
                     self.journal_put(idx);
                 }
