@@ -47,6 +47,8 @@ async fn start(mode: Mode, tweak: impl FnOnce(Builder) -> Builder) -> Setup {
         }
     };
     let server = tweak(server().storage(storage)).start().await;
+    // The history behind the charts, as `delayq serve` samples it.
+    server.state.history().spawn_sampler(server.queue.clone());
     Setup {
         server,
         redis,
@@ -59,7 +61,7 @@ fn name(mode: Mode, what: &str) -> String {
 }
 
 /// Topics in every state: `orders` (3 delayed, 2 ready, 1 active, 1 dead), `emails` (one
-/// delayed task whose body is a script), `payments:eu` (1 ready).
+/// delayed task whose body is a script), `payments:eu` (6 ready, 5 of them fired by due).
 async fn populate(s: &Server) {
     for id in ["d1", "d2", "d3"] {
         s.add(
@@ -96,6 +98,20 @@ async fn populate(s: &Server) {
     )
     .await;
     s.add("payments:eu", "p1", json!({})).await;
+    // A few that fall due at once, so the charts have fires and lateness; settled before the
+    // page is compared with /stats.
+    for i in 0..5 {
+        s.add(
+            "payments:eu",
+            &format!("soon-{i}"),
+            json!({"delay_ms": 200 + 100 * i}),
+        )
+        .await;
+    }
+    s.eventually("the short delays fire", async || {
+        s.get("/stats?topic=payments:eu").await.ok()["ready"] == 6
+    })
+    .await;
 }
 
 /// Waits for the notice of an action (the page it was on may still show an older one).
@@ -173,7 +189,9 @@ async fn flows(mode: Mode) {
     b.goto(&s.url("/")).await;
     b.find("#topics").await;
     overview_equals_stats(s, &b).await;
-    b.screenshot(&name(mode, "overview")).await;
+    // The charts come with the history's first complete seconds, without a reload.
+    b.find("#live #charts #throughput svg").await;
+    b.find("#live #charts #lateness svg").await;
 
     // Live: a change shows up without a reload (the marker survives).
     b.js("window.__marker = 42; return null;").await;
@@ -295,6 +313,31 @@ async fn flows(mode: Mode) {
         (added["state_name"].as_str(), added["body"].as_str()),
         (Some("delayed"), Some("hello"))
     );
+
+    // The topic page draws its timeline ahead from range counts: d2 is due in about 2 h.
+    b.goto(&s.url("/ui/topic?name=orders")).await;
+    assert_eq!(b.all("#timeline svg").await.len(), 3);
+
+    // The overview after all that, for its screenshot: a few seconds of history in the charts.
+    b.goto(&s.url("/")).await;
+    b.find("#live #charts").await;
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    b.screenshot(&name(mode, "overview")).await;
+
+    if mode == Mode::Redis {
+        // A second instance on the same Redis: the overview lists both and their sum.
+        let url = setup.redis.as_ref().expect("redis").url();
+        let other = server().storage(StorageConfig::Redis { url }).start().await;
+        other.state.history().spawn_sampler(other.queue.clone());
+        other.add("orders", "via-other", json!({})).await;
+        b.goto(&s.url("/")).await;
+        b.until("both instances listed", async |b| {
+            b.all("#live #instances tr[data-instance]").await.len() == 2
+        })
+        .await;
+        assert!(b.has("#instances-sum").await);
+        b.screenshot(&name(mode, "overview-instances")).await;
+    }
 
     b.close().await;
 }

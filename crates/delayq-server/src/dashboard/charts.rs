@@ -6,8 +6,10 @@
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-/// Width and height of every chart, in SVG units (the page scales them to its width).
-const SIZE: (u32, u32) = (560, 210);
+/// Width and height of a line chart, in SVG units (the page scales it to its column).
+const LINES_SIZE: (u32, u32) = (560, 230);
+/// Width and height of a bar chart: narrower, as three stand side by side.
+const BARS_SIZE: (u32, u32) = (380, 220);
 
 /// One line of a line chart: a name, a colour and one value per step, oldest first.
 pub(super) struct Line<'a> {
@@ -36,32 +38,12 @@ pub(super) mod colors {
     pub const P99: RGBColor = RGBColor(204, 120, 0);
 }
 
-/// Averages `values` into at most `points` equal groups (the last may be shorter), so an
-/// hour of seconds draws as a few hundred points. `max` keeps each group's worst value
-/// instead, for lateness, where an average would hide a bad second.
-pub(super) fn downsample(values: &[f64], points: usize, max: bool) -> Vec<f64> {
-    if values.len() <= points || points == 0 {
-        return values.to_vec();
-    }
-    let group = values.len().div_ceil(points);
-    values
-        .chunks(group)
-        .map(|c| {
-            if max {
-                c.iter().copied().fold(0.0, f64::max)
-            } else {
-                c.iter().sum::<f64>() / c.len() as f64
-            }
-        })
-        .collect()
-}
-
 /// A line chart of `lines` over the `span_s` seconds up to now (x in minutes ago), with
 /// `unit` on the y axis. Returns the SVG, or why it could not be drawn.
 pub(super) fn lines(title: &str, unit: &str, span_s: f64, lines: &[Line<'_>]) -> String {
     let mut out = String::new();
     let drawn = {
-        let root = SVGBackend::with_string(&mut out, SIZE).into_drawing_area();
+        let root = SVGBackend::with_string(&mut out, LINES_SIZE).into_drawing_area();
         draw_lines(&root, title, unit, span_s, lines)
     };
     drawn.map_or_else(|e| failed(title, &e), |()| out)
@@ -84,7 +66,7 @@ fn draw_lines(
     let mut chart = ChartBuilder::on(root)
         .caption(title, ("sans-serif", 15))
         .margin(8)
-        .x_label_area_size(26)
+        .x_label_area_size(40)
         .y_label_area_size(48)
         .build_cartesian_2d(-minutes..0.0, 0.0..y_max)
         .map_err(|e| e.to_string())?;
@@ -92,9 +74,18 @@ fn draw_lines(
         .configure_mesh()
         .x_desc("minutes ago")
         .y_desc(unit)
-        .x_label_formatter(&|x| format!("{:.0}", -x))
+        .x_labels(7)
+        .y_labels(6)
+        .x_label_formatter(&|x| {
+            let ago = -x;
+            if ago < 0.5 {
+                "now".to_owned()
+            } else {
+                format!("{ago:.0}")
+            }
+        })
         .y_label_formatter(&|y| short_number(*y))
-        .light_line_style(RGBColor(238, 240, 244))
+        .light_line_style(RGBColor(250, 251, 252))
         .draw()
         .map_err(|e| e.to_string())?;
     for line in lines {
@@ -131,7 +122,7 @@ fn draw_lines(
 pub(super) fn bars(title: &str, labels: &[String], counts: &[u64]) -> String {
     let mut out = String::new();
     let drawn = {
-        let root = SVGBackend::with_string(&mut out, SIZE).into_drawing_area();
+        let root = SVGBackend::with_string(&mut out, BARS_SIZE).into_drawing_area();
         draw_bars(&root, title, labels, counts)
     };
     drawn.map_or_else(|e| failed(title, &e), |()| out)
@@ -144,13 +135,14 @@ fn draw_bars(
     counts: &[u64],
 ) -> Result<(), String> {
     let n = counts.len().max(1) as i32;
+    // Counts are whole: at least 0..5, so the axis never shows fractions of a task.
     let top = counts.iter().copied().max().unwrap_or(0) as f64;
-    let y_max = if top > 0.0 { top * 1.15 } else { 1.0 };
+    let y_max = (top * 1.15).max(5.0).ceil();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
     let mut chart = ChartBuilder::on(root)
         .caption(title, ("sans-serif", 15))
         .margin(8)
-        .x_label_area_size(26)
+        .x_label_area_size(40)
         .y_label_area_size(48)
         .build_cartesian_2d((0..n).into_segmented(), 0.0..y_max)
         .map_err(|e| e.to_string())?;
@@ -159,16 +151,27 @@ fn draw_bars(
         .disable_x_mesh()
         .x_labels(labels.len())
         .x_label_formatter(&|v| match v {
+            // At most about eight labels, so that 24 hours do not overlap.
             SegmentValue::CenterOf(i) | SegmentValue::Exact(i) => usize::try_from(*i)
                 .ok()
+                .filter(|i| i % labels.len().div_ceil(8).max(1) == 0)
                 .and_then(|i| labels.get(i))
                 .cloned()
                 .unwrap_or_default(),
             SegmentValue::Last => String::new(),
         })
+        .y_labels(6)
         .y_desc("tasks due")
-        .y_label_formatter(&|y| short_number(*y))
-        .light_line_style(RGBColor(238, 240, 244))
+        .y_label_formatter(&|y| {
+            if y.fract() == 0.0 && *y < 1e3 {
+                format!("{y:.0}")
+            } else if y.fract() == 0.0 {
+                short_number(*y)
+            } else {
+                String::new()
+            }
+        })
+        .light_line_style(RGBColor(250, 251, 252))
         .draw()
         .map_err(|e| e.to_string())?;
     chart
@@ -201,23 +204,20 @@ fn short_number(y: f64) -> String {
         format!("{:.1}k", y / 1e3)
     } else if a >= 10.0 || y == 0.0 {
         format!("{y:.0}")
-    } else {
+    } else if a >= 1.0 {
         format!("{y:.1}")
+    } else {
+        // 0.25, 0.1: small rates keep their digits, without trailing zeros.
+        format!("{y:.2}")
+            .trim_end_matches('0')
+            .trim_end_matches('.')
+            .to_owned()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn downsampling_averages_or_keeps_the_worst() {
-        let v: Vec<f64> = (0..10).map(f64::from).collect();
-        assert_eq!(downsample(&v, 5, false), vec![0.5, 2.5, 4.5, 6.5, 8.5]);
-        assert_eq!(downsample(&v, 5, true), vec![1.0, 3.0, 5.0, 7.0, 9.0]);
-        assert_eq!(downsample(&v, 20, false), v);
-        assert_eq!(downsample(&v, 3, false).len(), 3);
-    }
 
     #[test]
     fn charts_are_svg_with_their_labels() {
@@ -236,5 +236,7 @@ mod tests {
         assert!(svg.starts_with("<svg") && svg.contains("5m"), "{svg}");
         assert_eq!(short_number(1500.0), "1.5k");
         assert_eq!(short_number(0.5), "0.5");
+        assert_eq!(short_number(0.25), "0.25");
+        assert_eq!(short_number(2.5), "2.5");
     }
 }

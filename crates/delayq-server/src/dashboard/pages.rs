@@ -9,8 +9,7 @@
 use axum::extract::{RawQuery, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Redirect, Response};
-use delayq::{State as TaskState, TaskInfo};
-use delayq_api::StatsView;
+use delayq::{State as TaskState, TaskInfo, TopicStats};
 use maud::{Markup, html};
 
 use super::activity;
@@ -77,16 +76,9 @@ async fn overview_content(
     params: &Params,
 ) -> Result<Markup, AppError> {
     let now = now(state);
-    let all: Vec<(String, StatsView)> = state
-        .queue()
-        .topics()
-        .await?
-        .into_iter()
-        .filter(|(name, _)| caller.may_use(name))
-        .map(|(name, stats)| (name, StatsView::at(stats, now)))
-        .collect();
+    let all = crate::handlers::inspect::visible_topics(state, caller).await?;
     let filter = params.get("filter");
-    let shown: Vec<&(String, StatsView)> = all
+    let shown: Vec<&(String, TopicStats)> = all
         .iter()
         .filter(|(name, _)| filter.is_none_or(|f| name.contains(f)))
         .collect();
@@ -151,8 +143,8 @@ async fn overview_content(
 }
 
 /// The sum of several topics' counters; the next due is the earliest.
-fn sum_of<'a>(stats: impl Iterator<Item = &'a StatsView>) -> StatsView {
-    stats.fold(StatsView::default(), |mut acc, s| {
+fn sum_of<'a>(stats: impl Iterator<Item = &'a TopicStats>) -> TopicStats {
+    stats.fold(TopicStats::default(), |mut acc, s| {
         acc.delayed += s.delayed;
         acc.ready += s.ready;
         acc.active += s.active;
@@ -168,30 +160,21 @@ fn sum_of<'a>(stats: impl Iterator<Item = &'a StatsView>) -> StatsView {
     })
 }
 
-fn count(stats: &StatsView, state: TaskState) -> u64 {
-    match state {
-        TaskState::Delayed => stats.delayed,
-        TaskState::Ready => stats.ready,
-        TaskState::Active => stats.active,
-        TaskState::Finished => stats.finished,
-        TaskState::Cancelled => stats.cancelled,
-        TaskState::Dead => stats.dead,
-    }
-}
-
-fn count_cells(stats: &StatsView) -> Markup {
+fn count_cells(stats: &TopicStats) -> Markup {
     html! {
-        @for s in TaskState::ALL { td.num data-count=(s.name()) { (count(stats, s)) } }
+        @for s in TaskState::ALL { td.num data-count=(s.name()) { (stats.count(s)) } }
         td.num data-count="total" { (stats.total) }
     }
 }
 
-fn pause_badge(stats: &StatsView, now: u64) -> Markup {
+/// Paused or running, as the pause stands at `now` (one whose end has passed is over).
+fn pause_badge(stats: &TopicStats, now: u64) -> Markup {
+    let pause = stats.pause.at(now);
     html! {
-        @if stats.paused {
+        @if pause.paused {
             span.badge.paused data-paused="true" {
                 "paused"
-                @if let Some(until) = stats.paused_until_ms { " until " (views::when(until, now)) }
+                @if let Some(until) = pause.until_ms { " until " (views::when(until, now)) }
             }
         } @else {
             span.badge data-paused="false" { "running" }
@@ -256,7 +239,7 @@ async fn topic_content(
     let name = params.required("name")?;
     caller.check_topic(name, "name")?;
     let now = now(state);
-    let stats = StatsView::at(state.queue().stats(name).await?, now);
+    let stats = state.queue().stats(name).await?;
     let filter = match params.get("state") {
         None => None,
         Some(s) => Some(
@@ -283,7 +266,7 @@ async fn topic_content(
             ));
         }
     };
-    let total = filter.map_or(stats.total, |s| count(&stats, s));
+    let total = filter.map_or(stats.total, |s| stats.count(s));
     let pages = total.div_ceil(TASKS_PER_PAGE).max(1);
     let page = params.number("page", 1, 1, pages)?;
     let tasks = page_by_due(state, name, filter, page, total, desc).await?;
@@ -314,7 +297,7 @@ async fn topic_content(
             a class=[filter.is_none().then_some("on")] href=(link(None, sort, 1)) { "all (" (stats.total) ")" }
             @for s in TaskState::ALL {
                 a class=[(filter == Some(s)).then_some("on")] href=(link(Some(s.name()), sort, 1)) {
-                    (s.name()) " (" (count(&stats, s)) ")"
+                    (s.name()) " (" (stats.count(s)) ")"
                 }
             }
         }

@@ -108,12 +108,9 @@ pub async fn stats(
         }
         None => {
             let now = now(&state);
-            let topics = state
-                .queue()
-                .topics()
+            let topics = visible_topics(&state, &caller)
                 .await?
                 .into_iter()
-                .filter(|(name, _)| caller.may_use(name))
                 .map(|(name, stats)| (name, StatsView::at(stats, now)))
                 .collect();
             StatsData::All(AllStats::new(topics))
@@ -134,12 +131,9 @@ pub async fn stats(
 )]
 pub async fn topics(State(state): State<AppState>, caller: Caller) -> ApiResult<TopicList> {
     let now = now(&state);
-    let topics: Vec<TopicEntry> = state
-        .queue()
-        .topics()
+    let topics: Vec<TopicEntry> = visible_topics(&state, &caller)
         .await?
         .into_iter()
-        .filter(|(name, _)| caller.may_use(name))
         .map(|(name, stats)| TopicEntry {
             name,
             stats: StatsView::at(stats, now),
@@ -147,6 +141,17 @@ pub async fn topics(State(state): State<AppState>, caller: Caller) -> ApiResult<
         .collect();
     let total = topics.len() as u64;
     Ok(ok(TopicList { topics, total }))
+}
+
+/// Every topic with records that `caller` may see, with its counters: what `/stats`,
+/// `/topics` and the dashboard's overview show.
+pub(crate) async fn visible_topics(
+    state: &AppState,
+    caller: &Caller,
+) -> Result<Vec<(String, delayq::TopicStats)>, AppError> {
+    let mut topics = state.queue().topics().await?;
+    topics.retain(|(name, _)| caller.may_use(name));
+    Ok(topics)
 }
 
 /// The queue's clock, which says whether a pause with an end still holds.
