@@ -240,3 +240,31 @@ async fn no_dashboard_leaves_the_root_to_the_api() {
     assert_eq!(s.get("/ui/app.js").await.status, 404);
     s.get("/stats").await.ok();
 }
+
+#[tokio::test]
+async fn a_token_limited_to_topics_sees_only_those() {
+    let s = server().with_auth().start().await;
+    s.add("orders", "a", json!({})).await;
+    s.add("payments", "b", json!({})).await;
+    let c = client();
+    let get = |path: &str| {
+        c.get(s.url(path))
+            .header("cookie", format!("delayq_session={}", support::ORDERS_ONLY))
+            .send()
+    };
+    let overview = get("/").await.unwrap().text().await.unwrap();
+    assert!(overview.contains("data-topic=\"orders\""), "{overview}");
+    assert!(!overview.contains("payments"), "{overview}");
+    // The charts and instances sum every topic, so they are not shown to it.
+    assert!(
+        !overview.contains("id=\"charts") && !overview.contains("Activity"),
+        "{overview}"
+    );
+    let other = get("/ui/topic?name=payments").await.unwrap();
+    assert_eq!(other.status(), 403);
+    let task = get("/ui/task?topic=payments&id=b").await.unwrap();
+    assert_eq!(task.status(), 403);
+    // Find by id does not reveal a task of another topic.
+    let found = get("/ui/find?id=b").await.unwrap();
+    assert_eq!(found.status(), 404);
+}

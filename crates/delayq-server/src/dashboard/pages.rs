@@ -87,11 +87,14 @@ async fn overview_content(
     let from = ((page - 1) * TOPICS_PER_PAGE) as usize;
     let rows = shown.iter().skip(from).take(TOPICS_PER_PAGE as usize);
     let sum = sum_of(all.iter().map(|(_, s)| s));
-    // The charts sum every topic only when the caller may see them all.
-    let charts = if caller.is_unrestricted() {
-        activity::charts(state, None)
+    // The charts and the instances sum every topic: only for a caller who may see them all.
+    let (charts, instances) = if caller.is_unrestricted() {
+        (
+            activity::charts(state, None),
+            Some(activity::instances(state)),
+        )
     } else {
-        None
+        (None, None)
     };
     Ok(html! {
         @if all.is_empty() {
@@ -101,7 +104,7 @@ async fn overview_content(
                     code { "delayq add" } ", or the form below)." }
             }
         } @else {
-            (activity::instances(state))
+            @if let Some(instances) = instances { (instances) }
             @if let Some(charts) = charts { (charts) }
             h2 { "Topics "
                 span.muted { "(" (all.len()) " in all"
