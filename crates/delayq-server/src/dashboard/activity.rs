@@ -132,6 +132,59 @@ fn rate(per_s: f64) -> String {
     format!("{per_s:.1}")
 }
 
+/// The header cells of [`hour_cells`].
+pub(super) fn hour_header() -> Markup {
+    html! {
+        th.num title="per second over the last hour" { "added/s" }
+        th.num title="per second over the last hour" { "fired/s" }
+        th.num title="per second over the last hour" { "finished/s" }
+        th.num title="per second over the last hour" { "failed/s" }
+        th.num title="the worst fire lateness p99 of a minute (a second for all topics) in the last hour" { "worst p99 late" }
+    }
+}
+
+/// A topic's (or all topics', `None`) rates over the last hour and its worst fire lateness
+/// p99 of a ring bucket, as table cells.
+pub(super) fn hour_cells(state: &AppState, topic: Option<&str>) -> Markup {
+    let hour = state.history().series(topic);
+    let worst = hour.lateness_p99_ms.iter().copied().flatten().max();
+    html! {
+        td.num data-rate="added" { (per_s(mean_rate(&hour, &hour.added))) }
+        td.num data-rate="fired" { (per_s(mean_rate(&hour, &hour.fired))) }
+        td.num data-rate="finished" { (per_s(mean_rate(&hour, &hour.finished))) }
+        td.num data-rate="failed" { (per_s(mean_rate(&hour, &hour.failed))) }
+        td.num { @if let Some(ms) = worst { "≤" (ms) " ms" } @else { span.muted { "—" } } }
+    }
+}
+
+/// The rate over the whole series: each bucket's rate weighted by the time it covers (the
+/// newest bucket is only partly covered).
+fn mean_rate(series: &Series, values: &[f64]) -> f64 {
+    let (mut events, mut ms) = (0.0, 0u64);
+    for (i, v) in values.iter().enumerate() {
+        let start = series.start_ms + i as u64 * series.step_ms;
+        let covered = series.end_ms.saturating_sub(start).min(series.step_ms);
+        events += v * covered as f64;
+        ms += covered;
+    }
+    if ms == 0 { 0.0 } else { events / ms as f64 }
+}
+
+/// A rate shortly: `0`, `0.03`, `1.2`, `350`.
+fn per_s(v: f64) -> String {
+    if v == 0.0 {
+        "0".into()
+    } else if v < 0.01 {
+        "<0.01".into()
+    } else if v < 1.0 {
+        format!("{v:.2}")
+    } else if v < 100.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.0}")
+    }
+}
+
 /// The buckets of one timeline: how many, how long, and how each is labelled.
 struct Span {
     title: &'static str,
@@ -183,4 +236,26 @@ pub(super) async fn timeline(state: &AppState, topic: &str, now: u64) -> Result<
             @for svg in drawn { div.card.chart { (views::svg(svg)) } }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hour_rate_weighs_the_partial_bucket_by_what_it_covers() {
+        let mut series = crate::history::History::new().series(Some("none"));
+        series.start_ms = 0;
+        series.step_ms = 60_000;
+        // Two full minutes at 1/s and 2/s, then 30 s at 4/s: 60 + 120 + 120 events in 150 s.
+        series.end_ms = 150_000;
+        let rate = mean_rate(&series, &[1.0, 2.0, 4.0]);
+        assert!((rate - 2.0).abs() < 1e-9, "{rate}");
+        series.end_ms = 0;
+        assert_eq!(mean_rate(&series, &[1.0]), 0.0);
+        assert_eq!(per_s(0.0), "0");
+        assert_eq!(per_s(0.034), "0.03");
+        assert_eq!(per_s(0.001), "<0.01");
+        assert_eq!(per_s(350.2), "350");
+    }
 }

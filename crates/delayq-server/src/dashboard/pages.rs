@@ -116,6 +116,7 @@ async fn overview_content(
                     th { "topic" } th { "state" }
                     @for s in TaskState::ALL { th.num { (s.name()) } }
                     th.num { "total" } th { "next due" }
+                    (activity::hour_header())
                 } }
                 tbody {
                     @for (name, stats) in rows {
@@ -124,12 +125,14 @@ async fn overview_content(
                             td { (pause_badge(stats, now)) }
                             (count_cells(stats))
                             td { @if let Some(due) = stats.next_due_ms { (views::when(due, now)) } @else { span.muted { "—" } } }
+                            (activity::hour_cells(state, Some(name)))
                         }
                     }
                     tr.sum #sum {
                         td { "all topics" } td {}
                         (count_cells(&sum))
                         td { @if let Some(due) = sum.next_due_ms { (views::when(due, now)) } }
+                        @if caller.is_unrestricted() { (activity::hour_cells(state, None)) }
                     }
                 }
             }
