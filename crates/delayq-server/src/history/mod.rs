@@ -33,7 +33,6 @@ mod ring;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
-use std::time::Duration;
 
 use delayq::metrics::{LATENESS_BUCKETS, lateness_quantile};
 use delayq::{Queue, TopicActivity};
@@ -150,6 +149,8 @@ struct Inner {
     own_last: HashMap<String, TopicActivity>,
     /// This process's own totals per second (not summed with others), for publishing.
     own_secs: VecDeque<(u64, Delta)>,
+    /// This process's own reading as of its last published entry.
+    own_published: HashMap<String, TopicActivity>,
     /// Every instance known, this one included.
     instances: BTreeMap<String, Peer>,
 }
@@ -179,6 +180,7 @@ impl Default for Inner {
             started_ms: 0,
             own_last: HashMap::new(),
             own_secs: VecDeque::new(),
+            own_published: HashMap::new(),
             instances: BTreeMap::new(),
         }
     }
@@ -257,16 +259,20 @@ impl History {
         let shared = instance.is_some();
         let now = queue.context().clock.now_ms();
         self.start(instance.unwrap_or_else(|| LOCAL_INSTANCE.to_owned()), now);
-        let mut tick = tokio::time::interval(Duration::from_millis(SAMPLE_EVERY_MS));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let clock = Arc::clone(&queue.context().clock);
         let mut last_publish: Option<u64> = None;
         let mut failures: u32 = 0;
+        self.record_own(now, &queue.activity());
         loop {
-            tick.tick().await;
+            // Sampling just after each whole second of the queue's clock puts the middle of
+            // every sampled interval near the middle of a second: each second's bucket gets
+            // one sample, whatever the jitter of the wake-ups.
+            let next = (clock.now_ms() / SAMPLE_EVERY_MS + 1) * SAMPLE_EVERY_MS;
+            clock.sleep_until(next).await;
             if queue.is_closing() {
                 return;
             }
-            let now = queue.context().clock.now_ms();
+            let now = clock.now_ms();
             self.record_own(now, &queue.activity());
             if !shared || last_publish.is_some_and(|t| now < t + PUBLISH_EVERY_MS) {
                 continue;
@@ -346,7 +352,7 @@ impl History {
     /// Publishes this instance's entry, reads every instance's, adds the others' news and
     /// removes entries older than [`FORGET_AFTER_MS`].
     async fn exchange(&self, queue: &Queue, now_ms: u64) -> delayq::Result<()> {
-        let (id, entry) = {
+        let (id, entry, published) = {
             let inner = self.inner.lock();
             // A topic this instance never did anything with is left out (a topic's entry is
             // made on first use, which may have failed).
@@ -355,6 +361,11 @@ impl History {
                 .iter()
                 .filter(|(_, v)| v.added + v.fired + v.finished + v.failed + v.dead > 0)
                 .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            let recent: Vec<(String, Delta)> = own
+                .iter()
+                .map(|(k, v)| (k.clone(), Delta::between(inner.own_published.get(k), v)))
+                .filter(|(_, d)| !d.is_zero())
                 .collect();
             // The newest second may still grow (two samples can fall in one second), and a
             // reader takes each second once: only complete seconds are published.
@@ -366,11 +377,13 @@ impl History {
                 .cloned();
             (
                 inner.this.clone(),
-                Entry::new(now_ms, inner.started_ms, &own, secs),
+                Entry::new(now_ms, inner.started_ms, &own, secs, &recent),
+                own,
             )
         };
         let storage = queue.storage();
         storage.put_meta(NAMESPACE, &id, entry.encode()).await?;
+        self.inner.lock().own_published = published.into_iter().collect();
         let all = storage.list_meta(NAMESPACE).await?;
         let mut stale = Vec::new();
         for (key, raw) in &all {
@@ -400,15 +413,19 @@ impl History {
         let known = inner.instances.contains_key(id);
         let our_start = inner.started_ms;
         let peer = inner.instances.entry(id.to_owned()).or_default();
+        let mut news: Vec<(String, Delta)> = Vec::new();
         if known && e.at <= peer.last_seen_ms {
             return; // nothing new
         }
-        // A peer first seen counts from zero only if it started while we were counting;
-        // otherwise its totals so far are a baseline, not news.
+        // A peer first seen counts from zero if it started while we were counting; otherwise
+        // its totals so far are a baseline, and its news are what its entry says is new since
+        // its previous one.
         let counts_from_zero = !known && e.started >= our_start;
+        if !known && !counts_from_zero {
+            news.extend(e.recent().map(|(t, d)| (t.to_owned(), d)));
+        }
         let restarted = known && e.started != peer.started_ms;
         let mut totals = TopicActivity::default();
-        let mut news: Vec<(String, Delta)> = Vec::new();
         let mut now_topics = HashMap::new();
         for (topic, after) in e.activity() {
             let before = if restarted {

@@ -3,9 +3,10 @@
 //!
 //! Each instance stores one entry in the meta store (namespace [`NAMESPACE`], key = its
 //! instance id, the one its leases and events carry): the time of its clock when it wrote the
-//! entry, when it started counting, its cumulative activity per topic, and its own per-second
-//! totals of the last [`SECONDS_KEPT`] seconds. Cumulative per-topic counters make a missed
-//! reading harmless (the next one covers both); the per-second totals let a reader add
+//! entry, when it started counting, its cumulative activity per topic, what of it is new since
+//! its previous entry (for a reader that has no earlier reading of it), and its own
+//! per-second totals of the last [`SECONDS_KEPT`] seconds. Cumulative per-topic counters make
+//! a missed reading harmless (the next one covers both); the per-second totals let a reader add
 //! another instance's seconds into the right second of its own 1-s ring, so the summed
 //! series has no spikes at the publishing period. The entry is JSON: small, and readable with
 //! `redis-cli HGET dq:meta:instances <id>` when someone wonders.
@@ -43,6 +44,11 @@ pub(crate) struct Entry {
     /// Per second with activity: `[second start ms, added, fired, finished, failed, fires
     /// per lateness bucket…]`, the instance's own totals over all topics.
     pub secs: Vec<Vec<u64>>,
+    /// Per topic with activity since the instance's previous entry: that activity, `[added,
+    /// fired, finished, failed, fires per lateness bucket…]`. A reader that sees this
+    /// instance for the first time has no earlier reading to subtract: it takes this.
+    #[serde(default)]
+    pub recent: BTreeMap<String, Vec<u64>>,
 }
 
 impl Entry {
@@ -52,6 +58,7 @@ impl Entry {
         started: u64,
         topics: &[(String, TopicActivity)],
         secs: impl Iterator<Item = (u64, Delta)>,
+        recent: &[(String, Delta)],
     ) -> Entry {
         Entry {
             v: VERSION,
@@ -71,6 +78,10 @@ impl Entry {
                     v.extend(d.to_flat());
                     v
                 })
+                .collect(),
+            recent: recent
+                .iter()
+                .map(|(name, d)| (name.clone(), d.to_flat()))
                 .collect(),
         }
     }
@@ -99,6 +110,13 @@ impl Entry {
             .collect()
     }
 
+    /// What each topic did since the instance's previous entry; malformed ones are left out.
+    pub fn recent(&self) -> impl Iterator<Item = (&str, Delta)> + '_ {
+        self.recent
+            .iter()
+            .filter_map(|(name, flat)| Some((name.as_str(), Delta::from_flat(flat)?)))
+    }
+
     /// The per-second totals: (second start ms, delta); malformed ones are left out.
     pub fn seconds(&self) -> impl Iterator<Item = (u64, Delta)> + '_ {
         self.secs.iter().filter_map(|v| {
@@ -124,11 +142,13 @@ mod tests {
             1_000,
             &[("orders".to_owned(), a.clone())],
             [(1_000, d.clone())].into_iter(),
+            &[("orders".to_owned(), d.clone())],
         );
         let back = Entry::decode(&e.encode()).expect("decodes");
         assert_eq!(back, e);
         assert_eq!(back.activity(), vec![("orders".to_owned(), a)]);
-        assert_eq!(back.seconds().collect::<Vec<_>>(), vec![(1_000, d)]);
+        assert_eq!(back.seconds().collect::<Vec<_>>(), vec![(1_000, d.clone())]);
+        assert_eq!(back.recent().collect::<Vec<_>>(), vec![("orders", d)]);
 
         let table: [&[u8]; 4] = [
             b"",

@@ -1,5 +1,7 @@
 //! Tests of the history: sampling, series, instances, bounds. Time is given explicitly.
 
+use std::time::Duration;
+
 use super::*;
 
 fn act(added: u64, fired_at_1ms: u64, finished: u64, failed: u64) -> TopicActivity {
@@ -190,7 +192,7 @@ fn entry(at: u64, started: u64, topics: &[(String, TopicActivity)], secs: &[(u64
         d.counts[ADDED] = added;
         (sec, d)
     });
-    Entry::new(at, started, topics, secs)
+    Entry::new(at, started, topics, secs, &[])
 }
 
 #[test]
@@ -278,4 +280,89 @@ fn a_peer_that_started_after_us_counts_from_zero_and_a_restart_too() {
         .unwrap()
         .counts[ADDED];
     assert_eq!(ring_adds, 5);
+}
+
+/// Waits (real time, generously bounded) until `check` holds.
+async fn wait_for(what: &str, check: impl Fn() -> bool) {
+    let began = std::time::Instant::now();
+    while !check() {
+        assert!(
+            began.elapsed() < Duration::from_secs(10),
+            "waited for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// The sampler over a real in-memory queue on a manual clock: every second the clock moves,
+/// the queue's activity lands in that second's bucket, under the local instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sampler_reads_the_queue_every_second() {
+    use delayq::{ManualClock, NewTask, StorageContext};
+
+    let clock = ManualClock::new(T0 + 300);
+    let queue = Queue::memory_with(StorageContext::new(Arc::new(clock.clone())));
+    let h = History::new();
+    let sampler = h.spawn_sampler(queue.clone());
+    wait_for("the first sample", || h.series(None).end_ms == T0 + 300).await;
+    for second in 1..=3u64 {
+        for i in 0..second {
+            queue
+                .add(NewTask::new("t", format!("{second}-{i}")).delay_ms(60_000))
+                .await
+                .unwrap();
+        }
+        // Just after the next whole second: the sampler wakes and reads.
+        clock.set(T0 + second * 1_000 + 1);
+        wait_for("the sample", || {
+            h.series(None).end_ms == T0 + second * 1_000 + 1
+        })
+        .await;
+    }
+    let s = h.series(None);
+    let n = s.added.len();
+    assert_eq!(&s.added[n - 3..], &[1.0, 2.0, 3.0]);
+    let inst = h.instances();
+    assert_eq!(inst.len(), 1);
+    assert_eq!(inst[0].id, LOCAL_INSTANCE);
+    assert_eq!(inst[0].totals.added, 6);
+    assert_eq!(h.topics(), ["t"]);
+    queue.shutdown().await.unwrap();
+    sampler.abort();
+}
+
+#[test]
+fn a_peer_first_seen_brings_what_it_says_is_new() {
+    let h = History::new();
+    h.start("me".into(), T0);
+    h.record_own(T0 + 1_000, &[]);
+    // It started before us and did 100 adds; 4 of them since its previous entry.
+    let mut recent = Delta::default();
+    recent.counts[ADDED] = 4;
+    let e = Entry::new(
+        T0 + 1_000,
+        T0 - 60_000,
+        &[topic("a", act(100, 0, 0, 0))],
+        std::iter::empty(),
+        &[("a".to_owned(), recent)],
+    );
+    h.merge_peer("p", &e);
+    let minute = (T0 + 1_000) / TOPIC_STEP_MS;
+    assert_eq!(
+        h.inner.lock().topics["a"].get(minute).unwrap().counts[ADDED],
+        4
+    );
+    // Seen again: the difference of the cumulative counts, not `recent` again.
+    let e = Entry::new(
+        T0 + 6_000,
+        T0 - 60_000,
+        &[topic("a", act(102, 0, 0, 0))],
+        std::iter::empty(),
+        &[],
+    );
+    h.merge_peer("p", &e);
+    assert_eq!(
+        h.inner.lock().topics["a"].get(minute).unwrap().counts[ADDED],
+        6
+    );
 }
