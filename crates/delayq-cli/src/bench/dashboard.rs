@@ -17,7 +17,7 @@
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::Args;
-use delayq_client::{Client, ClientError, NewTask, OnDuplicate};
+use delayq_client::{AddOutcome, Client, ClientError, NewTask, OnDuplicate};
 use hdrhistogram::Histogram;
 
 use super::http::{Conn, Endpoint};
@@ -228,7 +228,11 @@ async fn fill(client: &Client, bench: &DashboardBench) -> Result<BenchResult, Cl
                     })
                     .collect();
                 let items = client.add_batch(&tasks).await?;
-                added += items.iter().filter(|item| item.is_ok()).count() as u64;
+                // Tasks a previous run added come back as existed: not counted.
+                added += items
+                    .iter()
+                    .filter(|item| item.result == Ok(AddOutcome::Added))
+                    .count() as u64;
                 b += FILL_CONCURRENCY;
             }
             Ok::<_, ClientError>(added)
