@@ -268,3 +268,58 @@ async fn a_token_limited_to_topics_sees_only_those() {
     let found = get("/ui/find?id=b").await.unwrap();
     assert_eq!(found.status(), 404);
 }
+
+#[tokio::test]
+async fn pause_with_an_end_and_requeue_all_dead_go_through_the_api() {
+    let s = server().start().await;
+    for id in ["x", "y"] {
+        s.add("jobs", id, json!({"max_retries": 0})).await;
+        let held = s.pop_now("jobs").await;
+        s.post(
+            "/bury",
+            json!({"topic": "jobs", "id": held["id"], "receipt": held["receipt"]}),
+        )
+        .await
+        .ok();
+    }
+    assert_eq!(s.get("/stats?topic=jobs").await.ok()["dead"], 2);
+    let c = client();
+    let act = |body: &'static str| {
+        c.post(s.url("/ui/act"))
+            .header("origin", s.url(""))
+            .body(body)
+            .send()
+    };
+    let done = act("action=requeue_all&topic=jobs&back=%2Fui%2Ftopic%3Fname%3Djobs")
+        .await
+        .unwrap();
+    let to = done.headers()["location"].to_str().unwrap().to_owned();
+    assert!(
+        to.starts_with("/ui/topic?name=jobs&notice=Requeued+2"),
+        "{to}"
+    );
+    let stats = s.get("/stats?topic=jobs").await.ok().clone();
+    assert_eq!(
+        (stats["dead"].as_u64(), stats["ready"].as_u64()),
+        (Some(0), Some(2))
+    );
+
+    act("action=pause&topic=jobs&for_ms=600000&back=%2F")
+        .await
+        .unwrap();
+    let stats = s.get("/stats?topic=jobs").await.ok().clone();
+    assert_eq!(stats["paused"], true, "{stats}");
+    assert!(stats["paused_until_ms"].as_u64().is_some(), "{stats}");
+    let page = c
+        .get(s.url("/ui/topic?name=jobs"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.contains("paused") && page.contains(" until "),
+        "{page}"
+    );
+}
