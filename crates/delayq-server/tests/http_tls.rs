@@ -172,9 +172,7 @@ async fn the_dashboard_is_served_over_the_same_tls_with_a_secure_cookie() {
     let pki = generate();
     let dir = tempfile::tempdir().unwrap();
     let server = start_tls(&pki, dir.path(), |c| {
-        c.tokens = vec![delayq_server::config::TokenConfig::new(
-            "tls-dashboard-token",
-        )];
+        c.tokens = vec![TokenConfig::new("tls-dashboard-token")];
     })
     .await;
     let client = reqwest::Client::builder()
