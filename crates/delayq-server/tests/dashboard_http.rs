@@ -323,3 +323,34 @@ async fn pause_with_an_end_and_requeue_all_dead_go_through_the_api() {
         "{page}"
     );
 }
+
+#[tokio::test]
+async fn the_overview_pages_and_filters_many_topics() {
+    let s = server().start().await;
+    let tasks: Vec<_> = (0..60)
+        .map(|i| json!({"topic": format!("t-{i:02}"), "id": "a"}))
+        .collect();
+    s.post("/add", json!({"tasks": tasks})).await.ok();
+    let c = client();
+    let rows = |html: &str| html.matches("<tr data-topic=").count();
+    let page = |path: &str| {
+        let url = s.url(path);
+        let c = c.clone();
+        async move { c.get(url).send().await.unwrap().text().await.unwrap() }
+    };
+    let first = page("/").await;
+    assert_eq!(rows(&first), 50);
+    assert!(
+        first.contains("60 in all") && first.contains("page 1 of 2"),
+        "{first}"
+    );
+    // The sum row counts every topic, not only the page shown.
+    assert!(first.contains("data-count=\"total\">60<"), "{first}");
+    let second = page("/?page=2").await;
+    assert_eq!(rows(&second), 10);
+    assert!(second.contains("t-59") && !second.contains("t-00"));
+    let filtered = page("/?filter=t-1").await;
+    assert_eq!(rows(&filtered), 10, "t-10 to t-19");
+    let beyond = c.get(s.url("/?page=3")).send().await.unwrap();
+    assert_eq!(beyond.status(), 400);
+}

@@ -21,7 +21,7 @@ use crate::error::AppError;
 
 /// Topics per page of the overview: the table stays quick to render and to read at
 /// thousands of topics; the filter box finds the rest.
-pub(super) const TOPICS_PER_PAGE: u64 = 50;
+const TOPICS_PER_PAGE: u64 = 50;
 /// Tasks per page of a topic.
 const TASKS_PER_PAGE: u64 = 50;
 
