@@ -60,7 +60,7 @@ fn name(mode: Mode, what: &str) -> String {
     format!("{}-{what}", format!("{mode:?}").to_lowercase())
 }
 
-/// Topics in every state: `orders` (3 delayed, 2 ready, 1 active, 1 dead), `emails` (one
+/// Topics in every state: `orders` (38 delayed, 2 ready, 1 active, 1 dead), `emails` (one
 /// delayed task whose body is a script), `payments:eu` (6 ready, 5 of them fired by due).
 async fn populate(s: &Server) {
     for id in ["d1", "d2", "d3"] {
@@ -91,6 +91,14 @@ async fn populate(s: &Server) {
     for id in ["r1", "r2"] {
         s.add("orders", id, json!({})).await;
     }
+    // A timeline ahead worth drawing: due every 4 minutes for two hours, then daily.
+    let later: Vec<Value> = (1..=30u64)
+        .map(|i| json!({"topic": "orders", "id": format!("later-{i}"), "delay_ms": i * 240_000}))
+        .chain((1..=5u64).map(
+            |d| json!({"topic": "orders", "id": format!("day-{d}"), "delay_ms": d * 86_400_000 + 3_600_000}),
+        ))
+        .collect();
+    s.post("/add", json!({"tasks": later})).await.ok();
     s.add(
         "emails",
         "xss-1",
