@@ -186,3 +186,39 @@ fn bench_push_delivers_every_task_to_its_receiver() {
     // The bench removes its target.
     assert_eq!(server.json(&["push", "get"])["total"], 0);
 }
+
+#[test]
+fn bench_dashboard_fills_then_measures_its_pages() {
+    let server = Server::start();
+    let args = [
+        "bench",
+        "dashboard",
+        "--topics",
+        "5",
+        "--tasks",
+        "300",
+        "--batch",
+        "70",
+        "--samples",
+        "3",
+    ];
+    let report = server.json(&args);
+    let fill = line(&report, "dashboard (fill)");
+    assert_eq!(fill["ops"], 300, "{report}");
+    for (bench, target_ms) in [
+        ("dashboard first view", 1_000.0),
+        ("dashboard topic view", 1_000.0),
+        ("dashboard find by id", 50.0),
+    ] {
+        let result = line(&report, bench);
+        assert_eq!(result["ops"], 3, "{report}");
+        assert_eq!(result["target"]["value"], target_ms, "{report}");
+        assert!(result["figure"].as_f64().unwrap_or(0.0) > 0.0, "{report}");
+    }
+    // A second run keeps the tasks (on_duplicate keep): it adds nothing.
+    let again = server.json(&args);
+    assert_eq!(line(&again, "dashboard (fill)")["ops"], 0, "{again}");
+    let stats = server.json(&["stats", "--topic", "dash-0001"]);
+    let total = stats.get("total").or_else(|| stats["stats"].get("total"));
+    assert_eq!(total, Some(&serde_json::json!(60)), "{stats}");
+}

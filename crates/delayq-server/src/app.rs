@@ -44,6 +44,7 @@ struct Inner {
     long_polls: Arc<Semaphore>,
     open_long_polls: AtomicUsize,
     draining: watch::Sender<bool>,
+    dashboard: crate::dashboard::Options,
     /// The dashboard's activity history; filled by the sampler `serve::run` starts.
     history: History,
     /// The push dispatcher, once `serve::run` started it (docs/push.md).
@@ -64,6 +65,7 @@ impl AppState {
                 long_polls: Arc::new(Semaphore::new(config.http.max_long_polls)),
                 open_long_polls: AtomicUsize::new(0),
                 draining: watch::Sender::new(false),
+                dashboard: crate::dashboard::Options::of(config),
                 history: History::new(),
                 push: std::sync::OnceLock::new(),
                 scheduler: Scheduler::new(queue.clone(), SchedulerOptions::default()),
@@ -110,6 +112,11 @@ impl AppState {
     /// The configured tokens.
     pub fn auth(&self) -> &Auth {
         &self.inner.auth
+    }
+
+    /// How the web dashboard is served (docs/dashboard.md).
+    pub fn dashboard(&self) -> &crate::dashboard::Options {
+        &self.inner.dashboard
     }
 
     /// The HTTP layer's metrics.
@@ -237,6 +244,7 @@ pub fn app(state: AppState) -> Router {
     Router::new()
         .merge(protected)
         .merge(open)
+        .merge(crate::dashboard::routes(&state))
         .fallback(route_not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(body_limit))

@@ -9,6 +9,7 @@
 //! - [`handlers`]: the endpoints, one file per area.
 //! - [`error`]: [`AppError`] and the response envelope; [`extract`]: the JSON and query
 //!   extractors whose rejections answer in that envelope.
+//! - [`dashboard`]: the web dashboard at `/`, server-rendered over the same queue and auth.
 //! - [`history`]: per-second activity over the last hour, for the dashboard.
 //! - [`auth`]: bearer tokens; [`metrics`]: `/metrics`; [`openapi`]: `/openapi.json`. The
 //!   JSON shapes are the contract crate's, [`delayq_api`].
@@ -25,6 +26,7 @@
 pub mod app;
 pub mod auth;
 pub mod config;
+pub mod dashboard;
 pub mod error;
 pub mod extract;
 pub mod handlers;

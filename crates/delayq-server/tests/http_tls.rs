@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use delayq_server::ServerConfig;
-use delayq_server::config::{StorageConfig, TlsConfig};
+use delayq_server::config::{StorageConfig, TlsConfig, TokenConfig};
 use delayq_server::serve::ServerError;
 use listener::pki::{Pki, generate, https_client, write};
 use listener::{PATIENCE, Running, start};
@@ -164,4 +164,42 @@ async fn files_that_cannot_be_used_stop_the_start_naming_the_file() {
         );
         assert!(queue.is_closing(), "the storage is shut down");
     }
+}
+
+/// The dashboard is served on the same TLS listener, and its session cookie is then `Secure`.
+#[tokio::test]
+async fn the_dashboard_is_served_over_the_same_tls_with_a_secure_cookie() {
+    let pki = generate();
+    let dir = tempfile::tempdir().unwrap();
+    let server = start_tls(&pki, dir.path(), |c| {
+        c.tokens = vec![TokenConfig::new("tls-dashboard-token")];
+    })
+    .await;
+    let client = reqwest::Client::builder()
+        .use_rustls_tls()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(reqwest::Certificate::from_pem(pki.ca.as_bytes()).unwrap())
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let login = client
+        .post(server.url("/ui/login"))
+        .header("origin", server.url(""))
+        .body("token=tls-dashboard-token&next=%2F")
+        .send()
+        .await
+        .expect("login over https");
+    assert_eq!(login.status(), 303);
+    let cookie = login.headers()["set-cookie"].to_str().unwrap().to_owned();
+    for flag in ["HttpOnly", "SameSite=Strict", "Secure"] {
+        assert!(cookie.contains(flag), "{cookie}");
+    }
+    let page = client
+        .get(server.url("/"))
+        .header("cookie", cookie.split(';').next().unwrap())
+        .send()
+        .await
+        .expect("overview over https");
+    assert_eq!(page.status(), 200);
+    assert!(page.text().await.unwrap().contains("No topics yet"));
 }

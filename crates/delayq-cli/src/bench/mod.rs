@@ -19,6 +19,8 @@
 //!   lateness at the receiver.
 //! - [`beanstalk`]: put, then reserve + delete, over the beanstalkd protocol of any server
 //!   that speaks it (`--server HOST:PORT`), to compare delayq with beanstalkd.
+//! - [`dashboard`]: the web dashboard with 1 000 topics and 1M tasks: the first view and
+//!   find by id, each against its target.
 //! - `ceiling`: only the `/healthz` ceiling, to compare the bench's client with `wrk`
 //!   (`scripts/bench-http`).
 //!
@@ -32,6 +34,7 @@
 
 pub mod add;
 pub mod beanstalk;
+pub mod dashboard;
 pub mod http;
 pub mod lateness;
 pub mod load;
@@ -132,6 +135,9 @@ pub enum Which {
     Push(push::PushBench),
     /// Only the ceiling: `GET /healthz` from concurrent clients.
     Ceiling(CeilingBench),
+    /// The web dashboard with many topics and tasks: first view (target ≤ 1 s) and find by
+    /// id (target ≤ 50 ms) at 1 000 topics and 1M tasks.
+    Dashboard(dashboard::DashboardBench),
     /// All of them, with their defaults (about a minute).
     All(AllBench),
     /// put, then reserve + delete, over the beanstalkd protocol (`--server HOST:PORT` of
@@ -538,6 +544,9 @@ pub async fn run(args: BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
         }
         Which::Push(bench) => {
             results.extend(push::run(&ctx.client, &bench.validate()?).await?);
+        }
+        Which::Dashboard(bench) => {
+            results.extend(dashboard::run(&ctx.client, &ctx.endpoint, &bench.validate()?).await?);
         }
         Which::Ceiling(bench) => {
             require(

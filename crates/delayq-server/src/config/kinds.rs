@@ -92,6 +92,48 @@ pub(crate) trait Kind {
     fn secret(&self) -> bool {
         false
     }
+    /// Whether the flag may be given alone, meaning `true` (`--no-dashboard`).
+    fn switch(&self) -> bool {
+        false
+    }
+}
+
+/// On or off: the flag alone (`--no-dashboard`) means `true`; its text or variable may say
+/// `true`/`false` (also `1`/`0`, `yes`/`no`, `on`/`off`), the file a TOML boolean.
+pub(crate) struct Switch;
+
+impl Kind for Switch {
+    type Value = bool;
+
+    fn accepts(&self) -> String {
+        "true or false (the flag alone means true)".into()
+    }
+
+    fn value_name(&self) -> String {
+        "BOOL".into()
+    }
+
+    fn read_text(&self, text: &str) -> Result<bool, Rejected> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "true" | "1" | "yes" | "on" => Ok(true),
+            "false" | "0" | "no" | "off" => Ok(false),
+            _ => Err(Rejected::text(text, self.accepts())),
+        }
+    }
+
+    fn read_toml(&self, value: &toml::Value) -> Result<bool, Rejected> {
+        value
+            .as_bool()
+            .ok_or_else(|| Rejected::toml(value, self.accepts()))
+    }
+
+    fn show(&self, value: &bool) -> String {
+        value.to_string()
+    }
+
+    fn switch(&self) -> bool {
+        true
+    }
 }
 
 /// A whole number in `min..=max`, stored as `T`.

@@ -209,6 +209,8 @@ pub struct ServerConfig {
     pub redis_wait_timeout_ms: u64,
     /// The beanstalkd protocol listener; `None` when off.
     pub beanstalk: Option<BeanstalkConfig>,
+    /// Whether `/` serves the web dashboard (`--no-dashboard` turns it off).
+    pub dashboard: bool,
     /// Recurring schedules created or updated at start, validated.
     pub schedules: Vec<delayq::core::schedule::ScheduleDef>,
     /// Push delivery (docs/push.md).
@@ -443,6 +445,7 @@ impl ServerConfig {
             beanstalk,
             push,
             schedules,
+            dashboard: !s.no_dashboard,
         })
     }
 }
@@ -614,6 +617,27 @@ mod tests {
             file: Some(&file),
         };
         ServerConfig::from_settings(Settings::read(&sources)?)
+    }
+
+    #[test]
+    fn no_dashboard_is_a_switch_from_every_source() {
+        assert!(resolve(&[]).unwrap().dashboard);
+        assert!(!resolve(&["--no-dashboard"]).unwrap().dashboard);
+        assert!(!resolve(&["--no-dashboard=true"]).unwrap().dashboard);
+        assert!(resolve(&["--no-dashboard=false"]).unwrap().dashboard);
+        assert!(!resolve_file("no_dashboard = true").unwrap().dashboard);
+        let err = resolve(&["--no-dashboard=maybe"]).unwrap_err().to_string();
+        assert!(
+            err.contains("--no-dashboard") && err.contains("true or false"),
+            "{err}"
+        );
+        let err = resolve_file("no_dashboard = \"yes\"")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("no_dashboard") && err.contains("true or false"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -18,7 +18,7 @@ use delayq::{Limits, MaxRetries, TaskDefaults};
 
 use super::kinds::{
     Addr, BeanstalkListen, BeanstalkTls, Choice, FsPath, FsyncMode, Int, Kind, Optional, RedisUrl,
-    Retries, Schedules, StorageKind, Tokens,
+    Retries, Schedules, StorageKind, Switch, Tokens,
 };
 use super::push_kinds::{PushAllow, PushTargets};
 use super::sources::{Names, Sources};
@@ -83,6 +83,8 @@ pub(crate) struct Meta {
     pub repeated: bool,
     /// Whether values are secrets.
     pub secret: bool,
+    /// Whether the flag may be given alone, meaning `true`.
+    pub switch: bool,
 }
 
 impl Meta {
@@ -96,6 +98,7 @@ impl Meta {
             default: kind.show(default),
             repeated: kind.repeated(),
             secret: kind.secret(),
+            switch: kind.switch(),
         }
     }
 }
@@ -327,6 +330,9 @@ settings! {
     /// `POST /schedules`; repeat for several. In the file, `[[schedules]]` tables.
     schedules: Vec<delayq_api::ScheduleRequest> = Vec::new();
         "schedule", "DELAYQ_SCHEDULES", "schedules", Schedules;
+    /// Do not serve the web dashboard at `/` (docs/dashboard.md); the API is unchanged.
+    no_dashboard: bool = false;
+        "no-dashboard", "DELAYQ_NO_DASHBOARD", "no_dashboard", Switch;
 }
 
 #[cfg(test)]

@@ -95,6 +95,13 @@ impl Meta {
             .hide_env_values(self.secret);
         if self.repeated {
             arg.action(ArgAction::Append).value_delimiter(' ')
+        } else if self.switch {
+            // `--no-dashboard` alone means true; a value needs `=` so that the flag never
+            // takes the next argument as its value.
+            arg.action(ArgAction::Set)
+                .num_args(0..=1)
+                .require_equals(true)
+                .default_missing_value("true")
         } else {
             arg.action(ArgAction::Set)
         }

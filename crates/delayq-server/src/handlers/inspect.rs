@@ -106,12 +106,9 @@ pub async fn stats(
         }
         None => {
             let now = now(&state);
-            let topics = state
-                .queue()
-                .topics()
+            let topics = visible_topics(&state, &caller)
                 .await?
                 .into_iter()
-                .filter(|(name, _)| caller.may_use(name))
                 .map(|(name, stats)| {
                     let view = with_push(&state, &name, StatsView::at(stats, now));
                     (name, view)
@@ -135,12 +132,9 @@ pub async fn stats(
 )]
 pub async fn topics(State(state): State<AppState>, caller: Caller) -> ApiResult<TopicList> {
     let now = now(&state);
-    let topics: Vec<TopicEntry> = state
-        .queue()
-        .topics()
+    let topics: Vec<TopicEntry> = visible_topics(&state, &caller)
         .await?
         .into_iter()
-        .filter(|(name, _)| caller.may_use(name))
         .map(|(name, stats)| TopicEntry {
             stats: with_push(&state, &name, StatsView::at(stats, now)),
             name,
@@ -157,6 +151,17 @@ fn with_push(state: &AppState, topic: &str, mut view: StatsView) -> StatsView {
         .and_then(|p| p.stats(topic))
         .map(|s| s.figures());
     view
+}
+
+/// Every topic with records that `caller` may see, with its counters: what `/stats`,
+/// `/topics` and the dashboard's overview show.
+pub(crate) async fn visible_topics(
+    state: &AppState,
+    caller: &Caller,
+) -> Result<Vec<(String, delayq::TopicStats)>, AppError> {
+    let mut topics = state.queue().topics().await?;
+    topics.retain(|(name, _)| caller.may_use(name));
+    Ok(topics)
 }
 
 /// The queue's clock, which says whether a pause with an end still holds.

@@ -128,8 +128,23 @@ impl Builder {
         self
     }
 
+    /// Runs on `storage` (embedded in a directory, or Redis) instead of memory, opened as
+    /// `delayq serve` opens it (on the system clock).
+    pub fn storage(mut self, storage: delayq_server::config::StorageConfig) -> Self {
+        self.config.storage = storage;
+        self
+    }
+
     /// Starts the server.
     pub async fn start(self) -> Server {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind 127.0.0.1:0");
+        self.start_on(listener).await
+    }
+
+    /// Starts the server on `listener` (a test that restarts a server on the same port).
+    pub async fn start_on(self, listener: tokio::net::TcpListener) -> Server {
         let clock: Arc<dyn Clock> = match &self.clock {
             Some(c) => Arc::new(c.clone()),
             None => Arc::new(SystemClock::new()),
@@ -137,7 +152,12 @@ impl Builder {
         let ctx = StorageContext::new(clock)
             .with_limits(self.config.limits.clone())
             .with_defaults(self.config.defaults);
-        let queue = Queue::memory_with(ctx);
+        let queue = match self.config.storage {
+            delayq_server::config::StorageConfig::Memory => Queue::memory_with(ctx),
+            _ => delayq_server::build_queue(&self.config)
+                .await
+                .expect("open the storage"),
+        };
         let state = AppState::new(queue.clone(), &self.config);
         if self.push {
             let push = delayq_push::Push::new(queue.clone(), self.config.push.options())
@@ -145,9 +165,6 @@ impl Builder {
             push.start().await;
             state.set_push(push);
         }
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind 127.0.0.1:0");
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
         let router = app(state.clone());
