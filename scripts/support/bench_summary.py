@@ -238,6 +238,8 @@ def main():
               "add-embedded.json", "add", ">=", 90, "% of the ceiling", storage="embedded")
     http_line("HTTP /add, 50 clients, 1 task a request, Redis (own redis-server, AOF everysec)",
               "add-redis.json", "add", ">=", 60, "% of the ceiling", storage="Redis")
+    http_line("HTTP /add, 50 clients, 1 task a request, embedded, fsync always",
+              "add-embedded-always.json", "add", None, None, None, storage="embedded (fsync always)")
     http_line("HTTP /add, 50 clients, 1 task a request, --storage memory",
               "add-memory.json", "add", None, None, None, storage="memory")
     http_line("HTTP pop + finish, 32 workers, count 1, embedded",
