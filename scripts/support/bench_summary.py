@@ -1,0 +1,379 @@
+#!/usr/bin/env python3
+"""Turns the raw outputs of one `scripts/bench` run into target/bench/summary.json.
+
+One entry per target of docs/design.md §6 (and the issue-15 extras `scripts/bench` measures):
+the figure, its unit, what it is compared with (a ceiling or a peer measured in the same run,
+or nothing for an absolute target), the ratio, the target and whether it is met. A target the
+run did not measure, or measured under other conditions than the target's (1M tasks where
+the target says 10M), is listed with `met: null` and a note, never silently dropped.
+
+Standard library only. Usage: bench_summary.py OUT_DIR --mode M --started T ... (see
+scripts/bench).
+"""
+
+import argparse
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+
+SCHEMA = 1
+
+
+def read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def load_json(path):
+    text = read(path)
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def machine(raw):
+    model = None
+    for line in (read("/proc/cpuinfo") or "").splitlines():
+        if line.startswith("model name"):
+            model = line.split(":", 1)[1].strip()
+            break
+    mem_kib = None
+    for line in (read("/proc/meminfo") or "").splitlines():
+        if line.startswith("MemTotal:"):
+            mem_kib = int(line.split()[1])
+
+    def load(name):
+        text = read(os.path.join(raw, name))
+        return [float(x) for x in text.split()] if text else None
+
+    return {
+        "nproc": os.cpu_count(),
+        "model_name": model,
+        "memory_gib": round(mem_kib / 1024 / 1024, 1) if mem_kib else None,
+        "kernel": platform.release(),
+        "load_average_before": load("load-before"),
+        "load_average_after_build": load("load-after-build"),
+        "load_average_after": load("load-after"),
+        "busiest_processes_before": read(os.path.join(raw, "machine-before.txt")),
+        "busiest_processes_after": read(os.path.join(raw, "machine-after.txt")),
+    }
+
+
+def criterion(home):
+    """Every criterion benchmark of this run: full id -> ns per iteration and elements."""
+    found = {}
+    for root, _dirs, files in os.walk(home):
+        if os.path.basename(root) != "new" or "benchmark.json" not in files:
+            continue
+        bench = load_json(os.path.join(root, "benchmark.json"))
+        est = load_json(os.path.join(root, "estimates.json"))
+        if not bench or not est:
+            continue
+        elements = (bench.get("throughput") or {}).get("Elements") or 1
+        found[bench["full_id"]] = {
+            "median_ns_per_iteration": est["median"]["point_estimate"],
+            "mean_ns_per_iteration": est["mean"]["point_estimate"],
+            "elements_per_iteration": elements,
+            "median_ns_per_element": est["median"]["point_estimate"] / elements,
+        }
+    return found
+
+
+LIB_LINE = re.compile(r"^(.*\S)\s+([\d.]+) (tasks/s|B/task|s)\s*$")
+
+
+def embedded_lib(text):
+    """The lines of `cargo bench -p delayq --bench embedded`: label -> (value, unit)."""
+    lines = {}
+    for line in (text or "").splitlines():
+        m = LIB_LINE.match(line)
+        if m:
+            lines[m[1].strip()] = (float(m[2]), m[3])
+    return lines
+
+
+def wrk_rate(text):
+    m = re.search(r"^Requests/sec:\s+([\d.]+)", text or "", re.M)
+    return float(m[1]) if m else None
+
+
+def lateness_p99_ms(metrics):
+    """The server's own firing-lateness histogram: the smallest bucket bound holding 99 %."""
+    buckets = []
+    for m in re.finditer(r'^delayq_fire_lateness_seconds_bucket\{le="([^"]+)"\} (\d+)', metrics or "", re.M):
+        le = float("inf") if m[1] == "+Inf" else float(m[1]) * 1000
+        buckets.append((le, int(m[2])))
+    if not buckets or buckets[-1][1] == 0:
+        return None, 0
+    total = buckets[-1][1]
+    for le, n in buckets:
+        if n >= 0.99 * total:
+            return le, total
+    return None, total
+
+
+def result(report, bench):
+    if not report:
+        return None
+    return next((r for r in report.get("results", []) if r["bench"] == bench), None)
+
+
+def judge(op, value, figure):
+    if figure is None:
+        return None
+    return figure >= value if op == ">=" else figure <= value
+
+
+def entry(what, figure, unit, target_op, target_value, target_unit, *, against=None,
+          ratio=None, source, met=None, judged=True, notes=(), detail=None):
+    """One target. For a ratio target the ratio is judged, otherwise the figure."""
+    target = None
+    if target_op is not None:
+        target = {"op": target_op, "value": target_value, "unit": target_unit}
+        if met is None and judged:
+            met = judge(target_op, target_value, ratio if target_unit.startswith("%") or target_unit == "x" else figure)
+    return {
+        "what": what,
+        "figure": figure,
+        "unit": unit,
+        "against": against,
+        "ratio": ratio,
+        "target": target,
+        "met": met if judged else None,
+        "source": source,
+        "notes": list(notes),
+        "detail": detail,
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--mode", required=True)
+    ap.add_argument("--started", required=True)
+    ap.add_argument("--build-seconds", type=int)
+    ap.add_argument("--run-seconds", type=int)
+    ap.add_argument("--commit")
+    ap.add_argument("--dirty", type=int, default=0)
+    args = ap.parse_args()
+    out = args.out
+    raw = os.path.join(out, "raw")
+    J = lambda name: load_json(os.path.join(raw, name))
+
+    crit = criterion(os.path.join(out, "criterion"))
+    lib = embedded_lib(read(os.path.join(raw, "embedded-lib")))
+    targets = []
+
+    # Timing wheel (criterion, thread CPU time).
+    def wheel(what, ident, target, note=()):
+        c = crit.get(ident)
+        figure = round(c["median_ns_per_element"], 2) if c else None
+        targets.append(entry(what, figure, "ns/op", "<=", target, "ns/op",
+                             source=f"criterion {ident} (median, thread CPU time)",
+                             notes=note if c else ["not measured in this run"]))
+
+    wheel("timing wheel: add", "wheel_cpu/insert/warm", 20)
+    wheel("timing wheel: add+fire, dense", "wheel_cpu/insert_fire/dense/warm", 40)
+    wheel("timing wheel: add+fire, sparse (4096 timers over 60 s)",
+          "wheel_cpu/insert_fire/sparse/warm", 40)
+    wheel("timing wheel: cancel", "wheel_cpu/remove/warm", 30)
+    c = crit.get("wheel_1m_add_fire_all_cpu/new")
+    others = {k.rsplit("/", 1)[1]: round(v["median_ns_per_iteration"] / 1e6, 1)
+              for k, v in crit.items() if k.startswith("wheel_1m_add_fire_all_cpu/")}
+    targets.append(entry(
+        "1M tasks added then all fired, in process (new wheel each run)",
+        round(c["median_ns_per_iteration"] / 1e6, 1) if c else None, "ms", "<=", 100, "ms",
+        source="criterion wheel_1m_add_fire_all_cpu/new (median, thread CPU time)",
+        detail={"ms by variant": others} if others else None,
+        notes=[] if c else ["not measured in this run"]))
+
+    # HTTP: the embedded server's ceiling and what is compared with it.
+    ceiling = J("ceiling.json")
+    ceil = result(ceiling, "ceiling")
+    wrk = [w for w in (wrk_rate(read(os.path.join(raw, n))) for n in ("wrk-healthz.txt", "wrk-healthz-2.txt")) if w]
+    if ceil and wrk:
+        w = statistics.mean(wrk)
+        targets.append(entry(
+            "delayq bench's client vs wrk -t1 -c50 on GET /healthz (same server, same run)",
+            round(ceil["figure"]), "req/s", None, None, None,
+            against={"what": "wrk -t1 -c50, mean of the runs before and after", "value": round(w)},
+            ratio=round(100 * ceil["figure"] / w, 1), source="delayq bench ceiling; wrk",
+            met=abs(ceil["figure"] / w - 1) <= 0.10,
+            detail={"wrk_runs_req_per_s": [round(x) for x in wrk]}))
+        targets[-1]["target"] = {"op": "within", "value": 10, "unit": "% of wrk"}
+    else:
+        targets.append(entry("delayq bench's client vs wrk -t1 -c50 on GET /healthz", None, "req/s",
+                             None, None, None, source="delayq bench ceiling; wrk",
+                             notes=["wrk not installed or a run failed"]))
+
+    def http_line(what, name, bench, op, value, unit, *, storage, judged=True, notes=()):
+        r = result(J(name), bench)
+        if not r:
+            targets.append(entry(what, None, "tasks/s", op, value, unit, source=f"delayq bench ({name})",
+                                 judged=False, notes=["not measured in this run (step failed?)"]))
+            return
+        ratio = r["ratios"][0] if r["ratios"] else None
+        extra = list(notes) + [n for n in r.get("notes", []) if "tasks finished" not in n]
+        if r.get("errors"):
+            extra.append(f"{r['errors']} errors; first: {r.get('first_error')}")
+        targets.append(entry(
+            what, round(r["figure"]), r["unit"], op, value, unit,
+            against={"what": f"{ratio['against']} (GET /healthz of the same {storage} server, same clients)",
+                     "value": round(ratio["tasks_per_s"])} if ratio else None,
+            ratio=round(ratio["percent"], 1) if ratio else None,
+            source=f"delayq bench ({r['measured']})", judged=judged, notes=extra,
+            detail={"latency_ms": r.get("latency_ms"), "ceiling_req_per_s": (r.get("ceiling") or {}).get("requests_per_s")}))
+
+    http_line("HTTP /add, 50 clients, 1 task a request, embedded (fsync interval)",
+              "add-embedded.json", "add", ">=", 90, "% of the ceiling", storage="embedded")
+    http_line("HTTP /add, 50 clients, 1 task a request, Redis (own redis-server, AOF everysec)",
+              "add-redis.json", "add", ">=", 60, "% of the ceiling", storage="Redis")
+    http_line("HTTP /add, 50 clients, 1 task a request, embedded, fsync always",
+              "add-embedded-always.json", "add", None, None, None, storage="embedded (fsync always)")
+    http_line("HTTP /add, 50 clients, 1 task a request, --storage memory",
+              "add-memory.json", "add", None, None, None, storage="memory")
+    http_line("HTTP pop + finish, 32 workers, count 1, embedded",
+              "pop-embedded.json", "pop", ">=", 80, "% of half the ceiling", storage="embedded")
+    http_line("HTTP pop count=N + one batched finish, 32 workers, embedded (issue 15)",
+              "pop-embedded.json", "pop (batch)", ">=", 100, "% of the ceiling", storage="embedded")
+
+    # Lateness: the server's firing histogram, and end to end through a pop.
+    for storage, target in (("embedded", 2), ("redis", 5)):
+        p99, count = lateness_p99_ms(read(os.path.join(raw, f"metrics-{storage}.txt")))
+        measured = p99 is not None
+        targets.append(entry(
+            f"fire lateness p99, 10 000 tasks/s due, {storage} (server's histogram)",
+            p99 if measured and p99 != float("inf") else None, "ms (bucket bound)", "<=", target, "ms",
+            source="delayq_fire_lateness_seconds from /metrics after delayq bench lateness",
+            judged=measured, met=(p99 <= target) if measured else None,
+            notes=[f"{count} tasks fired; the figure is the smallest histogram bucket holding 99 %"]
+            if measured else ["not measured in this run"]))
+        r = result(J(f"lateness-{storage}.json"), "lateness")
+        targets.append(entry(
+            f"lateness end to end through a pop, p99, 10 000 tasks/s, {storage}",
+            round(r["figure"], 2) if r else None, "ms", "<=", 5, "ms",
+            source=f"delayq bench lateness ({r['measured']})" if r else "delayq bench lateness",
+            judged=bool(r), notes=[] if r else ["not measured in this run"],
+            detail={"latency_ms": r.get("latency_ms")} if r else None))
+
+    # Push.
+    push = J("push-embedded.json")
+    for unit_prefix, what, op, value, unit in (
+            ("deliveries", "push delivery to a local receiver: rate", ">=", 10000, "deliveries/s"),
+            ("ms", "push delivery to a local receiver: lateness p99", "<=", 5, "ms")):
+        r = next((x for x in (push or {}).get("results", [])
+                  if x["bench"] == "push" and x["unit"].startswith(unit_prefix)), None)
+        targets.append(entry(what, round(r["figure"], 2) if r else None, r["unit"] if r else unit,
+                             op, value, unit, source="delayq bench push" + (f" ({r['measured']})" if r else ""),
+                             judged=bool(r), notes=r["notes"] if r else ["not measured in this run"]))
+
+    # beanstalk against beanstalkd, same client, alternated.
+    def phases(kind):
+        got = {}
+        for name in sorted(os.listdir(raw)):
+            if name.startswith(f"beanstalk-{kind}-") and name.endswith(".json"):
+                rep = J(name)
+                for p in (rep or {}).get("phases", []):
+                    got.setdefault(p["name"], []).append(p["jobs_per_sec"])
+        return got
+
+    mine, peer = phases("delayq"), phases("beanstalkd")
+    for phase in ("put", "reserve+delete"):
+        m = statistics.median(mine[phase]) if phase in mine else None
+        p = statistics.median(peer[phase]) if phase in peer else None
+        ratio = round(m / p, 2) if m and p else None
+        targets.append(entry(
+            f"beanstalk {phase}, 50 connections, 100-byte jobs, binlog -f 10",
+            round(m) if m else None, "jobs/s", ">=", 1.0, "x",
+            against={"what": "beanstalkd 1.12 -b -f 10, same client, same run (median of rounds)",
+                     "value": round(p)} if p else None,
+            ratio=ratio, source="delayq bench beanstalk", judged=ratio is not None,
+            detail={"delayq_rounds": mine.get(phase), "beanstalkd_rounds": peer.get(phase)},
+            notes=[] if ratio is not None else ["beanstalkd not installed or a run failed"]))
+
+    # The library and the data directory (cargo bench -p delayq --bench embedded).
+    def lib_line(prefix):
+        return next(((k, v) for k, v in lib.items() if k.startswith(prefix)), (None, None))
+
+    k, v = lib_line("add, batches of 1000, 4 producers, fsync interval")
+    targets.append(entry("library add, embedded, batched, fsync interval", v[0] if v else None, "tasks/s",
+                         ">=", 1_000_000, "tasks/s", source=f"cargo bench -p delayq --bench embedded: {k}",
+                         judged=bool(v), notes=[] if v else ["not measured in this run"]))
+    k, v = lib_line("restart with")
+    restarts = {k2: v2[0] for k2, v2 in lib.items() if k2.startswith("restart with")}
+    pending = re.search(r"restart with (\d+)", k or "")
+    pending = int(pending[1]) if pending else None
+    worst = max(restarts.values()) if restarts else None
+    at_target = pending == 10_000_000
+    targets.append(entry(
+        "restart with 10M pending tasks (embedded), to serving", worst, "s", "<=", 5, "s",
+        source="cargo bench -p delayq --bench embedded (the slower of log and snapshots)",
+        judged=bool(restarts) and at_target, detail=restarts or None,
+        notes=([] if at_target else [f"measured with {pending} pending, not 10M: not judged"]) if restarts
+        else ["not measured in this run"]))
+    k, v = lib_line("heap per delayed task")
+    targets.append(entry(
+        "memory per delayed task in process, 100-byte body not counted, at 10M",
+        v[0] if v else None, "B/task", "<=", 150, "B/task",
+        source="cargo bench -p delayq --bench embedded (bytes requested from the allocator)",
+        judged=bool(v) and at_target,
+        notes=([] if at_target else [f"measured at {pending} tasks, not 10M: not judged"]) if v
+        else ["not measured in this run"]))
+    targets.append(entry("memory per delayed task in Redis, at 10M", None, "B/task", "<=", 200, "B/task",
+                         source="-", judged=False, notes=["not measured by scripts/bench"]))
+    targets.append(entry("idle server, 1M tasks due in an hour", None, "% CPU", None, None, None,
+                         source="-", judged=False, notes=["not measured by scripts/bench"]))
+    targets[-1]["target"] = {"op": "~", "value": 0, "unit": "% CPU; ≤ 5 Redis commands/s"}
+    targets.append(entry("dashboard with 1 000 topics, 1M tasks", None, "s", None, None, None,
+                         source="-", judged=False, notes=["not measured by scripts/bench"]))
+    targets[-1]["target"] = {"op": "<=", "value": 1, "unit": "s first view; ≤ 50 ms find by id"}
+
+    extra = {
+        "criterion": crit,
+        "embedded_library": {k: {"value": v[0], "unit": v[1]} for k, v in lib.items()},
+    }
+    steps = []
+    for line in (read(os.path.join(raw, "steps")) or "").splitlines():
+        name, status, secs = line.split()
+        steps.append({"step": name, "status": status, "seconds": int(secs)})
+
+    try:
+        rustc = subprocess.run(["rustc", "--version"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        rustc = None
+    summary = {
+        "schema": SCHEMA,
+        "mode": args.mode,
+        "date": args.started,
+        "git_commit": args.commit,
+        "git_uncommitted_changes": args.dirty,
+        "rustc": rustc,
+        "machine": machine(raw),
+        "build_seconds": args.build_seconds,
+        "run_seconds": args.run_seconds,
+        "steps": steps,
+        "targets": targets,
+        "met": sum(1 for t in targets if t["met"] is True),
+        "not_met": sum(1 for t in targets if t["met"] is False),
+        "not_judged": sum(1 for t in targets if t["met"] is None),
+        "other_figures": extra,
+    }
+    path = os.path.join(out, "summary.json")
+    with open(path, "w") as f:
+        json.dump(summary, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+    print(path)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
