@@ -713,6 +713,21 @@ pub async fn next_job_id_starts_at_one(h: &Harness) {
 /// whether the key was there; values are bytes.
 pub async fn meta_put_list_delete(h: &Harness) {
     let s = h.queue.storage();
+    // Every change is announced to the readers of its namespace, and only of it.
+    let mut push = h.queue.context().settings.subscribe("push");
+    let schedules = h.queue.context().settings.subscribe("schedules");
+    s.put_meta("push", "z", b"note".to_vec()).await.unwrap();
+    assert!(push.has_changed().unwrap(), "a put is announced");
+    assert!(!schedules.has_changed().unwrap(), "to its namespace only");
+    push.mark_unchanged();
+    assert!(!s.delete_meta("push", "missing").await.unwrap());
+    assert!(
+        !push.has_changed().unwrap(),
+        "a delete that removed nothing is not"
+    );
+    assert!(s.delete_meta("push", "z").await.unwrap());
+    assert!(push.has_changed().unwrap(), "a delete is announced");
+    assert!(!schedules.has_changed().unwrap());
     assert!(s.list_meta("push").await.unwrap().is_empty());
     s.put_meta("push", "b", b"second".to_vec()).await.unwrap();
     s.put_meta("push", "a", vec![0, 1, 0xff]).await.unwrap();

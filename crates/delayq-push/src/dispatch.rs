@@ -42,8 +42,10 @@ pub struct PushOptions {
     pub ca_file: Option<PathBuf>,
     /// Most calls in flight over all topics (default 256).
     pub max_in_flight: usize,
-    /// How often the target list is read again from storage (default 1 s), so targets set
-    /// through another instance take effect here.
+    /// How often the target list is read again from storage even without a change notice
+    /// (default 30 s). A change made through any instance reaches this one at once as a
+    /// notice of the settings store (in Redis mode over the events channel); this read is the
+    /// safety net for a notice that was lost.
     pub reload_ms: u64,
     /// The long-poll of a topic loop's pop (default 30 s, as an HTTP pop's): a ready task
     /// wakes it at once, so this only bounds how often an idle topic asks the storage.
@@ -59,7 +61,7 @@ impl Default for PushOptions {
             allow: AllowList::any(),
             ca_file: None,
             max_in_flight: 256,
-            reload_ms: 1_000,
+            reload_ms: 30_000,
             poll_ms: 30_000,
             max_idle_per_host: 256,
         }
@@ -178,9 +180,11 @@ impl Push {
         })
     }
 
-    /// Reads the targets and starts delivering; from then on reads them again every
-    /// `reload_ms`. Must be called inside a tokio runtime.
+    /// Reads the targets and starts delivering; from then on reads them again whenever the
+    /// settings store says they changed (through any instance), and every `reload_ms`. Must
+    /// be called inside a tokio runtime.
     pub async fn start(&self) {
+        let mut changes = self.queue().context().settings.subscribe(META_NAMESPACE);
         if let Err(e) = self.reload().await {
             tracing::warn!(error = %e, "push: cannot read the targets yet; trying again");
         }
@@ -191,6 +195,7 @@ impl Push {
             loop {
                 tokio::select! {
                     () = tokio::time::sleep(every) => {}
+                    Ok(()) = changes.changed() => {}
                     _ = stop.wait_for(|s| *s) => break,
                 }
                 if let Err(e) = this.reload().await {
@@ -202,7 +207,8 @@ impl Push {
     }
 
     /// Validates and stores `target` (replacing the topic's previous one), and applies it on
-    /// this instance at once (others within `reload_ms`). An invalid field is an
+    /// this instance at once (others when the change notice reaches them, at the latest within
+    /// `reload_ms`). An invalid field is an
     /// [`ErrorKind::Invalid`] error naming it.
     pub async fn set(&self, target: PushTarget) -> delayq::Result<()> {
         crate::target::validate(&target)?;

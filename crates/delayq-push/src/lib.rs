@@ -14,8 +14,10 @@
 //!
 //! Targets are stored in the storage's settings store (namespace [`META_NAMESPACE`]), so
 //! they survive restarts and are shared by every instance in Redis mode; each instance reads
-//! the list again every [`PushOptions::reload_ms`] (default 1 s) and starts or stops its
-//! topic loops to match.
+//! the list again when the settings store says it changed (in Redis mode a notice on the
+//! events channel, from whichever instance changed it), and every
+//! [`PushOptions::reload_ms`] (default 30 s) in case a notice was lost, and starts or stops
+//! its topic loops to match.
 //!
 //! Layout: [`target`] (the checks of a target; the model is the wire's, [`wire`]), [`rules`] (pure decisions: token bucket,
 //! signature, `Retry-After`, what an answer means), [`allow`] (`push_allow`), [`stats`]

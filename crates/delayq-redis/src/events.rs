@@ -10,10 +10,12 @@
 //! | `r <origin> <topic> <n>`        | n tasks of the topic became READY    | wakes up to n parked consumers |
 //! | `w <origin> <topic> <p> <at>`   | partition p has a timer at `at`      | wakes the promoter if held     |
 //! | `t <origin> <topic> <n>`        | a new topic with n partitions        | tells the promoter             |
+//! | `m <origin> <namespace>`        | a settings namespace changed         | wakes its readers              |
 //!
 //! Pub/sub is fire-and-forget: a message sent while the subscription is down is lost. So
 //! after every (re)subscription the promoter rereads the registry and looks at every
-//! partition it holds, and every parked consumer looks for ready tasks once more.
+//! partition it holds, every parked consumer looks for ready tasks once more, and after a
+//! resubscription every reader of the settings store reads again.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,6 +46,10 @@ pub(crate) enum Message<'a> {
         topic: &'a str,
         partitions: u32,
     },
+    Settings {
+        origin: &'a str,
+        namespace: &'a str,
+    },
 }
 
 impl<'a> Message<'a> {
@@ -70,6 +76,10 @@ impl<'a> Message<'a> {
                 topic,
                 partitions: words.next()?.parse().ok()?,
             },
+            "m" => Message::Settings {
+                origin,
+                namespace: topic,
+            },
             _ => return None,
         };
         words.next().is_none().then_some(msg)
@@ -79,7 +89,8 @@ impl<'a> Message<'a> {
         match self {
             Message::Ready { origin, .. }
             | Message::Wake { origin, .. }
-            | Message::Topic { origin, .. } => origin,
+            | Message::Topic { origin, .. }
+            | Message::Settings { origin, .. } => origin,
         }
     }
 }
@@ -87,6 +98,8 @@ impl<'a> Message<'a> {
 /// Runs the subscription until `stop` turns true, resubscribing with backoff when it drops.
 pub(crate) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     let mut failures: u32 = 0;
+    // Whether a subscription was up before: only a resubscription may have missed notices.
+    let mut subscribed_before = false;
     loop {
         // Any node will do (a cluster broadcasts PUBLISH to all of them): take the next one
         // after each failure.
@@ -119,6 +132,12 @@ pub(crate) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                 // notices only when used): make it reconnect now, before consumers are woken.
                 shared.redis.probe().await;
                 let _ = shared.promoter.send(Event::Resync);
+                // Settings readers read at their start; only a gap between two
+                // subscriptions can hide a change from them.
+                if subscribed_before {
+                    shared.ctx.settings.notify_all();
+                }
+                subscribed_before = true;
                 let mut stream = pubsub.into_on_message();
                 loop {
                     tokio::select! {
@@ -181,6 +200,7 @@ fn handle(shared: &Shared, payload: &[u8]) {
                 .promoter
                 .send(Event::Topic(topic.to_owned(), partitions));
         }
+        Message::Settings { namespace, .. } => shared.ctx.settings.notify(namespace),
     }
 }
 
@@ -190,7 +210,7 @@ mod tests {
 
     #[test]
     fn messages_parse() {
-        let table: [(&str, Option<Message<'_>>); 7] = [
+        let table: [(&str, Option<Message<'_>>); 9] = [
             (
                 "r ab orders 3",
                 Some(Message::Ready {
@@ -216,6 +236,14 @@ mod tests {
                     partitions: 16,
                 }),
             ),
+            (
+                "m ab push",
+                Some(Message::Settings {
+                    origin: "ab",
+                    namespace: "push",
+                }),
+            ),
+            ("m ab push extra", None),
             ("r ab orders", None),
             ("r ab orders x", None),
             ("w ab orders 7 1 extra", None),

@@ -435,6 +435,54 @@ async fn locate_ids_and_settings(target: Target) {
     assert_eq!(kind(s1.list_meta("").await), ErrorKind::Invalid);
 }
 
+/// A settings change through one instance wakes the readers of that namespace on another
+/// (over the events channel), and only of that namespace; a delete of a missing key wakes
+/// nobody. Without the notice the other instance would have to poll Redis to see it.
+async fn settings_changes_reach_other_instances(target: Target) {
+    let clock = ManualClock::new(T0);
+    let one = target.instance(&clock, 4).await;
+    let two = target.instance(&clock, 4).await;
+    let mut push = two.queue.context().settings.subscribe("push");
+    let other = two.queue.context().settings.subscribe("schedules");
+    let mut local = one.queue.context().settings.subscribe("push");
+    // The subscription of `two` may still be starting: write until a notice arrives.
+    let patience = Duration::from_secs(10);
+    let seen = tokio::time::timeout(patience, async {
+        loop {
+            one.queue
+                .storage()
+                .put_meta("push", "t", b"1".to_vec())
+                .await
+                .unwrap();
+            if tokio::time::timeout(Duration::from_millis(200), push.changed())
+                .await
+                .is_ok()
+            {
+                break;
+            }
+        }
+    })
+    .await;
+    assert!(seen.is_ok(), "a put on one instance reaches the other");
+    assert!(local.has_changed().unwrap(), "and the writer's own readers");
+    local.mark_unchanged();
+    assert!(!other.has_changed().unwrap(), "other namespaces stay quiet");
+    push.mark_unchanged();
+    assert!(
+        !one.queue
+            .storage()
+            .delete_meta("push", "missing")
+            .await
+            .unwrap()
+    );
+    assert!(one.queue.storage().delete_meta("push", "t").await.unwrap());
+    tokio::time::timeout(patience, push.changed())
+        .await
+        .expect("a delete on one instance reaches the other")
+        .unwrap();
+    assert!(!other.has_changed().unwrap());
+}
+
 macro_rules! on_both {
     ($($name:ident),* $(,)?) => {
         mod standalone {
@@ -465,6 +513,7 @@ on_both!(
     pause_and_resume,
     peek,
     locate_ids_and_settings,
+    settings_changes_reach_other_instances,
 );
 
 /// A pause set on one instance holds on another; a resume on one wakes the other's

@@ -40,5 +40,7 @@ pub use error::{Cause, Error, ErrorKind, Outcome, Result};
 pub use metrics::TopicActivity;
 pub use queue::{PopOptions, Queue};
 pub use schedule::{PutOutcome, ScheduleInfo, Scheduler, SchedulerOptions, TickReport};
-pub use storage::{AddResult, MAX_DUE_BOUNDS, ReleaseOptions, Storage, StorageContext};
+pub use storage::{
+    AddResult, MAX_DUE_BOUNDS, ReleaseOptions, SettingsChanges, Storage, StorageContext,
+};
 pub use workers::{WorkerOptions, Workers};

@@ -53,8 +53,10 @@ pub struct SchedulerOptions {
     /// How old an occurrence may be when a look finds it and still be added on its own
     /// (late, not missed). Older ones follow the schedule's `missed` policy. Default 5 s.
     pub grace_ms: u64,
-    /// The longest sleep of the loop between looks, so that changes made by other instances
-    /// (Redis mode) are seen. Each look reads two settings hashes. Default 5 s.
+    /// The longest sleep of the loop between looks. A schedule changed through any instance
+    /// wakes the loop at once (a notice of the settings store; in Redis mode over the events
+    /// channel); this bound is the safety net for a lost notice. Each look reads two settings
+    /// hashes. Default 30 s.
     pub refresh_ms: u64,
     /// How long the loop waits after a look that failed (storage down). Default 1 s.
     pub retry_ms: u64,
@@ -64,7 +66,7 @@ impl Default for SchedulerOptions {
     fn default() -> Self {
         SchedulerOptions {
             grace_ms: 5_000,
-            refresh_ms: 5_000,
+            refresh_ms: 30_000,
             retry_ms: 1_000,
         }
     }
@@ -530,6 +532,7 @@ impl Scheduler {
     async fn run(&self) {
         let options = self.inner.options;
         let clock = self.inner.queue.context().clock.clone();
+        let mut changes = self.inner.queue.context().settings.subscribe(NAMESPACE);
         loop {
             if self.inner.stopping.load(Ordering::Acquire) || self.inner.queue.is_closing() {
                 return;
@@ -559,6 +562,7 @@ impl Scheduler {
             tokio::select! {
                 _ = clock.sleep_until(wake) => {}
                 _ = self.inner.changed.notified() => {}
+                Ok(()) = changes.changed() => {}
             }
         }
     }

@@ -42,6 +42,7 @@ pub(crate) struct Scripts {
     pub peek: Script,
     pub lease: Script,
     pub register: Script,
+    pub meta: Script,
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
@@ -63,6 +64,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     peek: with_lib(include_str!("peek.lua")),
     lease: Script::new(include_str!("lease.lua")),
     register: Script::new(include_str!("register.lua")),
+    meta: Script::new(include_str!("meta.lua")),
 });
 
 /// The arguments every partition script starts with: `ARGV[1..=6]` of `lib.lua`.

@@ -1,12 +1,15 @@
 //! The deployment-wide values that are not tasks: the beanstalk job id counter (one `INCR`
 //! key, first value 1) and the settings store (one hash per namespace, key → value), shared
-//! by every instance. Each is one command on one key, so each lives in a slot of its own in a
-//! cluster; writes wait for replicas like task writes when asked.
+//! by every instance. Each is one command (or one short script) on one key, so each lives in a
+//! slot of its own in a cluster; writes wait for replicas like task writes when asked. A
+//! settings write also publishes `m <instance> <namespace>` on the events channel, so the
+//! other instances' readers (push targets, schedules) read again at once instead of polling.
 
 use delayq::{Error, Result};
 
 use super::Shared;
 use crate::error::maybe_applied;
+use crate::scripts::SCRIPTS;
 
 impl Shared {
     /// The next number of the deployment's job id counter.
@@ -33,11 +36,18 @@ impl Shared {
         check_name("namespace", namespace)?;
         let what = format!("storing setting {key:?} of {namespace:?}");
         let hash = self.keys.meta(namespace);
-        let mut hset = redis::cmd("HSET");
-        hset.arg(&hash).arg(key).arg(value);
+        let mut put = SCRIPTS.meta.prepare_invoke();
+        put.key(&hash)
+            .arg("put")
+            .arg(key)
+            .arg(value)
+            .arg(&self.channel)
+            .arg(&self.instance)
+            .arg(namespace);
         self.redis
-            .io(&what, hset.query_async::<()>(&mut self.redis.conn()))
+            .io(&what, put.invoke_async::<u64>(&mut self.redis.conn()))
             .await?;
+        self.ctx.settings.notify(namespace);
         self.redis
             .replicated(&what, [hash.as_str()])
             .await
@@ -67,13 +77,20 @@ impl Shared {
         check_name("namespace", namespace)?;
         let what = format!("removing setting {key:?} of {namespace:?}");
         let hash = self.keys.meta(namespace);
-        let mut hdel = redis::cmd("HDEL");
-        hdel.arg(&hash).arg(key);
+        let mut del = SCRIPTS.meta.prepare_invoke();
+        del.key(&hash)
+            .arg("del")
+            .arg(key)
+            .arg("")
+            .arg(&self.channel)
+            .arg(&self.instance)
+            .arg(namespace);
         let removed: u64 = self
             .redis
-            .io(&what, hdel.query_async(&mut self.redis.conn()))
+            .io(&what, del.invoke_async(&mut self.redis.conn()))
             .await?;
         if removed > 0 {
+            self.ctx.settings.notify(namespace);
             self.redis
                 .replicated(&what, [hash.as_str()])
                 .await

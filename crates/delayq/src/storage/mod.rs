@@ -50,6 +50,48 @@ pub struct StorageContext {
     pub defaults: TaskDefaults,
     /// Input limits (a backend uses `max_error_bytes` and `max_pop_count`).
     pub limits: Limits,
+    /// Tells readers of the settings store that a namespace changed (see [`SettingsChanges`]).
+    pub settings: Arc<SettingsChanges>,
+}
+
+/// Change notices of the settings store (`put_meta`/`delete_meta`), per namespace.
+///
+/// The push dispatcher and the scheduler keep what they read from the settings store and
+/// read it again when it changes. A backend calls [`SettingsChanges::notify`] after each
+/// change it makes; in Redis mode the change also reaches the other instances over the events
+/// channel, so they need not poll Redis to see it (DESIGN §6 allows an idle instance 5 Redis
+/// commands a second). Notices can be lost (a dropped subscription), so readers still read
+/// again now and then; after a resubscription the backend calls
+/// [`SettingsChanges::notify_all`].
+#[derive(Debug, Default)]
+pub struct SettingsChanges {
+    namespaces:
+        parking_lot::Mutex<std::collections::HashMap<String, tokio::sync::watch::Sender<u64>>>,
+}
+
+impl SettingsChanges {
+    /// A receiver that sees a new value each time `namespace` changes.
+    pub fn subscribe(&self, namespace: &str) -> tokio::sync::watch::Receiver<u64> {
+        self.namespaces
+            .lock()
+            .entry(namespace.to_owned())
+            .or_insert_with(|| tokio::sync::watch::Sender::new(0))
+            .subscribe()
+    }
+
+    /// Records that `namespace` changed; its subscribers wake.
+    pub fn notify(&self, namespace: &str) {
+        if let Some(tx) = self.namespaces.lock().get(namespace) {
+            tx.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
+
+    /// Records that any namespace may have changed (notices may have been lost).
+    pub fn notify_all(&self) {
+        for tx in self.namespaces.lock().values() {
+            tx.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
 }
 
 impl StorageContext {
@@ -61,6 +103,7 @@ impl StorageContext {
             metrics: Arc::new(Metrics::default()),
             defaults: TaskDefaults::default(),
             limits: Limits::default(),
+            settings: Arc::new(SettingsChanges::default()),
         }
     }
 

@@ -589,7 +589,9 @@ impl<J: Journal> Storage for Engine<J> {
             s.put_meta(namespace, key, value);
             Ok(())
         })
-        .await
+        .await?;
+        self.context().settings.notify(namespace);
+        Ok(())
     }
 
     async fn list_meta(&self, namespace: &str) -> Result<Vec<(String, Vec<u8>)>> {
@@ -598,8 +600,13 @@ impl<J: Journal> Storage for Engine<J> {
     }
 
     async fn delete_meta(&self, namespace: &str, key: &str) -> Result<bool> {
-        self.with_shard_index(0, |s, _| Ok(s.delete_meta(namespace, key)))
-            .await
+        let removed = self
+            .with_shard_index(0, |s, _| Ok(s.delete_meta(namespace, key)))
+            .await?;
+        if removed {
+            self.context().settings.notify(namespace);
+        }
+        Ok(removed)
     }
 
     async fn finish(&self, topic: &str, id: &str, receipt: Option<&str>) -> Result<()> {
