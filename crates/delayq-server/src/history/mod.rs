@@ -59,6 +59,12 @@ pub const PUBLISH_EVERY_MS: u64 = 5_000;
 pub const ALIVE_WITHIN_MS: u64 = 3 * PUBLISH_EVERY_MS + 2_000;
 /// An instance's entry older than this is removed (and its history forgotten).
 pub const FORGET_AFTER_MS: u64 = 3_600_000;
+/// A peer first seen that started at most this long before this process counts from zero,
+/// like one that started after it: instances of a deployment usually start together, and
+/// which of two reads the other first must not decide whether the early activity of one is
+/// counted (its "new since the previous entry" is gone once it has published twice). Its
+/// activity is at most this old, so crediting it to the minute it is seen is close enough.
+pub const FIRST_SIGHT_GRACE_MS: u64 = 30_000;
 /// The window of [`InstanceView::rates`].
 pub const RATE_WINDOW_MS: u64 = 10_000;
 
@@ -417,10 +423,10 @@ impl History {
         if known && e.at <= peer.last_seen_ms {
             return; // nothing new
         }
-        // A peer first seen counts from zero if it started while we were counting; otherwise
-        // its totals so far are a baseline, and its news are what its entry says is new since
-        // its previous one.
-        let counts_from_zero = !known && e.started >= our_start;
+        // A peer first seen counts from zero if it started while we were counting (or just
+        // before, FIRST_SIGHT_GRACE_MS); otherwise its totals so far are a baseline, and its
+        // news are what its entry says is new since its previous one.
+        let counts_from_zero = !known && e.started.saturating_add(FIRST_SIGHT_GRACE_MS) > our_start;
         if !known && !counts_from_zero {
             news.extend(e.recent().map(|(t, d)| (t.to_owned(), d)));
         }

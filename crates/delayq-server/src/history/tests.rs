@@ -195,6 +195,41 @@ fn entry(at: u64, started: u64, topics: &[(String, TopicActivity)], secs: &[(u64
     Entry::new(at, started, topics, secs, &[])
 }
 
+/// Two instances started together: whichever reads the other first, the early adds of the
+/// one that started a moment earlier are counted, even when its entry says nothing is new
+/// any more (it published twice before being read).
+#[test]
+fn a_peer_started_just_before_us_counts_from_zero() {
+    let h = History::new();
+    h.start("me".into(), T0);
+    h.record_own(T0, &[]);
+    h.merge_peer(
+        "peer",
+        &entry(
+            T0 + 10_000,
+            T0 - 6,
+            &[topic("orders", act(3, 0, 0, 0))],
+            &[],
+        ),
+    );
+    h.record_own(T0 + 11_000, &[]);
+    // Each bucket's rate times the time it covers (the newest up to the series' end).
+    let s = h.series(Some("orders"));
+    let adds: f64 = s
+        .added
+        .iter()
+        .enumerate()
+        .map(|(i, rate)| {
+            let start = s.start_ms + i as u64 * s.step_ms;
+            rate * s.end_ms.saturating_sub(start).clamp(1, s.step_ms) as f64 / 1_000.0
+        })
+        .sum();
+    assert!(
+        (adds - 3.0).abs() < 1e-6,
+        "the peer's 3 adds: {adds} in {s:?}"
+    );
+}
+
 #[test]
 fn other_instances_are_summed_and_listed() {
     let h = History::new();
