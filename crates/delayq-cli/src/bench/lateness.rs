@@ -8,9 +8,10 @@
 //!
 //! What that measures: the server's firing (due → ready), the wake-up of the waiting long-poll,
 //! the HTTP answer and the client's scheduling, on a machine whose cores the client shares with
-//! the server. docs/design.md §6's target is about the firing alone, so a figure here that meets it
-//! meets it with margin, and one that misses it says the whole path is slower, not necessarily
-//! the timer. A task that arrives before its `due_ms` is counted as early (a rule 1 breach).
+//! the server. docs/design.md §6 gives this end-to-end path its own target (p99 ≤ 5 ms); the
+//! firing alone (≤ 2 ms embedded) is read from the server's `delayq_fire_lateness_seconds`
+//! histogram, which `scripts/bench` reports beside this figure. A task that arrives before
+//! its `due_ms` is counted as early (a rule 1 breach).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,12 +26,12 @@ use super::{BenchResult, MAX_CONCURRENCY, MAX_DURATION_MS, MAX_TASKS, Percentile
 use crate::duration::{format_duration, parse_duration};
 use crate::error::CliError;
 
-/// docs/design.md §6: fire lateness at 10k tasks/s due, embedded.
+/// docs/design.md §6: lateness end to end through a pop at 10k tasks/s due.
 pub const TARGET: Target = Target {
     op: "<=",
-    value: 2.0,
+    value: 5.0,
     unit: "ms p99",
-    condition: "firing, 10 000 tasks/s, embedded",
+    condition: "end to end through a pop, 10 000 tasks/s",
 };
 
 /// The flags of `delayq bench lateness`.
@@ -193,8 +194,8 @@ pub async fn run(client: &Client, bench: &LatenessBench) -> Result<Vec<BenchResu
     result.first_error = produced.first_error.or(first_error);
     result.notes.push(
         "lateness includes the firing, the long-poll wake-up, the HTTP pop answer and the \
-         client's scheduling (client and server share the machine); the docs/design.md §6 target is \
-         for the firing alone"
+         client's scheduling (client and server share the machine), as the docs/design.md §6 \
+         end-to-end target does; the firing alone is in the server's /metrics"
             .into(),
     );
     if bench.rate != 10_000 {

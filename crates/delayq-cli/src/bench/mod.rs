@@ -13,8 +13,8 @@
 //!   ceiling), and `pop count=N` with one batched finish; tasks/s against both.
 //! - [`lateness`]: tasks due in the future are added at a steady rate; workers long-poll pop
 //!   and compute lateness = the moment the task arrives at the worker − its `due_ms`. This
-//!   includes the server's firing *and* the HTTP pop path and the client's own scheduling, so
-//!   it is an upper bound of the firing lateness the target is about.
+//!   includes the server's firing *and* the HTTP pop path and the client's own scheduling:
+//!   DESIGN §6's end-to-end target (p99 ≤ 5 ms).
 //! - [`push`]: push delivery to a receiver of the bench's own on loopback: deliveries/s and
 //!   lateness at the receiver.
 //! - [`beanstalk`]: put, then reserve + delete, over the beanstalkd protocol of any server
