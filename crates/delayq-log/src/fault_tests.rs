@@ -69,6 +69,8 @@ struct Plan {
     creates: u64,
     dir_syncs: u64,
     files: HashMap<PathBuf, FileState>,
+    /// The name of the thread of every write(2), in order.
+    write_threads: Vec<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -86,6 +88,7 @@ impl FaultyStorage {
                 creates: 0,
                 dir_syncs: 0,
                 files: HashMap::new(),
+                write_threads: Vec::new(),
             })),
         }
     }
@@ -203,6 +206,9 @@ struct FaultyFile {
 impl WriteFile for FaultyFile {
     fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
         let mut plan = self.plan.lock().unwrap();
+        let thread = std::thread::current();
+        plan.write_threads
+            .push(thread.name().unwrap_or("unnamed").to_string());
         let (allowed, error) = match plan.fault {
             Fault::WriteBudget { bytes, errno } if (buf.len() as u64) > bytes => {
                 plan.fault = Fault::WriteBudget { bytes: 0, errno };
@@ -543,14 +549,26 @@ fn open_faulty(dir: &Path, policy: FsyncPolicy, fault: Fault) -> (Log, FaultySto
     (log, storage)
 }
 
+/// Under `Interval` the write happens on the leader's thread (here the waiting test
+/// thread), then the failure is the writer thread's: a stall.
 #[test]
 fn disk_full_stalls_the_log_until_space_returns_then_writes_everything_in_order() {
+    for policy in [
+        FsyncPolicy::Always,
+        FsyncPolicy::Interval(Duration::from_millis(5)),
+        FsyncPolicy::Never,
+    ] {
+        disk_full_stalls_then_writes_everything(policy);
+    }
+}
+
+fn disk_full_stalls_then_writes_everything(policy: FsyncPolicy) {
     let dir = tempfile::tempdir().unwrap();
     let budget = Fault::WriteBudget {
         bytes: 100,
         errno: ENOSPC,
     };
-    let (log, storage) = open_faulty(dir.path(), FsyncPolicy::Always, budget);
+    let (log, storage) = open_faulty(dir.path(), policy, budget);
     let a = log.append(&[1; 60]).unwrap();
     let b = log.append(&[2; 60]).unwrap();
     let err = b.wait_blocking().unwrap_err();
@@ -594,6 +612,87 @@ fn disk_full_stalls_the_log_until_space_returns_then_writes_everything_in_order(
             b"after".to_vec()
         ]
     );
+}
+
+/// Who writes: under `Interval` and `Never` the waiter itself (no hand-off to the writer
+/// thread and back), under `Always` the writer thread (its fdatasync must not block a waiter).
+#[test]
+fn waiters_lead_the_write_except_under_always() {
+    let me = std::thread::current()
+        .name()
+        .unwrap_or("unnamed")
+        .to_string();
+    for (policy, writer) in [
+        (FsyncPolicy::Always, "delayq-log"),
+        (FsyncPolicy::Interval(Duration::from_millis(5)), me.as_str()),
+        (FsyncPolicy::Never, me.as_str()),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let (log, storage) = open_faulty(dir.path(), policy, Fault::None);
+        let first = storage.plan.lock().unwrap().write_threads.len();
+        for i in 0..20u8 {
+            log.append(&[i; 30]).unwrap().wait_blocking().unwrap();
+        }
+        let threads = storage.plan.lock().unwrap().write_threads[first..].to_vec();
+        assert_eq!(
+            threads.len(),
+            20,
+            "{policy:?}: one write a record, {threads:?}"
+        );
+        assert!(
+            threads.iter().all(|t| t == writer),
+            "{policy:?}: {threads:?}"
+        );
+        log.close().unwrap();
+        assert_eq!(replay(dir.path()).len(), 20);
+    }
+}
+
+/// A ticket dropped without waiting has no leader: the writer thread writes its records.
+#[test]
+fn records_of_a_dropped_ticket_are_written_all_the_same() {
+    for policy in [
+        FsyncPolicy::Always,
+        FsyncPolicy::Interval(Duration::from_millis(5)),
+        FsyncPolicy::Never,
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let (log, storage) = open_faulty(dir.path(), policy, Fault::None);
+        drop(log.append(b"dropped").unwrap());
+        let give_up = std::time::Instant::now() + Duration::from_secs(20);
+        while log.stats().written_seq < 1 {
+            assert!(
+                std::time::Instant::now() < give_up,
+                "{policy:?}: never written"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(
+            storage
+                .plan
+                .lock()
+                .unwrap()
+                .write_threads
+                .last()
+                .map(String::as_str),
+            Some("delayq-log"),
+            "{policy:?}"
+        );
+        // A wait dropped before it resolved does the same (here: dropped unpolled).
+        drop(log.append(b"wait dropped").unwrap().wait());
+        while log.stats().written_seq < 2 {
+            assert!(
+                std::time::Instant::now() < give_up,
+                "{policy:?}: never written"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        drop(log);
+        assert_eq!(
+            replay(dir.path()),
+            vec![b"dropped".to_vec(), b"wait dropped".to_vec()]
+        );
+    }
 }
 
 #[test]

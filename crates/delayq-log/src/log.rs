@@ -99,12 +99,12 @@ impl Log {
             recovered.next_seq,
             recovered.segment_len,
             recovered.files,
+            recovered.active,
         ));
         let for_writer = shared.clone();
-        let active = recovered.active;
         let writer = thread::Builder::new()
             .name("delayq-log".into())
-            .spawn(move || writer::run(for_writer, active))
+            .spawn(move || writer::run(for_writer))
             .ctx(IoOp::StartWriter, dir)?;
         let log = Log {
             shared,

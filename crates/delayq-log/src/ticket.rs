@@ -56,6 +56,8 @@ pub struct Ticket {
     shared: Arc<Shared>,
     first: u64,
     last: u64,
+    /// Whether dropping it must make sure its records get written (see [`Drop`]).
+    armed: bool,
 }
 
 impl fmt::Debug for Ticket {
@@ -73,6 +75,7 @@ impl Ticket {
             shared,
             first,
             last,
+            armed: true,
         }
     }
 
@@ -96,11 +99,13 @@ impl Ticket {
 
     /// Returns a future that resolves to the last sequence number covered once the records
     /// are acknowledged, or to the log's failure. It works under any async runtime.
-    pub fn wait(self) -> Wait {
+    pub fn wait(mut self) -> Wait {
+        self.armed = false;
         Wait {
-            shared: self.shared,
+            shared: self.shared.clone(),
             seq: self.last,
             key: None,
+            done: false,
         }
     }
 
@@ -140,6 +145,8 @@ pub struct Wait {
     shared: Arc<Shared>,
     seq: u64,
     key: Option<u64>,
+    /// Whether it resolved.
+    done: bool,
 }
 
 impl fmt::Debug for Wait {
@@ -162,8 +169,12 @@ impl Future for Wait {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         if let Some(done) = check(&self.shared, self.seq) {
             self.deregister();
+            self.done = true;
             return Poll::Ready(done);
         }
+        // Write the waiting group here if nobody else is writing (a leader, see the writer's
+        // module doc); then this wait is usually over without a thread hand-off.
+        self.shared.lead(self.seq);
         let this = &mut *self;
         let mut waiters = lock(&this.shared.waiters);
         // Checked again under the lock: the writer publishes before it takes this lock to
@@ -172,6 +183,7 @@ impl Future for Wait {
             if let Some(id) = this.key.take() {
                 waiters.map.remove(&(this.seq, id));
             }
+            this.done = true;
             return Poll::Ready(done);
         }
         let id = match this.key {
@@ -197,6 +209,19 @@ impl Future for Wait {
 impl Drop for Wait {
     fn drop(&mut self) {
         self.deregister();
+        if !self.done {
+            // Nobody may lead for these records now: make sure the writer thread takes them.
+            self.shared.nudge();
+        }
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if self.armed && check(&self.shared, self.last).is_none() {
+            // Dropped without waiting: nobody leads for these records, the thread writes them.
+            self.shared.nudge();
+        }
     }
 }
 

@@ -1,21 +1,40 @@
-//! The write path: appenders fill a shared buffer, one writer thread drains it.
+//! The write path: appenders fill a shared buffer; whoever holds the write token drains it.
 //!
 //! # Appending
 //!
 //! [`Shared::append`] takes the state mutex, encodes the records into the buffer (frames,
 //! plus a segment header where a new segment must start), assigns the next sequence numbers
 //! and returns a [`Ticket`]. It does no IO. The only way it can block is back-pressure: when
-//! more than `max_buffered_bytes` are waiting for the writer, it waits until the writer has
-//! taken the buffer (one write(2) plus, under `Always`, one fdatasync).
+//! more than `max_buffered_bytes` are waiting to be written, it waits until somebody takes
+//! the buffer.
 //!
-//! # Group commit
+//! # Group commit, and who writes
 //!
-//! The writer thread sleeps on a condition variable while there is nothing to do (no timer:
-//! an idle log costs no CPU). When woken it swaps the whole buffer out under the mutex, so
-//! appenders keep going while it writes everything in one write(2) per segment, then, per
-//! policy, one fdatasync for the whole group. Then it publishes the new acknowledged sequence
-//! number and wakes the tickets it covers. The more appenders arrive during one fdatasync,
-//! the bigger the next group: throughput under `Always` grows with concurrency.
+//! One party at a time holds the *write token* (`State::holder`) and with it the segment
+//! file (`Shared::io`): it swaps the whole buffer out under the state mutex, so appenders
+//! keep going while it writes everything in one write(2) per segment, then publishes the new
+//! written (and, per policy, acknowledged) sequence number and wakes the tickets it covers.
+//!
+//! Under `Interval` and `Never` the token usually goes to a **leader**: the first waiter that
+//! finds its records not yet written and nobody writing takes the token and writes the
+//! waiting group on its own thread (see [`Shared::lead`]). Records appended while it writes
+//! are taken by its next round (at most [`LEADER_ROUNDS`] of them), then by the next leader
+//! or the writer thread. This saves the hand-off to a thread and back that would otherwise
+//! cost more than the write itself: an add arriving every few microseconds found the writer
+//! thread asleep and had to wake it, and be woken by it.
+//!
+//! The **writer thread** keeps everything that may block for long or must happen without a
+//! waiter: the fdatasync of `Interval` (timed from the first write it does not cover), every
+//! write and fdatasync under `Always` (a leader must not block an async worker on the disk),
+//! `sync()`, closing, retrying while the disk is full, and any group a leader left behind
+//! (more rounds than it takes, a failed write, a ticket dropped without being waited on).
+//! It sleeps on a condition variable while there is nothing to do, so an idle log costs no
+//! CPU. Under `Always` the more appenders arrive during one fdatasync, the bigger the next
+//! group: throughput grows with concurrency.
+//!
+//! Whoever gives the token back with work left (records in the buffer, a failed write, a
+//! close or sync asked for, an fdatasync to schedule) wakes the writer thread, so no record
+//! waits for a waiter that will never come.
 //!
 //! # Rotation
 //!
@@ -25,6 +44,9 @@
 //! a torn tail), creates the new file, fsyncs the directory, and carries on.
 //!
 //! # Failure
+//!
+//! A leader whose write fails leaves the group, where it stopped, and the error to the
+//! writer thread, which handles it as if its own write had failed.
 //!
 //! A write refused for lack of space (`ENOSPC`, `EDQUOT`, `EFBIG`) **stalls** the log instead
 //! of failing it: the writer cuts the segment back to the length it had before the write (so
@@ -83,10 +105,25 @@ struct Rotation {
     first_seq: u64,
 }
 
-/// Everything appenders and the writer share under one mutex.
+/// At most this many groups are written by one leader before it hands the rest to the
+/// writer thread: its own records are in the first, and its caller is waiting for it.
+pub(crate) const LEADER_ROUNDS: usize = 4;
+
+/// Who holds the write token (and may lock [`Shared::io`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Holder {
+    /// Nobody: the next leader or the writer thread may take it.
+    Nobody,
+    /// A waiter writing on its own thread.
+    Leader,
+    /// The writer thread.
+    Thread,
+}
+
+/// Everything appenders and the writers share under one mutex.
 #[derive(Debug)]
 struct State {
-    /// Encoded frames not yet taken by the writer.
+    /// Encoded frames not yet taken by a writer.
     buf: Vec<u8>,
     /// Segment starts inside `buf`.
     rotations: Vec<Rotation>,
@@ -94,7 +131,13 @@ struct State {
     next_seq: u64,
     /// Size the newest segment will have once `buf` is written.
     segment_len: u64,
-    /// The writer is waiting on `writer_cv` and must be notified.
+    /// Who holds the write token.
+    holder: Holder,
+    /// A leader's write failed: the group and the error wait in `Io::handoff` for the thread.
+    handoff: bool,
+    /// When the oldest write not yet covered by an fdatasync happened.
+    unsynced_since: Option<Instant>,
+    /// The writer thread is waiting on `writer_cv` and must be notified.
     writer_idle: bool,
     /// Appenders waiting on `space_cv`.
     blocked_appenders: usize,
@@ -108,6 +151,47 @@ struct State {
     stopped: bool,
 }
 
+impl State {
+    /// Whether the writer thread has something to do once it holds the token.
+    fn thread_work(&self, policy: FsyncPolicy, durable: u64) -> bool {
+        let fsync_due = match (self.unsynced_since, policy) {
+            (Some(since), FsyncPolicy::Interval(every)) => since.elapsed() >= every,
+            _ => false,
+        };
+        !self.buf.is_empty()
+            || self.handoff
+            || self.closing
+            || self.sync_wanted > durable
+            || fsync_due
+    }
+
+    /// Wakes the writer thread if it sleeps.
+    fn wake_thread(&mut self, cv: &Condvar) {
+        if self.writer_idle {
+            self.writer_idle = false;
+            cv.notify_one();
+        }
+    }
+}
+
+/// The segment file and the group being written: only the holder of the write token locks
+/// it, so the lock is never contended (and may be taken with the state mutex held).
+#[derive(Debug)]
+pub(crate) struct Io {
+    active: Active,
+    /// The group being written; swapped with the appenders' buffer.
+    buf: Vec<u8>,
+    rotations: Vec<Rotation>,
+    /// The last sequence number in `buf`.
+    last: u64,
+    /// How much of `buf` is written (a group a full disk interrupted is resumed there).
+    pos: usize,
+    /// The first rotation of `rotations` not done yet.
+    next_rotation: usize,
+    /// A leader's failed write, for the writer thread.
+    handoff: Option<IoFailure>,
+}
+
 /// The part of a log shared by its handle, its tickets and its writer thread.
 #[derive(Debug)]
 pub(crate) struct Shared {
@@ -119,6 +203,7 @@ pub(crate) struct Shared {
     max_buffered_bytes: usize,
     retry_interval: Duration,
     state: Mutex<State>,
+    io: Mutex<Io>,
     writer_cv: Condvar,
     space_cv: Condvar,
     synced_cv: Condvar,
@@ -157,15 +242,25 @@ pub(crate) struct Active {
     pub(crate) len: u64,
 }
 
+impl std::fmt::Debug for Active {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Active")
+            .field("path", &self.path)
+            .field("len", &self.len)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Shared {
-    /// Creates the shared state of a log whose next record is `next_seq` and whose newest
-    /// segment holds `segment_len` bytes.
+    /// Creates the shared state of a log whose next record is `next_seq`, whose newest
+    /// segment holds `segment_len` bytes and is open as `active`.
     pub(crate) fn new(
         dir: &Path,
         options: &LogOptions,
         next_seq: u64,
         segment_len: u64,
         files: Files,
+        active: Active,
     ) -> Self {
         let last = next_seq - 1;
         Self {
@@ -181,12 +276,24 @@ impl Shared {
                 rotations: Vec::new(),
                 next_seq,
                 segment_len,
+                holder: Holder::Nobody,
+                handoff: false,
+                unsynced_since: None,
                 writer_idle: false,
                 blocked_appenders: 0,
                 sync_wanted: 0,
                 sync_waiters: 0,
                 closing: false,
                 stopped: false,
+            }),
+            io: Mutex::new(Io {
+                active,
+                buf: Vec::new(),
+                rotations: Vec::new(),
+                last,
+                pos: 0,
+                next_rotation: 0,
+                handoff: None,
             }),
             writer_cv: Condvar::new(),
             space_cv: Condvar::new(),
@@ -202,6 +309,12 @@ impl Shared {
             waiters: Mutex::new(Waiters::default()),
             files: Mutex::new(files),
         }
+    }
+
+    /// Whether waiters write their own groups (every policy but `Always`, whose fdatasync
+    /// must not block a waiter's thread).
+    fn leaders_write(&self) -> bool {
+        !matches!(self.policy, FsyncPolicy::Always)
     }
 
     /// The last sequence number assigned.
@@ -260,6 +373,9 @@ impl Shared {
             && !st.stopped
             && !self.stalled.load(Ordering::Acquire)
         {
+            // Nobody may be about to lead (every waiter could be an appender blocked here):
+            // the thread takes the buffer if the token is free.
+            st.wake_thread(&self.writer_cv);
             st.blocked_appenders += 1;
             st = self
                 .space_cv
@@ -309,12 +425,93 @@ impl Shared {
         if self.stalled.load(Ordering::Acquire) {
             self.unknown_upto.fetch_max(last, Ordering::AcqRel);
         }
-        if st.writer_idle && last >= first {
-            st.writer_idle = false;
-            self.writer_cv.notify_one();
+        // Under a leader policy the ticket's waiter writes (or the ticket's drop wakes the
+        // thread): no thread hand-off per append.
+        if !self.leaders_write() && last >= first {
+            st.wake_thread(&self.writer_cv);
         }
         drop(st);
         Ok(Ticket::new(self.clone(), first, last))
+    }
+
+    /// Writes the waiting group on the calling thread when the records up to `seq` are not
+    /// written yet and nobody holds the write token; does nothing otherwise (and always
+    /// under `Always`).
+    ///
+    /// Called by a ticket's waiter before it goes to sleep. It writes what is buffered, then
+    /// what was appended meanwhile, up to [`LEADER_ROUNDS`] groups, publishes and wakes the
+    /// tickets each group covers, and gives the token back, waking the writer thread when
+    /// work is left for it. A failed write is handed to the writer thread with its group.
+    pub(crate) fn lead(&self, seq: u64) {
+        if !self.leaders_write() || self.written_seq() >= seq {
+            return;
+        }
+        let mut st = lock(&self.state);
+        if st.holder != Holder::Nobody
+            || st.buf.is_empty()
+            || st.stopped
+            || st.closing
+            || st.handoff
+            || self.stalled.load(Ordering::Acquire)
+        {
+            return;
+        }
+        st.holder = Holder::Leader;
+        // The token is ours: nobody else locks `io` now.
+        let mut io = lock(&self.io);
+        let mut rounds = 0;
+        loop {
+            io.take(self, &mut st);
+            drop(st);
+            let result = io.write_group(self);
+            if result.is_ok() {
+                self.publish_written(io.last);
+            }
+            st = lock(&self.state);
+            match result {
+                Ok(()) => {
+                    if st.unsynced_since.is_none() && !matches!(self.policy, FsyncPolicy::Never) {
+                        // The writer thread times the fdatasync from here.
+                        st.unsynced_since = Some(Instant::now());
+                        st.wake_thread(&self.writer_cv);
+                    }
+                }
+                Err(failure) => {
+                    io.handoff = Some(failure);
+                    st.handoff = true;
+                    break;
+                }
+            }
+            rounds += 1;
+            if st.buf.is_empty() || st.closing || rounds >= LEADER_ROUNDS {
+                break;
+            }
+        }
+        st.holder = Holder::Nobody;
+        if st.thread_work(self.policy, self.durable_seq()) {
+            st.wake_thread(&self.writer_cv);
+        }
+    }
+
+    /// Wakes the writer thread if records wait in the buffer with nobody writing: a ticket
+    /// is dropped before its records were written, and nobody may wait for them.
+    pub(crate) fn nudge(&self) {
+        let mut st = lock(&self.state);
+        if st.holder == Holder::Nobody && !st.buf.is_empty() {
+            st.wake_thread(&self.writer_cv);
+        }
+    }
+
+    /// Publishes that everything up to `last` is written, and under the policies that
+    /// acknowledge at write, acknowledges it and wakes its tickets.
+    fn publish_written(&self, last: u64) {
+        if last > self.written_seq() {
+            self.written.store(last, Ordering::Release);
+        }
+        if self.leaders_write() && last > self.acked.load(Ordering::Acquire) {
+            self.acked.store(last, Ordering::Release);
+            self.wake(last);
+        }
     }
 
     /// Flushes and fdatasyncs everything appended so far, waiting for it.
@@ -324,10 +521,7 @@ impl Shared {
         if target > st.sync_wanted {
             st.sync_wanted = target;
         }
-        if st.writer_idle {
-            st.writer_idle = false;
-            self.writer_cv.notify_one();
-        }
+        st.wake_thread(&self.writer_cv);
         while self.durable_seq() < target {
             self.check_failed()?;
             if let Some(stall) = self.stalled() {
@@ -350,6 +544,7 @@ impl Shared {
     pub(crate) fn request_close(&self) {
         let mut st = lock(&self.state);
         st.closing = true;
+        // Unconditionally: it also cuts short the retry wait of a stalled writer.
         st.writer_idle = false;
         self.writer_cv.notify_one();
     }
@@ -410,24 +605,63 @@ impl Shared {
             waker.wake();
         }
     }
+
+    /// The writer thread's wait for the token and for something to do; takes the buffer
+    /// (unless a leader handed over a group of its own) and returns the round's facts.
+    fn next_round(&self) -> Round {
+        let mut st = lock(&self.state);
+        loop {
+            if st.holder != Holder::Leader && st.thread_work(self.policy, self.durable_seq()) {
+                break;
+            }
+            if st.holder == Holder::Thread {
+                // Give the token back while idle, so that the next waiter may lead.
+                st.holder = Holder::Nobody;
+            }
+            st.writer_idle = true;
+            let deadline = match (st.unsynced_since, self.policy) {
+                (Some(since), FsyncPolicy::Interval(every)) if st.holder != Holder::Leader => {
+                    Some(since + every)
+                }
+                _ => None,
+            };
+            st = match deadline {
+                Some(deadline) => {
+                    let wait = deadline.saturating_duration_since(Instant::now());
+                    self.writer_cv
+                        .wait_timeout(st, wait)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0
+                }
+                None => self
+                    .writer_cv
+                    .wait(st)
+                    .unwrap_or_else(PoisonError::into_inner),
+            };
+            st.writer_idle = false;
+        }
+        st.holder = Holder::Thread;
+        let mut io = lock(&self.io);
+        if st.handoff {
+            st.handoff = false;
+        } else {
+            io.take(self, &mut st);
+        }
+        Round {
+            last: io.last,
+            sync_wanted: st.sync_wanted,
+            closing: st.closing,
+        }
+    }
 }
 
 /// The writer thread's body.
-pub(crate) fn run(shared: Arc<Shared>, active: Active) {
-    let mut writer = Writer {
-        guard: StopGuard(shared.clone()),
-        shared,
-        active,
-        buf: Vec::new(),
-        rotations: Vec::new(),
-        pos: 0,
-        next_rotation: 0,
-        unsynced_since: None,
-    };
-    if let Err(failure) = writer.run() {
-        writer.shared.fail(LogError::Failed(Arc::new(failure)));
+pub(crate) fn run(shared: Arc<Shared>) {
+    let guard = StopGuard(shared.clone());
+    if let Err(failure) = run_thread(&shared) {
+        shared.fail(LogError::Failed(Arc::new(failure)));
     }
-    drop(writer.guard);
+    drop(guard);
 }
 
 /// Marks the log stopped when the writer thread exits, also by panic, so that nobody waits
@@ -448,155 +682,112 @@ impl Drop for StopGuard {
     }
 }
 
-struct Writer {
-    shared: Arc<Shared>,
-    guard: StopGuard,
-    active: Active,
-    /// The group being written; swapped with the appenders' buffer.
-    buf: Vec<u8>,
-    rotations: Vec<Rotation>,
-    /// How much of `buf` is written (a group a full disk interrupted is resumed there).
-    pos: usize,
-    /// The first rotation of `rotations` not done yet.
-    next_rotation: usize,
-    /// When the oldest write not yet covered by an fdatasync happened.
-    unsynced_since: Option<Instant>,
-}
-
-/// What the writer took from the shared state for one round.
+/// What the writer thread took from the shared state for one round.
 struct Round {
     last: u64,
     sync_wanted: u64,
     closing: bool,
 }
 
-impl Writer {
-    fn run(&mut self) -> Result<(), IoFailure> {
-        loop {
-            let round = self.next_round();
-            self.write_group_retrying()?;
-            let shared = &self.shared;
-            let wrote = round.last > shared.written_seq();
-            if wrote {
-                shared.written.store(round.last, Ordering::Release);
-                if self.unsynced_since.is_none() {
-                    self.unsynced_since = Some(Instant::now());
-                }
+/// The writer thread's loop: one round per wake-up, holding the token.
+fn run_thread(shared: &Shared) -> Result<(), IoFailure> {
+    loop {
+        let round = shared.next_round();
+        let mut io = lock(&shared.io);
+        io.write_group_retrying(shared)?;
+        shared.publish_written(round.last);
+        let mut st = lock(&shared.state);
+        if round.last > shared.durable_seq() && st.unsynced_since.is_none() {
+            st.unsynced_since = Some(Instant::now());
+        }
+        let due = match shared.policy {
+            FsyncPolicy::Always => true,
+            FsyncPolicy::Interval(every) => st.unsynced_since.is_some_and(|t| t.elapsed() >= every),
+            FsyncPolicy::Never => false,
+        };
+        let sync = due || round.closing || round.sync_wanted > shared.durable_seq();
+        drop(st);
+        if sync && shared.durable_seq() < shared.written_seq() {
+            let covers = shared.written_seq();
+            io.active
+                .file
+                .sync_data()
+                .ctx(IoOp::SyncSegment, &io.active.path)?;
+            shared.durable.store(covers, Ordering::Release);
+            let mut st = lock(&shared.state);
+            st.unsynced_since = None;
+            if st.sync_waiters > 0 {
+                shared.synced_cv.notify_all();
             }
-            let due = match shared.policy {
-                FsyncPolicy::Always => true,
-                FsyncPolicy::Interval(every) => {
-                    self.unsynced_since.is_some_and(|t| t.elapsed() >= every)
-                }
-                FsyncPolicy::Never => false,
-            };
-            let sync = due || round.closing || round.sync_wanted > shared.durable_seq();
-            if sync && shared.durable_seq() < shared.written_seq() {
-                self.active
-                    .file
-                    .sync_data()
-                    .ctx(IoOp::SyncSegment, &self.active.path)?;
-                self.unsynced_since = None;
-                shared.durable.store(round.last, Ordering::Release);
-                let st = lock(&shared.state);
-                if st.sync_waiters > 0 {
-                    shared.synced_cv.notify_all();
-                }
-            }
-            let acked = match shared.policy {
-                FsyncPolicy::Always => shared.durable_seq(),
-                FsyncPolicy::Interval(_) | FsyncPolicy::Never => shared.written_seq(),
-            };
+        } else if sync {
+            lock(&shared.state).unsynced_since = None;
+        }
+        if matches!(shared.policy, FsyncPolicy::Always) {
+            let acked = shared.durable_seq();
             if acked > shared.acked.load(Ordering::Acquire) {
                 shared.acked.store(acked, Ordering::Release);
                 shared.wake(acked);
             }
-            if round.closing {
-                return Ok(());
-            }
+        }
+        if round.closing {
+            return Ok(());
         }
     }
+}
 
-    /// Waits until there is something to do and takes it.
-    fn next_round(&mut self) -> Round {
-        let shared = &self.shared;
-        let mut st = lock(&shared.state);
-        loop {
-            let work = !st.buf.is_empty() || st.closing || st.sync_wanted > shared.durable_seq();
-            if work {
-                break;
-            }
-            st.writer_idle = true;
-            match (self.unsynced_since, shared.policy) {
-                (Some(since), FsyncPolicy::Interval(every)) => {
-                    let deadline = since + every;
-                    let now = Instant::now();
-                    if now >= deadline {
-                        st.writer_idle = false;
-                        break;
-                    }
-                    st = shared
-                        .writer_cv
-                        .wait_timeout(st, deadline - now)
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .0;
-                }
-                _ => {
-                    st = shared
-                        .writer_cv
-                        .wait(st)
-                        .unwrap_or_else(PoisonError::into_inner);
-                }
-            }
-            st.writer_idle = false;
-        }
+impl Io {
+    /// Takes the appenders' buffer as the group to write (the holder of the token calls it
+    /// with the state locked).
+    fn take(&mut self, shared: &Shared, st: &mut State) {
+        debug_assert!(self.buf.is_empty() && self.handoff.is_none());
         mem::swap(&mut st.buf, &mut self.buf);
         mem::swap(&mut st.rotations, &mut self.rotations);
+        self.last = st.next_seq - 1;
         if st.blocked_appenders > 0 {
             shared.space_cv.notify_all();
         }
-        Round {
-            last: st.next_seq - 1,
-            sync_wanted: st.sync_wanted,
-            closing: st.closing,
-        }
     }
 
-    /// Writes the taken buffer; while the disk is full, stalls the log and tries again every
-    /// `retry_interval` (see the module doc). Closing gives up after one more try.
-    fn write_group_retrying(&mut self) -> Result<(), IoFailure> {
+    /// Writes the group; while the disk is full, stalls the log and tries again every
+    /// `retry_interval` (see the module doc). Closing gives up after one more try. A leader's
+    /// failed write is handled here as the first try's outcome.
+    fn write_group_retrying(&mut self, shared: &Shared) -> Result<(), IoFailure> {
         let mut stalled = false;
         let mut closing = false;
         loop {
-            match self.write_group() {
+            let outcome = match self.handoff.take() {
+                Some(failure) => Err(failure),
+                None => self.write_group(shared),
+            };
+            match outcome {
                 Ok(()) => {
                     if stalled {
-                        self.shared.resume();
+                        shared.resume();
                     }
                     return Ok(());
                 }
                 Err(failure) if failure.is_out_of_space() && !closing => {
                     if !stalled {
                         stalled = true;
-                        self.shared.stall(Arc::new(failure));
+                        shared.stall(Arc::new(failure));
                     }
-                    closing = self.shared.wait_retry();
+                    closing = shared.wait_retry();
                 }
                 Err(failure) => return Err(failure),
             }
         }
     }
 
-    /// Writes the taken buffer from where it stopped, rotating segments where the appenders
-    /// marked it.
-    fn write_group(&mut self) -> Result<(), IoFailure> {
+    /// Writes the group from where it stopped, rotating segments where the appenders marked
+    /// it.
+    fn write_group(&mut self, shared: &Shared) -> Result<(), IoFailure> {
         while let Some(&rotation) = self.rotations.get(self.next_rotation) {
-            self.write(self.pos, rotation.at)?;
+            self.write(shared, self.pos, rotation.at)?;
             self.pos = rotation.at;
-            self.rotate(rotation.first_seq)?;
+            self.rotate(shared, rotation.first_seq)?;
             self.next_rotation += 1;
         }
-        self.write(self.pos, self.buf.len())?;
+        self.write(shared, self.pos, self.buf.len())?;
         self.buf.clear();
         self.rotations.clear();
         self.pos = 0;
@@ -604,7 +795,7 @@ impl Writer {
         Ok(())
     }
 
-    fn write(&mut self, from: usize, to: usize) -> Result<(), IoFailure> {
+    fn write(&mut self, shared: &Shared, from: usize, to: usize) -> Result<(), IoFailure> {
         if from == to {
             return Ok(());
         }
@@ -621,7 +812,7 @@ impl Writer {
             return Err(failure);
         }
         self.active.len += (to - from) as u64;
-        let mut files = lock(&self.shared.files);
+        let mut files = lock(&shared.files);
         if let Some(segment) = files.segments.last_mut() {
             segment.bytes += (to - from) as u64;
         }
@@ -630,20 +821,19 @@ impl Writer {
 
     /// Finishes the current segment durably and starts the one whose first record is
     /// `first_seq`.
-    fn rotate(&mut self, first_seq: u64) -> Result<(), IoFailure> {
+    fn rotate(&mut self, shared: &Shared, first_seq: u64) -> Result<(), IoFailure> {
         self.active
             .file
             .sync_data()
             .ctx(IoOp::SyncSegment, &self.active.path)?;
-        let dir = &self.shared.dir;
+        let dir = &shared.dir;
         let path = dir.join(layout::segment_name(first_seq));
-        let file = self
-            .shared
+        let file = shared
             .storage
             .create_new(&path)
             .ctx(IoOp::CreateSegment, &path)?;
-        self.shared.storage.sync_dir(dir).ctx(IoOp::SyncDir, dir)?;
-        lock(&self.shared.files).segments.push(SegmentMeta {
+        shared.storage.sync_dir(dir).ctx(IoOp::SyncDir, dir)?;
+        lock(&shared.files).segments.push(SegmentMeta {
             first_seq,
             path: path.clone(),
             bytes: 0,
