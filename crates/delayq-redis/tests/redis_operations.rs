@@ -473,3 +473,58 @@ async fn racing_consumers_leave_no_ready_task_behind() {
         assert_eq!(a.queue.stats("t").await.unwrap().ready, 0);
     }
 }
+
+/// Concurrent single adds to one partition share add scripts (`storage/add.rs`, "Concurrent
+/// adds share a script"): Redis runs fewer add scripts than there are adds, every caller
+/// still gets its own outcome, and adds of one id race as if they ran one after the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_adds_share_scripts_and_keep_their_own_outcomes() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let ctx = delayq::StorageContext::new(std::sync::Arc::new(clock.clone()));
+    let i = Instance::start(ctx, options(&server).partitions(1)).await;
+    let q = &i.queue;
+    // Registers the topic and loads the script, so that what follows is adds only.
+    q.add(NewTask::new("orders", "first")).await.unwrap();
+    let scripts_run = || {
+        let stat = server
+            .info_field("commandstats", "cmdstat_evalsha")
+            .expect("evalsha in commandstats");
+        let calls = stat
+            .split(',')
+            .find_map(|kv| kv.strip_prefix("calls="))
+            .expect("calls=");
+        calls.parse::<u64>().expect("a count")
+    };
+    let before = scripts_run();
+    let n = 200;
+    let adds = (0..n).map(|k| {
+        // Even: an id of its own; odd: all the same id.
+        let id = if k % 2 == 0 {
+            format!("o-{k}")
+        } else {
+            "same".to_owned()
+        };
+        q.add(NewTask::new("orders", id).body(format!("body {k}")))
+    });
+    let outcomes = futures_util::future::join_all(adds).await;
+    let scripts = scripts_run() - before;
+    assert!(
+        scripts >= 1 && scripts < n as u64,
+        "{n} concurrent adds ran {scripts} add scripts"
+    );
+    let mut same_added = Vec::new();
+    for (k, outcome) in outcomes.iter().enumerate() {
+        match (k % 2, outcome) {
+            (0, Ok(AddOutcome::Added)) => {}
+            (1, Ok(AddOutcome::Added)) => same_added.push(k),
+            (1, Err(e)) if e.kind() == ErrorKind::Duplicate => {}
+            (_, other) => panic!("add {k}: {other:?}"),
+        }
+    }
+    assert_eq!(same_added.len(), 1, "one add of the shared id wins");
+    let winner = q.get("orders", "same").await.unwrap();
+    assert_eq!(winner.body, format!("body {}", same_added[0]).into_bytes());
+    let stats = q.stats("orders").await.unwrap();
+    assert_eq!(stats.total, 1 + n as u64 / 2 + 1);
+}

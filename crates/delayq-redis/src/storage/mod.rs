@@ -80,6 +80,8 @@ pub(crate) struct Shared {
     last_seq: AtomicU64,
     /// The pause ends at which this instance's parked consumers will be woken, by topic.
     pause_wakes: Arc<Mutex<HashMap<String, Millis>>>,
+    /// Concurrent adds to one partition, sharing a script.
+    adds: add::Coalescer,
     closed: AtomicBool,
 }
 
@@ -238,6 +240,7 @@ pub async fn start(ctx: StorageContext, options: RedisOptions) -> Result<Arc<Red
         receipts: pop::Receipts::new(seed),
         pause_wakes: Arc::default(),
         last_seq: AtomicU64::new(0),
+        adds: add::Coalescer::default(),
         closed: AtomicBool::new(false),
         options,
     });
