@@ -20,6 +20,7 @@
 mod model_tests;
 pub(crate) mod record;
 pub(crate) mod shard;
+pub(crate) mod slab;
 
 use std::collections::HashMap;
 use std::future::Future;

@@ -29,6 +29,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::slab::ChunkedSlab;
 use delayq_core::lifecycle::{self, AfterFailure, Op};
 use delayq_core::wheel::{Expired, Wheel};
 use delayq_core::{
@@ -36,7 +37,6 @@ use delayq_core::{
     TaskInfo, TaskSpec, TopicStats,
 };
 use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
-use slab::Slab;
 use std::hash::BuildHasher;
 
 use super::Journal;
@@ -84,7 +84,7 @@ impl Topic {
 
 /// One shard's state. See the module doc.
 pub(crate) struct Shard<J> {
-    records: Slab<Record>,
+    records: ChunkedSlab<Record>,
     topics: Vec<Topic>,
     topic_index: HashMap<Arc<str>, u32>,
     wheel: Wheel<u32>,
@@ -129,7 +129,7 @@ impl<J: Journal> Shard<J> {
         journal: J,
     ) -> Self {
         Shard {
-            records: Slab::new(),
+            records: ChunkedSlab::new(),
             topics: Vec::new(),
             topic_index: HashMap::new(),
             wheel: Wheel::new(now),
