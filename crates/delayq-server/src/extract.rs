@@ -65,6 +65,11 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, AppError> {
         }
         Some(_) => bytes,
     };
+    // The common case parses once, without tracking the path; only a body that fails is
+    // parsed again with it, to name the field in the error.
+    if let Ok(value) = serde_json::from_slice(bytes) {
+        return Ok(value);
+    }
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let value = serde_path_to_error::deserialize(&mut de).map_err(json_error)?;
     de.end().map_err(|e| AppError::Malformed(format!("{e}")))?;

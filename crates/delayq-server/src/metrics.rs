@@ -197,12 +197,23 @@ impl Cut {
 /// Method, route pattern and status of a request.
 type RequestKey = (&'static str, String, u16);
 
+/// A [`RequestKey`] borrowed from the request, to find its histogram without allocating: it
+/// hashes as the tuple does (fields in order, `&str` as `String`).
+#[derive(Hash)]
+struct RequestKeyRef<'a>(&'static str, &'a str, u16);
+
+impl hashbrown::Equivalent<RequestKey> for RequestKeyRef<'_> {
+    fn equivalent(&self, key: &RequestKey) -> bool {
+        self.0 == key.0 && self.1 == key.1 && self.2 == key.2
+    }
+}
+
 /// The HTTP layer's own metrics. Updating one is a read lock and an atomic add; the write
 /// lock is taken only the first time a topic or route is seen.
 #[derive(Default)]
 pub struct HttpMetrics {
     ops: RwLock<HashMap<String, Arc<OpCounters>>>,
-    requests: RwLock<HashMap<RequestKey, Arc<Histogram>>>,
+    requests: RwLock<hashbrown::HashMap<RequestKey, Arc<Histogram>>>,
     connections_open: AtomicU64,
     cuts: [AtomicU64; Cut::ALL.len()],
 }
@@ -244,10 +255,15 @@ impl HttpMetrics {
     /// Records one HTTP request.
     pub fn observe_request(&self, method: &str, route: &str, status: u16, took: Duration) {
         let method = known_method(method);
-        let key = (method, route.to_owned(), status);
-        let hist = self.requests.read().get(&key).cloned();
-        let hist =
-            hist.unwrap_or_else(|| Arc::clone(self.requests.write().entry(key).or_default()));
+        let hist = self
+            .requests
+            .read()
+            .get(&RequestKeyRef(method, route, status))
+            .cloned();
+        let hist = hist.unwrap_or_else(|| {
+            let key = (method, route.to_owned(), status);
+            Arc::clone(self.requests.write().entry(key).or_default())
+        });
         hist.observe(took);
     }
 
@@ -373,15 +389,17 @@ fn escape(value: &str) -> String {
 /// Middleware: times every request and records it by its route pattern.
 pub async fn track_requests(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let start = Instant::now();
-    let method = req.method().as_str().to_owned();
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let method = req.method().clone();
+    // MatchedPath is an `Arc<str>` inside: cloning it allocates nothing.
+    let route = req.extensions().get::<MatchedPath>().cloned();
     let response = next.run(req).await;
-    state
-        .metrics()
-        .observe_request(&method, &route, response.status().as_u16(), start.elapsed());
+    let route = route.as_ref().map_or("unmatched", MatchedPath::as_str);
+    state.metrics().observe_request(
+        method.as_str(),
+        route,
+        response.status().as_u16(),
+        start.elapsed(),
+    );
     response
 }
 
