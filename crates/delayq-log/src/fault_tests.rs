@@ -549,15 +549,20 @@ fn open_faulty(dir: &Path, policy: FsyncPolicy, fault: Fault) -> (Log, FaultySto
     (log, storage)
 }
 
+/// One of each policy, with a short interval.
+fn every_policy() -> [FsyncPolicy; 3] {
+    [
+        FsyncPolicy::Always,
+        FsyncPolicy::Interval(Duration::from_millis(5)),
+        FsyncPolicy::Never,
+    ]
+}
+
 /// Under `Interval` the write happens on the leader's thread (here the waiting test
 /// thread), then the failure is the writer thread's: a stall.
 #[test]
 fn disk_full_stalls_the_log_until_space_returns_then_writes_everything_in_order() {
-    for policy in [
-        FsyncPolicy::Always,
-        FsyncPolicy::Interval(Duration::from_millis(5)),
-        FsyncPolicy::Never,
-    ] {
+    for policy in every_policy() {
         disk_full_stalls_then_writes_everything(policy);
     }
 }
@@ -651,11 +656,7 @@ fn waiters_lead_the_write_except_under_always() {
 /// A ticket dropped without waiting has no leader: the writer thread writes its records.
 #[test]
 fn records_of_a_dropped_ticket_are_written_all_the_same() {
-    for policy in [
-        FsyncPolicy::Always,
-        FsyncPolicy::Interval(Duration::from_millis(5)),
-        FsyncPolicy::Never,
-    ] {
+    for policy in every_policy() {
         let dir = tempfile::tempdir().unwrap();
         let (log, storage) = open_faulty(dir.path(), policy, Fault::None);
         drop(log.append(b"dropped").unwrap());
