@@ -12,10 +12,10 @@ mod browser;
 mod support;
 
 use browser::Browser;
-use delayq_server::config::{FsyncPolicy, StorageConfig, TokenConfig};
+use delayq_server::config::{FsyncPolicy, StorageConfig};
 use delayq_testkit::{FaultProxy, Faults, RedisServer};
 use serde_json::{Value, json};
-use support::{Builder, Server, server};
+use support::{Builder, READER, Server, WRITER, server};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
@@ -153,15 +153,8 @@ async fn overview_equals_stats(s: &Server, b: &Browser) {
     let mut sum = json!({});
     for (topic, counts) in &topics {
         let shown = row_counts(b, &format!("#topics tr[data-topic=\"{topic}\"]")).await;
-        for field in [
-            "delayed",
-            "ready",
-            "active",
-            "dead",
-            "finished",
-            "cancelled",
-            "total",
-        ] {
+        let fields = delayq::State::ALL.map(|state| state.name());
+        for field in fields.into_iter().chain(["total"]) {
             assert_eq!(
                 shown[field], counts[field],
                 "{topic} {field}: {shown} vs {counts}"
@@ -360,21 +353,9 @@ async fn dashboard_flows_redis() {
     flows(Mode::Redis).await;
 }
 
-const WRITER: &str = "writer-token-0123456789";
-const READER: &str = "reader-token-0123456789";
-
 async fn read_only(mode: Mode) {
-    let setup = start(mode, |b| {
-        b.config(|c| {
-            c.tokens = vec![
-                TokenConfig::new(WRITER),
-                TokenConfig::new(READER).read_only(),
-            ];
-        })
-    })
-    .await;
-    let mut s = setup.server;
-    s.token = Some(WRITER.into());
+    let setup = start(mode, |b| b.with_writer_and_reader()).await;
+    let s = setup.server;
     populate(&s).await;
     let b = Browser::start().await;
 

@@ -6,12 +6,8 @@
 
 mod support;
 
-use delayq_server::config::TokenConfig;
 use serde_json::json;
-use support::server;
-
-const WRITER: &str = "writer-token-0123456789";
-const READER: &str = "reader-token-0123456789";
+use support::{READER, WRITER, server};
 
 fn client() -> reqwest::Client {
     reqwest::Client::builder()
@@ -116,15 +112,7 @@ async fn the_live_part_is_served_alone_and_errors_keep_their_status() {
 
 #[tokio::test]
 async fn login_keeps_the_token_in_a_strict_http_only_session_cookie() {
-    let s = server()
-        .config(|c| {
-            c.tokens = vec![
-                TokenConfig::new(WRITER),
-                TokenConfig::new(READER).read_only(),
-            ];
-        })
-        .start()
-        .await;
+    let s = server().with_writer_and_reader().start().await;
     let c = client();
     // No token: the pages send to the login page, the API answers 401 as before.
     let page = c.get(s.url("/ui/topic?name=a")).send().await.unwrap();
@@ -176,17 +164,7 @@ async fn login_keeps_the_token_in_a_strict_http_only_session_cookie() {
 
 #[tokio::test]
 async fn actions_need_the_same_origin_and_a_token_that_may_write() {
-    let s = server()
-        .config(|c| {
-            c.tokens = vec![
-                TokenConfig::new(WRITER),
-                TokenConfig::new(READER).read_only(),
-            ];
-        })
-        .start()
-        .await;
-    let mut s = s;
-    s.token = Some(WRITER.into());
+    let s = server().with_writer_and_reader().start().await;
     s.add("orders", "a", json!({"delay_ms": 60_000})).await;
     let c = client();
     let act = |token: &str, origin: Option<String>| {

@@ -41,12 +41,35 @@ pub(super) mod colors {
 /// A line chart of `lines` over the `span_s` seconds up to now (x in minutes ago), with
 /// `unit` on the y axis. Returns the SVG, or why it could not be drawn.
 pub(super) fn lines(title: &str, unit: &str, span_s: f64, lines: &[Line<'_>]) -> String {
+    svg(title, LINES_SIZE, |root| {
+        draw_lines(root, title, unit, span_s, lines)
+    })
+}
+
+/// Draws with `draw` into an SVG of `size`; the SVG, or what is shown instead when it failed.
+fn svg(
+    title: &str,
+    size: (u32, u32),
+    draw: impl FnOnce(&DrawingArea<SVGBackend<'_>, Shift>) -> Result<(), String>,
+) -> String {
     let mut out = String::new();
-    let drawn = {
-        let root = SVGBackend::with_string(&mut out, LINES_SIZE).into_drawing_area();
-        draw_lines(&root, title, unit, span_s, lines)
-    };
+    let drawn = draw(&SVGBackend::with_string(&mut out, size).into_drawing_area());
     drawn.map_or_else(|e| failed(title, &e), |()| out)
+}
+
+/// The frame every chart shares: a white ground, the title, room for the axis labels.
+fn frame<'a, 'b>(
+    root: &'a DrawingArea<SVGBackend<'b>, Shift>,
+    title: &str,
+) -> Result<ChartBuilder<'a, 'b, SVGBackend<'b>>, String> {
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let mut builder = ChartBuilder::on(root);
+    builder
+        .caption(title, ("sans-serif", 15))
+        .margin(8)
+        .x_label_area_size(40)
+        .y_label_area_size(48);
+    Ok(builder)
 }
 
 fn draw_lines(
@@ -62,12 +85,7 @@ fn draw_lines(
         .fold(0.0, f64::max);
     let y_max = if top > 0.0 { top * 1.15 } else { 1.0 };
     let minutes = span_s / 60.0;
-    root.fill(&WHITE).map_err(|e| e.to_string())?;
-    let mut chart = ChartBuilder::on(root)
-        .caption(title, ("sans-serif", 15))
-        .margin(8)
-        .x_label_area_size(40)
-        .y_label_area_size(48)
+    let mut chart = frame(root, title)?
         .build_cartesian_2d(-minutes..0.0, 0.0..y_max)
         .map_err(|e| e.to_string())?;
     chart
@@ -120,12 +138,9 @@ fn draw_lines(
 
 /// A bar chart: one bar per bucket, labelled below.
 pub(super) fn bars(title: &str, labels: &[String], counts: &[u64]) -> String {
-    let mut out = String::new();
-    let drawn = {
-        let root = SVGBackend::with_string(&mut out, BARS_SIZE).into_drawing_area();
-        draw_bars(&root, title, labels, counts)
-    };
-    drawn.map_or_else(|e| failed(title, &e), |()| out)
+    svg(title, BARS_SIZE, |root| {
+        draw_bars(root, title, labels, counts)
+    })
 }
 
 fn draw_bars(
@@ -138,12 +153,7 @@ fn draw_bars(
     // Counts are whole: at least 0..5, so the axis never shows fractions of a task.
     let top = counts.iter().copied().max().unwrap_or(0) as f64;
     let y_max = (top * 1.15).max(5.0).ceil();
-    root.fill(&WHITE).map_err(|e| e.to_string())?;
-    let mut chart = ChartBuilder::on(root)
-        .caption(title, ("sans-serif", 15))
-        .margin(8)
-        .x_label_area_size(40)
-        .y_label_area_size(48)
+    let mut chart = frame(root, title)?
         .build_cartesian_2d((0..n).into_segmented(), 0.0..y_max)
         .map_err(|e| e.to_string())?;
     chart

@@ -50,12 +50,7 @@ pub(super) async fn overview(
 ) -> Response {
     let params = Params::parse(q.as_deref().unwrap_or(""));
     let content = overview_content(&state, &caller, &params).await;
-    let ctx = Ctx {
-        caller: &caller,
-        auth_on: state.auth().is_enabled(),
-        flash: flash(&params),
-        topic: None,
-    };
+    let ctx = Ctx::new(&state, &caller, flash(&params), None);
     views::respond(fragment_only(&headers), content, |live| {
         let body = html! {
             h1 { "Overview" }
@@ -86,7 +81,10 @@ async fn overview_content(
     let page = params.number("page", 1, 1, pages)?;
     let from = ((page - 1) * TOPICS_PER_PAGE) as usize;
     let rows = shown.iter().skip(from).take(TOPICS_PER_PAGE as usize);
-    let sum = sum_of(all.iter().map(|(_, s)| s));
+    let sum = all.iter().fold(TopicStats::default(), |mut sum, (_, s)| {
+        sum.merge(s);
+        sum
+    });
     // The charts and the instances sum every topic: only for a caller who may see them all.
     let (charts, instances) = if caller.is_unrestricted() {
         (
@@ -121,7 +119,7 @@ async fn overview_content(
                 tbody {
                     @for (name, stats) in rows {
                         tr data-topic=(name) {
-                            td { a href=(format!("/ui/topic?{}", query(&[("name", name)]))) { (name) } }
+                            td { a href=(topic_link(name)) { (name) } }
                             td { (pause_badge(stats, now)) }
                             (count_cells(stats))
                             td { @if let Some(due) = stats.next_due_ms { (views::when(due, now)) } @else { span.muted { "—" } } }
@@ -145,24 +143,6 @@ async fn overview_content(
                 }))
             }
         }
-    })
-}
-
-/// The sum of several topics' counters; the next due is the earliest.
-fn sum_of<'a>(stats: impl Iterator<Item = &'a TopicStats>) -> TopicStats {
-    stats.fold(TopicStats::default(), |mut acc, s| {
-        acc.delayed += s.delayed;
-        acc.ready += s.ready;
-        acc.active += s.active;
-        acc.dead += s.dead;
-        acc.finished += s.finished;
-        acc.cancelled += s.cancelled;
-        acc.total += s.total;
-        acc.next_due_ms = match (acc.next_due_ms, s.next_due_ms) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        acc
     })
 }
 
@@ -208,13 +188,8 @@ pub(super) async fn topic(
     let params = Params::parse(q.as_deref().unwrap_or(""));
     let name = params.get("name").unwrap_or("").to_owned();
     let content = topic_content(&state, &caller, &params).await;
-    let ctx = Ctx {
-        caller: &caller,
-        auth_on: state.auth().is_enabled(),
-        flash: flash(&params),
-        topic: Some(&name),
-    };
-    let back = format!("/ui/topic?{}", query(&[("name", &name)]));
+    let ctx = Ctx::new(&state, &caller, flash(&params), Some(&name));
+    let back = topic_link(&name);
     views::respond(fragment_only(&headers), content, |live| {
         let body = html! {
             p.muted { a href="/" { "Overview" } " / topic" }
@@ -467,6 +442,10 @@ async fn extensions(state: &AppState, topic: &str, now: u64) -> Result<Option<Ma
 /// How many next occurrences of each schedule the topic page lists.
 const UPCOMING_SHOWN: usize = 3;
 
+fn topic_link(name: &str) -> String {
+    format!("/ui/topic?{}", query(&[("name", name)]))
+}
+
 fn task_link(topic: &str, id: &str) -> String {
     format!("/ui/task?{}", query(&[("topic", topic), ("id", id)]))
 }
@@ -488,18 +467,13 @@ pub(super) async fn task(
     let params = Params::parse(q.as_deref().unwrap_or(""));
     let topic = params.get("topic").unwrap_or("").to_owned();
     let id = params.get("id").unwrap_or("").to_owned();
-    let ctx = Ctx {
-        caller: &caller,
-        auth_on: state.auth().is_enabled(),
-        flash: flash(&params),
-        topic: Some(&topic),
-    };
+    let ctx = Ctx::new(&state, &caller, flash(&params), Some(&topic));
     let content = task_content(&state, &ctx, &params).await;
     views::respond(fragment_only(&headers), content, |live| {
         let body = html! {
             p.muted {
                 a href="/" { "Overview" } " / "
-                a href=(format!("/ui/topic?{}", query(&[("name", &topic)]))) { (topic) }
+                a href=(topic_link(&topic)) { (topic) }
                 " / task"
             }
             h1 #task-id { (id) }
@@ -520,7 +494,7 @@ async fn task_content(
     let t = state.queue().get(topic, id).await?;
     let now = now(state);
     let back = task_link(topic, id);
-    let topic_page = format!("/ui/topic?{}", query(&[("name", topic)]));
+    let topic_page = topic_link(topic);
     Ok(html! {
         div.grid {
             div.card {
@@ -671,12 +645,7 @@ pub(super) async fn find(
     RawQuery(q): RawQuery,
 ) -> Response {
     let params = Params::parse(q.as_deref().unwrap_or(""));
-    let ctx = Ctx {
-        caller: &caller,
-        auth_on: state.auth().is_enabled(),
-        flash: None,
-        topic: params.get("topic"),
-    };
+    let ctx = Ctx::new(&state, &caller, None, params.get("topic"));
     match find_topics(&state, &caller, &params).await {
         Ok(topics) if topics.len() == 1 => {
             let id = params.get("id").unwrap_or("");

@@ -24,7 +24,22 @@ pub(super) struct Ctx<'a> {
     pub topic: Option<&'a str>,
 }
 
-impl Ctx<'_> {
+impl<'a> Ctx<'a> {
+    /// The context of a page for `caller`, about `topic` if any.
+    pub fn new(
+        state: &AppState,
+        caller: &'a Caller,
+        flash: Option<Flash>,
+        topic: Option<&'a str>,
+    ) -> Self {
+        Ctx {
+            caller,
+            auth_on: state.auth().is_enabled(),
+            flash,
+            topic,
+        }
+    }
+
     /// Whether the caller may act (a read-only token may not).
     pub fn can_write(&self) -> bool {
         !self.caller.is_read_only()

@@ -18,6 +18,10 @@ use tokio::sync::oneshot;
 
 /// The token of the test servers that have auth on; it may use every topic.
 pub const ADMIN: &str = "admin-token-0123456789";
+/// With [`Builder::with_writer_and_reader`]: a token that may write.
+pub const WRITER: &str = "writer-token-0123456789";
+/// With [`Builder::with_writer_and_reader`]: a read-only token.
+pub const READER: &str = "reader-token-0123456789";
 /// A token limited to the topics `orders` and `orders-2`.
 pub const ORDERS_ONLY: &str = "orders-token-0123456789";
 
@@ -119,6 +123,16 @@ impl Builder {
             TokenConfig::for_topics(ORDERS_ONLY, vec!["orders".into(), "orders-2".into()]),
         ];
         self.token = Some(ADMIN.into());
+        self
+    }
+
+    /// Turns auth on with [`WRITER`] and the read-only [`READER`]; requests send [`WRITER`].
+    pub fn with_writer_and_reader(mut self) -> Self {
+        self.config.tokens = vec![
+            TokenConfig::new(WRITER),
+            TokenConfig::new(READER).read_only(),
+        ];
+        self.token = Some(WRITER.into());
         self
     }
 
