@@ -685,4 +685,22 @@ mod tests {
         );
         assert!(out.contains(&format!("_count{{{labels}}} 2")), "{out}");
     }
+
+    /// The borrowed key finds the entry the owned key made: otherwise every request would
+    /// miss the read lock's lookup and take the write lock (the counts would still be right).
+    #[test]
+    fn a_request_key_is_found_without_allocating() {
+        let m = HttpMetrics::default();
+        m.observe_request("GET", "/stats", 200, Duration::from_micros(1));
+        let requests = m.requests.read();
+        assert_eq!(requests.len(), 1);
+        assert!(requests.get(&RequestKeyRef("GET", "/stats", 200)).is_some());
+        for other in [
+            RequestKeyRef("POST", "/stats", 200),
+            RequestKeyRef("GET", "/stat", 200),
+            RequestKeyRef("GET", "/stats", 404),
+        ] {
+            assert!(requests.get(&other).is_none());
+        }
+    }
 }

@@ -177,7 +177,6 @@ impl Shared {
 
     /// Adds the tasks as `chunks` (indexes into `tasks`), one script each in one pipeline.
     async fn add_chunks(&self, tasks: &[TaskSpec], chunks: &[Chunk<'_>]) -> Result<Vec<AddResult>> {
-        let what = WHAT;
         let now = self.ctx.clock.now_ms();
         let keys: Vec<PartitionKeys> = chunks
             .iter()
@@ -189,7 +188,7 @@ impl Shared {
             .map(|(c, pk)| self.add_invocation(pk, c, tasks, now))
             .collect();
         // With several scripts, some may have run before the one that failed.
-        let replies = self.redis.run_scripts(what, &invs).await.map_err(|e| {
+        let replies = self.redis.run_scripts(WHAT, &invs).await.map_err(|e| {
             if invs.len() > 1 {
                 maybe_applied(e)
             } else {
@@ -198,7 +197,7 @@ impl Shared {
         })?;
         let mut results: Vec<Option<AddResult>> = (0..tasks.len()).map(|_| None).collect();
         for (c, result) in chunks.iter().zip(replies) {
-            match result.and_then(|v| Reply::parse(v, what)) {
+            match result.and_then(|v| Reply::parse(v, WHAT)) {
                 Ok(reply) => {
                     self.effects(c.topic, c.partition, &reply);
                     for (k, &i) in c.members.iter().enumerate() {
@@ -216,7 +215,7 @@ impl Shared {
         if results.iter().any(|r| matches!(r, Some(Ok(_)))) {
             let bases = keys.iter().map(|pk| pk.base.as_str());
             self.redis
-                .replicated(what, bases)
+                .replicated(WHAT, bases)
                 .await
                 .map_err(maybe_applied)?;
         }
