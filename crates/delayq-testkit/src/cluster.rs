@@ -34,7 +34,8 @@ impl RedisCluster {
         SHARED.get_or_init(|| {
             let cluster = Self::start_inner(1);
             let pids: Vec<u32> = cluster.nodes.iter().filter_map(RedisServer::pid).collect();
-            crate::kill_when_process_ends(&pids);
+            let dirs: Vec<&std::path::Path> = cluster.nodes.iter().map(RedisServer::dir).collect();
+            crate::kill_when_process_ends(&pids, &dirs);
             cluster
         })
     }

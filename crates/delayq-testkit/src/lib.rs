@@ -263,16 +263,29 @@ pub fn cli(port: u16, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Starts a watchdog (`sh`) that SIGKILLs `pids` once this process has ended, for servers
-/// kept in statics, which are never dropped.
+/// Starts a watchdog (`sh`) that SIGKILLs `pids` once this process has ended, then removes
+/// the directories `dirs`: for servers kept in statics, which are never dropped (so their
+/// `TempDir`s would stay behind, one per node and test binary).
 #[allow(
     clippy::zombie_processes,
     reason = "the watchdog outlives this process on purpose; init reaps it"
 )]
-pub fn kill_when_process_ends(pids: &[u32]) {
+pub fn kill_when_process_ends(pids: &[u32], dirs: &[&Path]) {
     let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
+    // Single-quoted for sh; a path with a quote in it is left alone rather than mangled.
+    let dirs: Vec<String> = dirs
+        .iter()
+        .filter_map(|d| d.to_str())
+        .filter(|d| !d.contains('\''))
+        .map(|d| format!("'{d}'"))
+        .collect();
+    let remove = if dirs.is_empty() {
+        String::new()
+    } else {
+        format!("; rm -rf {}", dirs.join(" "))
+    };
     let script = format!(
-        "while kill -0 {me} 2>/dev/null; do sleep 0.5; done; kill -9 {pids} 2>/dev/null",
+        "while kill -0 {me} 2>/dev/null; do sleep 0.5; done; kill -9 {pids} 2>/dev/null{remove}",
         me = std::process::id(),
         pids = pids.join(" ")
     );

@@ -48,7 +48,7 @@ impl Browser {
             .stderr(Stdio::null())
             .spawn()
             .expect("start chromedriver (Debian's chromium-driver; scripts/test installs it)");
-        delayq_testkit::kill_when_process_ends(&[driver.id()]);
+        delayq_testkit::kill_when_process_ends(&[driver.id()], &[]);
         let profile = tempfile::tempdir().expect("profile dir");
         let mut caps = Map::new();
         caps.insert(
