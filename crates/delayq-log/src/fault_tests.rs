@@ -621,16 +621,24 @@ fn disk_full_stalls_then_writes_everything(policy: FsyncPolicy) {
 
 /// Who writes: under `Interval` and `Never` the waiter itself (no hand-off to the writer
 /// thread and back), under `Always` the writer thread (its fdatasync must not block a waiter).
+///
+/// Under `Interval` the writer thread also holds the token now and then: when it wakes to
+/// arm the fdatasync timer (once per interval here, 1 s) it writes what it finds buffered,
+/// so there the waiter writes nearly every record, not all (a full run saw 19 of 20).
 #[test]
 fn waiters_lead_the_write_except_under_always() {
     let me = std::thread::current()
         .name()
         .unwrap_or("unnamed")
         .to_string();
-    for (policy, writer) in [
-        (FsyncPolicy::Always, "delayq-log"),
-        (FsyncPolicy::Interval(Duration::from_millis(5)), me.as_str()),
-        (FsyncPolicy::Never, me.as_str()),
+    for (policy, writer, at_least) in [
+        (FsyncPolicy::Always, "delayq-log", 20),
+        (
+            FsyncPolicy::Interval(Duration::from_secs(1)),
+            me.as_str(),
+            15,
+        ),
+        (FsyncPolicy::Never, me.as_str(), 20),
     ] {
         let dir = tempfile::tempdir().unwrap();
         let (log, storage) = open_faulty(dir.path(), policy, Fault::None);
@@ -644,8 +652,13 @@ fn waiters_lead_the_write_except_under_always() {
             20,
             "{policy:?}: one write a record, {threads:?}"
         );
+        let by_writer = threads.iter().filter(|t| *t == writer).count();
         assert!(
-            threads.iter().all(|t| t == writer),
+            by_writer >= at_least,
+            "{policy:?}: {by_writer} of 20 by {writer}: {threads:?}"
+        );
+        assert!(
+            threads.iter().all(|t| t == writer || t == "delayq-log"),
             "{policy:?}: {threads:?}"
         );
         log.close().unwrap();
