@@ -132,9 +132,19 @@ pub fn inspect(dir: impl AsRef<Path>) -> Result<InspectReport, InspectError> {
         snapshot_covers_seq: 0,
         last_seq: 0,
     };
+    report.snapshot_covers_seq = inspect_snapshots(&listing.snapshots, &mut report)?;
+    report.last_seq = inspect_segments(&listing.segments, &mut report)?;
+    Ok(report)
+}
 
+/// Checks every snapshot into `report`; returns the covered sequence number of the one an
+/// open would use, the newest intact one (0 without one).
+fn inspect_snapshots(
+    snapshots: &[(u64, PathBuf)],
+    report: &mut InspectReport,
+) -> Result<u64, InspectError> {
     let mut chosen = None;
-    for (covers_seq, path) in listing.snapshots.iter().rev() {
+    for (covers_seq, path) in snapshots.iter().rev() {
         let mut records = 0;
         let damage = match snapshot::read(path, *covers_seq, |_| {
             records += 1;
@@ -160,10 +170,16 @@ pub fn inspect(dir: impl AsRef<Path>) -> Result<InspectReport, InspectError> {
         });
     }
     report.snapshots.reverse();
-    let covers = chosen.unwrap_or(0);
-    report.snapshot_covers_seq = covers;
+    Ok(chosen.unwrap_or(0))
+}
 
-    let segments = &listing.segments;
+/// Checks every segment into `report`, after the snapshot covering
+/// `report.snapshot_covers_seq`; returns the last sequence number an open would recover.
+fn inspect_segments(
+    segments: &[(u64, PathBuf)],
+    report: &mut InspectReport,
+) -> Result<u64, InspectError> {
+    let covers = report.snapshot_covers_seq;
     let obsolete = segments
         .windows(2)
         .take_while(|w| w[1].0 <= covers + 1)
@@ -176,7 +192,6 @@ pub fn inspect(dir: impl AsRef<Path>) -> Result<InspectReport, InspectError> {
                 ScanError::Io(f) => f,
                 _ => unreachable!("segment scans report damage, not errors"),
             })?;
-        let is_newest = index + 1 == segments.len();
         if index >= obsolete && !gap_reported {
             if *first_seq > expected {
                 report.problems.push(Problem::MissingRecords {
@@ -192,6 +207,7 @@ pub fn inspect(dir: impl AsRef<Path>) -> Result<InspectReport, InspectError> {
         // Damage in a segment the snapshot makes obsolete does not matter: open skips and
         // removes it.
         if let Some(damage) = scan.damage.as_ref().filter(|_| index >= obsolete) {
+            let is_newest = index + 1 == segments.len();
             report.problems.push(if is_newest && damage.torn {
                 Problem::TornTail(TornTail {
                     file: path.clone(),
@@ -214,8 +230,7 @@ pub fn inspect(dir: impl AsRef<Path>) -> Result<InspectReport, InspectError> {
             valid_bytes: scan.valid_len,
         });
     }
-    report.last_seq = expected - 1;
-    Ok(report)
+    Ok(expected - 1)
 }
 
 /// Options for [`repair`].

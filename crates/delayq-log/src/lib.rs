@@ -1,5 +1,5 @@
-//! delayq's append-only log: opaque byte records, framed and checksummed, written by one
-//! writer thread with group commit, compacted by snapshots, recovered after a crash.
+//! delayq's append-only log: opaque byte records, framed and checksummed, written with group
+//! commit, compacted by snapshots, recovered after a crash.
 //!
 //! The log knows nothing about tasks. The queue engine opens one [`Log`] per shard (each in
 //! its own directory, each with its own writer thread), appends one record per state change
@@ -40,16 +40,28 @@
 //! # Writer and group commit
 //!
 //! [`Log::append`] never does IO: it encodes the record into a shared buffer under a mutex,
-//! assigns the next sequence number and returns a [`Ticket`]. One writer thread per log takes
-//! the whole buffer at once, writes it with one write(2) (per segment touched), and under
-//! [`FsyncPolicy::Always`] runs one fdatasync for the whole group; then it completes every
-//! ticket of the group. While it writes, appenders fill the next group. An idle writer sleeps
-//! on a condition variable and costs no CPU. Appends block only for back-pressure, when more
-//! than `max_buffered_bytes` (64 MiB by default) wait for the writer.
+//! assigns the next sequence number and returns a [`Ticket`]. Whoever holds the log's write
+//! token takes the whole buffer at once and writes it with one write(2) per segment touched,
+//! while appenders fill the next group. Under [`FsyncPolicy::Interval`] and
+//! [`FsyncPolicy::Never`] that is usually a **leader**: the first appender that waits on its
+//! ticket and finds nobody writing writes the group on its own thread, which saves a
+//! hand-off to a thread and back. The log's writer thread does what may block for long or
+//! must happen without a waiter: the timed fdatasync of `Interval`, every write and
+//! fdatasync under [`FsyncPolicy::Always`] (one fdatasync for the whole group, so
+//! throughput grows with concurrency), `sync`, closing, a group nobody waits for, and the
+//! retries while the disk is full. An idle log's thread sleeps on a condition variable and
+//! costs no CPU. Appends block only for back-pressure, when more than `max_buffered_bytes`
+//! (64 MiB by default) wait to be written. The module doc of `writer.rs` gives the details.
 //!
-//! An IO error (write or fsync, e.g. `ENOSPC`, `EACCES`) fails the log for good, because a
-//! failed fsync cannot be retried safely: the tickets of the group get a [`LogError`] naming
-//! the operation and the file, and every later append fails at once with the same cause.
+//! A write refused for lack of space (`ENOSPC`, `EDQUOT`, `EFBIG`) **stalls** the log
+//! instead of failing it: the segment is cut back to its length before the write, the group
+//! is kept in memory, the tickets issued so far and during the stall fail with
+//! [`LogError::Stalled`] (nothing promises their records will be written), and the write is
+//! tried again every `retry_interval`; when it succeeds the log carries on in order.
+//! [`Log::stalled`] tells a caller not to add to the backlog meanwhile. Any other IO error
+//! (a failed fsync cannot be retried safely) fails the log for good: the pending tickets get
+//! a [`LogError`] naming the operation and the file, and every later append fails at once
+//! with the same cause.
 //!
 //! # Loss window per policy
 //!

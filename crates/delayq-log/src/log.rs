@@ -11,7 +11,7 @@ use crate::options::LogOptions;
 use crate::recovery::{self, RecoveryReport, Replayed};
 use crate::snapshot;
 use crate::ticket::Ticket;
-use crate::writer::{self, Shared, lock as lock_mutex};
+use crate::writer::{self, GroupCommit, lock as lock_mutex};
 
 /// An open append-only log in one directory, with its own writer thread.
 ///
@@ -19,7 +19,7 @@ use crate::writer::{self, Shared, lock as lock_mutex};
 /// (best effort, errors ignored); call [`Log::close`] to see them.
 #[derive(Debug)]
 pub struct Log {
-    shared: Arc<Shared>,
+    shared: Arc<GroupCommit>,
     writer: Option<JoinHandle<()>>,
     snapshot_lock: Mutex<()>,
     lock: Option<DirLock>,
@@ -93,7 +93,7 @@ impl Log {
             LockError::Io(f) => OpenError::Io(f),
         })?;
         let recovered = recovery::recover(dir, &options, &mut replay)?;
-        let shared = Arc::new(Shared::new(
+        let shared = Arc::new(GroupCommit::new(
             dir,
             &options,
             recovered.next_seq,

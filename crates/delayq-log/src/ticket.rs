@@ -18,7 +18,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::thread::{self, Thread};
 
 use crate::error::LogError;
-use crate::writer::{Shared, lock};
+use crate::writer::{GroupCommit, lock};
 
 /// Wakers of pending waits, keyed by (sequence number, registration id).
 #[derive(Debug, Default)]
@@ -53,7 +53,7 @@ fn mem_take_values(map: BTreeMap<(u64, u64), Waker>) -> Vec<Waker> {
 /// Records are acknowledged in sequence order, so waiting on a later ticket also waits for
 /// every earlier one; callers may drop all but the last ticket of a burst.
 pub struct Ticket {
-    shared: Arc<Shared>,
+    shared: Arc<GroupCommit>,
     first: u64,
     last: u64,
     /// Whether dropping it must make sure its records get written (see [`Drop`]).
@@ -70,7 +70,7 @@ impl fmt::Debug for Ticket {
 }
 
 impl Ticket {
-    pub(crate) fn new(shared: Arc<Shared>, first: u64, last: u64) -> Self {
+    pub(crate) fn new(shared: Arc<GroupCommit>, first: u64, last: u64) -> Self {
         Self {
             shared,
             first,
@@ -126,7 +126,7 @@ impl Ticket {
 }
 
 /// The outcome for `seq`, if there is one yet.
-fn check(shared: &Shared, seq: u64) -> Option<Result<u64, LogError>> {
+fn check(shared: &GroupCommit, seq: u64) -> Option<Result<u64, LogError>> {
     if shared.acked.load(Ordering::Acquire) >= seq {
         return Some(Ok(seq));
     }
@@ -142,7 +142,7 @@ fn check(shared: &Shared, seq: u64) -> Option<Result<u64, LogError>> {
 /// The future returned by [`Ticket::wait`].
 #[must_use = "futures do nothing unless polled"]
 pub struct Wait {
-    shared: Arc<Shared>,
+    shared: Arc<GroupCommit>,
     seq: u64,
     key: Option<u64>,
     /// Whether it resolved.

@@ -2,7 +2,7 @@
 //!
 //! # Appending
 //!
-//! [`Shared::append`] takes the state mutex, encodes the records into the buffer (frames,
+//! [`GroupCommit::append`] takes the state mutex, encodes the records into the buffer (frames,
 //! plus a segment header where a new segment must start), assigns the next sequence numbers
 //! and returns a [`Ticket`]. It does no IO. The only way it can block is back-pressure: when
 //! more than `max_buffered_bytes` are waiting to be written, it waits until somebody takes
@@ -11,13 +11,13 @@
 //! # Group commit, and who writes
 //!
 //! One party at a time holds the *write token* (`State::holder`) and with it the segment
-//! file (`Shared::io`): it swaps the whole buffer out under the state mutex, so appenders
+//! file (`GroupCommit::io`): it swaps the whole buffer out under the state mutex, so appenders
 //! keep going while it writes everything in one write(2) per segment, then publishes the new
 //! written (and, per policy, acknowledged) sequence number and wakes the tickets it covers.
 //!
 //! Under `Interval` and `Never` the token usually goes to a **leader**: the first waiter that
 //! finds its records not yet written and nobody writing takes the token and writes the
-//! waiting group on its own thread (see [`Shared::lead`]). Records appended while it writes
+//! waiting group on its own thread (see [`GroupCommit::lead`]). Records appended while it writes
 //! are taken by its next round (at most [`LEADER_ROUNDS`] of them), then by the next leader
 //! or the writer thread. This saves the hand-off to a thread and back that would otherwise
 //! cost more than the write itself: an add arriving every few microseconds found the writer
@@ -109,7 +109,7 @@ struct Rotation {
 /// writer thread: its own records are in the first, and its caller is waiting for it.
 pub(crate) const LEADER_ROUNDS: usize = 4;
 
-/// Who holds the write token (and may lock [`Shared::io`]).
+/// Who holds the write token (and may lock [`GroupCommit::io`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Holder {
     /// Nobody: the next leader or the writer thread may take it.
@@ -192,9 +192,11 @@ pub(crate) struct Io {
     handoff: Option<IoFailure>,
 }
 
-/// The part of a log shared by its handle, its tickets and its writer thread.
+/// The group commit of one log: the appenders' buffer, the write token and the segment it
+/// guards, and how far records are written, synced and acknowledged. Shared by the log's
+/// handle, its tickets and its writer thread.
 #[derive(Debug)]
-pub(crate) struct Shared {
+pub(crate) struct GroupCommit {
     pub(crate) dir: PathBuf,
     pub(crate) policy: FsyncPolicy,
     pub(crate) storage: Arc<dyn Storage>,
@@ -251,7 +253,7 @@ impl std::fmt::Debug for Active {
     }
 }
 
-impl Shared {
+impl GroupCommit {
     /// Creates the shared state of a log whose next record is `next_seq`, whose newest
     /// segment holds `segment_len` bytes and is open as `active`.
     pub(crate) fn new(
@@ -656,7 +658,7 @@ impl Shared {
 }
 
 /// The writer thread's body.
-pub(crate) fn run(shared: Arc<Shared>) {
+pub(crate) fn run(shared: Arc<GroupCommit>) {
     let guard = StopGuard(shared.clone());
     if let Err(failure) = run_thread(&shared) {
         shared.fail(LogError::Failed(Arc::new(failure)));
@@ -666,7 +668,7 @@ pub(crate) fn run(shared: Arc<Shared>) {
 
 /// Marks the log stopped when the writer thread exits, also by panic, so that nobody waits
 /// for it forever.
-struct StopGuard(Arc<Shared>);
+struct StopGuard(Arc<GroupCommit>);
 
 impl Drop for StopGuard {
     fn drop(&mut self) {
@@ -690,7 +692,7 @@ struct Round {
 }
 
 /// The writer thread's loop: one round per wake-up, holding the token.
-fn run_thread(shared: &Shared) -> Result<(), IoFailure> {
+fn run_thread(shared: &GroupCommit) -> Result<(), IoFailure> {
     loop {
         let round = shared.next_round();
         let mut io = lock(&shared.io);
@@ -738,7 +740,7 @@ fn run_thread(shared: &Shared) -> Result<(), IoFailure> {
 impl Io {
     /// Takes the appenders' buffer as the group to write (the holder of the token calls it
     /// with the state locked).
-    fn take(&mut self, shared: &Shared, st: &mut State) {
+    fn take(&mut self, shared: &GroupCommit, st: &mut State) {
         debug_assert!(self.buf.is_empty() && self.handoff.is_none());
         mem::swap(&mut st.buf, &mut self.buf);
         mem::swap(&mut st.rotations, &mut self.rotations);
@@ -751,7 +753,7 @@ impl Io {
     /// Writes the group; while the disk is full, stalls the log and tries again every
     /// `retry_interval` (see the module doc). Closing gives up after one more try. A leader's
     /// failed write is handled here as the first try's outcome.
-    fn write_group_retrying(&mut self, shared: &Shared) -> Result<(), IoFailure> {
+    fn write_group_retrying(&mut self, shared: &GroupCommit) -> Result<(), IoFailure> {
         let mut stalled = false;
         let mut closing = false;
         loop {
@@ -780,7 +782,7 @@ impl Io {
 
     /// Writes the group from where it stopped, rotating segments where the appenders marked
     /// it.
-    fn write_group(&mut self, shared: &Shared) -> Result<(), IoFailure> {
+    fn write_group(&mut self, shared: &GroupCommit) -> Result<(), IoFailure> {
         while let Some(&rotation) = self.rotations.get(self.next_rotation) {
             self.write(shared, self.pos, rotation.at)?;
             self.pos = rotation.at;
@@ -795,7 +797,7 @@ impl Io {
         Ok(())
     }
 
-    fn write(&mut self, shared: &Shared, from: usize, to: usize) -> Result<(), IoFailure> {
+    fn write(&mut self, shared: &GroupCommit, from: usize, to: usize) -> Result<(), IoFailure> {
         if from == to {
             return Ok(());
         }
@@ -821,7 +823,7 @@ impl Io {
 
     /// Finishes the current segment durably and starts the one whose first record is
     /// `first_seq`.
-    fn rotate(&mut self, shared: &Shared, first_seq: u64) -> Result<(), IoFailure> {
+    fn rotate(&mut self, shared: &GroupCommit, first_seq: u64) -> Result<(), IoFailure> {
         self.active
             .file
             .sync_data()

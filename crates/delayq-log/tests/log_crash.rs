@@ -10,13 +10,13 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use delayq_log::{LogOptions, inspect};
-use support::open;
+use support::{crash_writer, open};
 
 /// A tiny xorshift generator: the test needs a few random delays, not a dependency.
 struct Rng(u64);
@@ -37,17 +37,13 @@ fn crash_round(
     round: u32,
     rng: &mut Rng,
 ) -> Vec<(u64, String)> {
-    let mut child: Child = Command::new(env!("CARGO_BIN_EXE_delayq-log-crash-writer"))
-        .args([dir.to_str().unwrap(), policy, "4", &round.to_string()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
+    let mut child: Child = crash_writer::spawn(dir, policy, 4, round);
     let stdout = child.stdout.take().unwrap();
     let (tx, rx) = mpsc::channel();
     let reader = thread::spawn(move || {
         let mut reader = BufReader::new(stdout);
         let mut acks = Vec::new();
+        let mut opened = false;
         let mut line = String::new();
         loop {
             line.clear();
@@ -59,11 +55,16 @@ fn crash_round(
             }
             let mut parts = line.trim_end().splitn(3, ' ');
             match parts.next() {
-                Some("open") => tx.send(()).unwrap(),
+                Some("open") => {
+                    opened = true;
+                    tx.send(()).unwrap()
+                }
                 Some("ack") => {
                     let seq: u64 = parts.next().unwrap().parse().unwrap();
                     acks.push((seq, parts.next().unwrap().to_string()));
                 }
+                // The test harness's header comes before the writer's first line.
+                _ if !opened => {}
                 other => panic!("unexpected helper output {other:?}"),
             }
         }
@@ -94,6 +95,13 @@ fn parse(payload: &[u8]) -> (u32, u32, u64) {
     let thread = field("t").parse().unwrap();
     let n = field("").parse().unwrap();
     (round, thread, n)
+}
+
+/// Not a test of its own: the body of the crash writer, which the tests here start by running
+/// this test binary again ([`crash_writer::spawn`]); without its variable it does nothing.
+#[test]
+fn crash_writer_child() {
+    crash_writer::run_if_child();
 }
 
 #[test]

@@ -2,11 +2,8 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-
 use delayq_log::{ErrorKind, LogOptions, OpenError};
-use support::open;
+use support::{crash_writer, open};
 
 #[test]
 fn second_open_in_the_same_process_fails_naming_the_directory() {
@@ -26,18 +23,21 @@ fn second_open_in_the_same_process_fails_naming_the_directory() {
     open(dir.path(), LogOptions::default()).unwrap();
 }
 
+/// Not a test of its own: the body of the crash writer the next test starts by running this
+/// test binary again ([`crash_writer::spawn`]); without its variable it does nothing.
+#[test]
+fn crash_writer_child() {
+    crash_writer::run_if_child();
+}
+
 #[test]
 fn open_in_another_process_fails_and_succeeds_once_it_died() {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_delayq-log-crash-writer"))
-        .args([dir.path().to_str().unwrap(), "never", "1", "0"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let first = lines.next().unwrap().unwrap();
+    let mut child = crash_writer::spawn(dir.path(), "never", 1, 0);
+    let mut lines = crash_writer::lines(child.stdout.take().unwrap());
+    let first = lines.next().unwrap();
     assert!(first.starts_with("open "), "{first}");
-    let second = lines.next().unwrap().unwrap();
+    let second = lines.next().unwrap();
     assert!(second.starts_with("ack "), "{second}");
 
     let err = open(dir.path(), LogOptions::default()).unwrap_err();

@@ -116,8 +116,8 @@ impl Faults {
     }
 }
 
-/// What the proxy's tasks share with the test.
-struct Shared {
+/// The proxy's faults and counters, shared by its tasks and the test.
+struct ProxyState {
     upstream: SocketAddr,
     faults: Mutex<Faults>,
     /// Bumped on every change of `faults`, to wake pumps held by a blackhole.
@@ -130,7 +130,7 @@ struct Shared {
     resets: AtomicU64,
 }
 
-impl Shared {
+impl ProxyState {
     fn faults(&self) -> Faults {
         self.faults
             .lock()
@@ -155,7 +155,7 @@ impl Shared {
 /// A fault-injecting TCP proxy on a loopback port. Stops when dropped.
 pub struct FaultProxy {
     addr: SocketAddr,
-    shared: Arc<Shared>,
+    shared: Arc<ProxyState>,
     accept: JoinHandle<()>,
 }
 
@@ -167,7 +167,7 @@ impl FaultProxy {
             .expect("bind the proxy");
         let addr = listener.local_addr().expect("the proxy's address");
         let seed = u64::from(addr.port()).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(ProxyState {
             upstream,
             faults: Mutex::new(Faults::none()),
             changed: watch::channel(0).0,
@@ -240,7 +240,7 @@ impl Drop for FaultProxy {
     }
 }
 
-async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+async fn accept_loop(listener: TcpListener, shared: Arc<ProxyState>) {
     loop {
         let Ok((client, _)) = listener.accept().await else {
             continue;
@@ -266,7 +266,7 @@ enum End {
     Reset,
 }
 
-async fn connection(client: TcpStream, shared: Arc<Shared>) {
+async fn connection(client: TcpStream, shared: Arc<ProxyState>) {
     let mut cut = shared.cut.subscribe();
     cut.borrow_and_update();
     let Ok(server) = TcpStream::connect(shared.upstream).await else {
@@ -304,7 +304,7 @@ struct Link {
 async fn pump(
     mut from: OwnedReadHalf,
     mut to: OwnedWriteHalf,
-    shared: &Shared,
+    shared: &ProxyState,
     link: &Link,
     replies: bool,
 ) -> End {

@@ -67,7 +67,7 @@ impl Reply {
 
 type Answer = dyn Fn(&Call, usize) -> Reply + Send + Sync;
 
-struct Shared {
+struct Recorded {
     calls: Mutex<Vec<Call>>,
     changed: Notify,
     answer: Box<Answer>,
@@ -77,7 +77,7 @@ struct Shared {
 pub struct Receiver {
     addr: SocketAddr,
     scheme: &'static str,
-    shared: Arc<Shared>,
+    shared: Arc<Recorded>,
     task: JoinHandle<()>,
 }
 
@@ -109,7 +109,7 @@ impl Receiver {
             .await
             .expect("bind a loopback port");
         let addr = listener.local_addr().expect("local addr");
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(Recorded {
             calls: Mutex::new(Vec::new()),
             changed: Notify::new(),
             answer: Box::new(answer),
@@ -201,7 +201,7 @@ impl Conn for tokio_rustls::server::TlsStream<TcpStream> {
 }
 
 /// Serves one connection: requests one after the other (keep-alive).
-async fn serve<S: Conn>(mut stream: S, shared: Arc<Shared>) {
+async fn serve<S: Conn>(mut stream: S, shared: Arc<Recorded>) {
     let mut buf: Vec<u8> = Vec::new();
     loop {
         let Some((call, keep_alive)) = read_request(&mut stream, &mut buf).await else {

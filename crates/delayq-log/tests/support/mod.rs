@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod crash_writer;
+
 use std::convert::Infallible;
 use std::path::Path;
 
