@@ -1,7 +1,7 @@
 //! The library behind the `delayq` binary.
 //!
 //! `main.rs` only parses the command line and hands over: `delayq serve` to
-//! `delayq_server::serve`, every other command to [`run`]. The pieces:
+//! `delayq_daemon::serve`, every other command to [`run`]. The pieces:
 //!
 //! - [`args`]: the raw flags (clap derive).
 //! - [`config`]: raw flags → validated plans.

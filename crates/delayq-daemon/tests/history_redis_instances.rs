@@ -7,9 +7,10 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use delayq_server::config::StorageConfig;
+use delayq_daemon::config::StorageConfig;
+use delayq_daemon::{ServerConfig, build_queue};
 use delayq_server::history::{History, Series};
-use delayq_server::{AppState, ServerConfig, app, build_queue};
+use delayq_server::{AppState, app};
 use delayq_testkit::RedisServer;
 use serde_json::{Value, json};
 
@@ -25,7 +26,7 @@ async fn start(redis: &RedisServer) -> Instance {
     let mut config = ServerConfig::default();
     config.storage = StorageConfig::Redis { url: redis.url() };
     let queue = build_queue(&config).await.expect("a Redis-mode queue");
-    let state = AppState::new(queue.clone(), &config);
+    let state = AppState::new(queue.clone(), &config.app());
     state.history().spawn_sampler(queue);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -131,7 +132,7 @@ async fn run_publishes_each_instance_into_redis() {
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let config = config.clone();
         tokio::spawn(async move {
-            delayq_server::run(listener, queue, &config, async {
+            delayq_daemon::run(listener, queue, &config, async {
                 let _ = stopped.await;
             })
             .await

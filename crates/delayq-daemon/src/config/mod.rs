@@ -23,7 +23,6 @@ mod push_kinds;
 mod settings;
 mod sources;
 
-use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -33,6 +32,9 @@ use kinds::{FsyncMode, StorageKind};
 use settings::Settings;
 use sources::{ConfigFile, Sources};
 
+pub use delayq_beanstalk::BeanstalkAddr;
+pub use delayq_log::FsyncPolicy;
+pub use delayq_server::config::{AppConfig, HttpLimits, TlsConfig, TokenConfig};
 pub use settings::{DEFAULT_DATA_DIR, DEFAULT_PORT};
 pub use sources::ServeArgs;
 
@@ -44,7 +46,7 @@ pub enum StorageConfig {
     Embedded {
         /// Where the log and snapshots live.
         data_dir: PathBuf,
-        /// When the log is flushed to disk.
+        /// When the log is flushed to disk (docs/design.md §4).
         fsync: FsyncPolicy,
     },
     /// Everything in memory; nothing survives a restart.
@@ -56,21 +58,6 @@ pub enum StorageConfig {
     },
 }
 
-/// When the embedded log is flushed to disk (docs/design.md §4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum FsyncPolicy {
-    /// Acknowledge a write after `fdatasync`.
-    Always,
-    /// Flush every `ms` milliseconds; a crash may lose that window.
-    Interval {
-        /// The flush interval.
-        ms: u64,
-    },
-    /// Leave flushing to the operating system.
-    Never,
-}
-
 /// The format of log lines.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -80,103 +67,6 @@ pub enum LogFormat {
     Text,
     /// One JSON object per line.
     Json,
-}
-
-/// A bearer token, the topics it may touch, and whether it may only read.
-#[derive(Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct TokenConfig {
-    /// The secret clients send as `Authorization: Bearer <token>`.
-    pub token: String,
-    /// The topics the token may use; `None` means every topic.
-    pub topics: Option<Vec<String>>,
-    /// Whether the token may only read (GET); every POST with it is refused with 403.
-    pub read_only: bool,
-}
-
-impl TokenConfig {
-    /// A token for every topic.
-    pub fn new(token: impl Into<String>) -> Self {
-        TokenConfig {
-            token: token.into(),
-            topics: None,
-            read_only: false,
-        }
-    }
-
-    /// A token limited to `topics`.
-    pub fn for_topics(token: impl Into<String>, topics: Vec<String>) -> Self {
-        TokenConfig {
-            topics: Some(topics),
-            ..TokenConfig::new(token)
-        }
-    }
-
-    /// The same token, limited to reading.
-    pub fn read_only(self) -> Self {
-        TokenConfig {
-            read_only: true,
-            ..self
-        }
-    }
-}
-
-impl fmt::Debug for TokenConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Never print the secret.
-        f.debug_struct("TokenConfig")
-            .field("token", &"<redacted>")
-            .field("topics", &self.topics)
-            .field("read_only", &self.read_only)
-            .finish()
-    }
-}
-
-/// The certificate and key to serve HTTPS with (rustls). The files are read when the server
-/// starts; a file that cannot be read or used stops the start with its path named.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct TlsConfig {
-    /// PEM file of the certificate chain, the server's certificate first.
-    pub cert: PathBuf,
-    /// PEM file of the certificate's private key.
-    pub key: PathBuf,
-}
-
-impl TlsConfig {
-    /// TLS with the certificate chain in `cert` and its key in `key`.
-    pub fn new(cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
-        TlsConfig {
-            cert: cert.into(),
-            key: key.into(),
-        }
-    }
-}
-
-/// Limits of the HTTP layer that the queue library does not know about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct HttpLimits {
-    /// Largest request body in bytes; a larger one is a 413.
-    pub max_request_bytes: usize,
-    /// Long-poll of a pop that gives no `timeout_ms`.
-    pub default_pop_timeout_ms: u64,
-    /// Most long-polls open at once; one more is refused with 503.
-    pub max_long_polls: usize,
-    /// Most connections open at once; more wait in the listen backlog.
-    pub max_connections: usize,
-    /// How long a client may take to send a request's headers (and a TLS handshake), in ms.
-    pub header_read_timeout_ms: u64,
-    /// How long a connection may stay open with no request in progress, in ms.
-    pub idle_timeout_ms: u64,
-    /// How long a client may take to send a request body after its headers, in ms.
-    pub body_read_timeout_ms: u64,
-}
-
-impl Default for HttpLimits {
-    fn default() -> Self {
-        ServerConfig::default().http
-    }
 }
 
 /// The validated configuration of a server. Build it with [`ServerConfig::from_args`], or
@@ -323,6 +213,15 @@ pub enum ConfigError {
 }
 
 impl ServerConfig {
+    /// What the HTTP app takes of this configuration.
+    pub fn app(&self) -> AppConfig {
+        AppConfig {
+            http: self.http,
+            tokens: self.tokens.clone(),
+            dashboard: delayq_server::dashboard::Options::new(self.dashboard, self.tls.is_some()),
+        }
+    }
+
     /// Reads the `--config` file (if any), applies the flags and environment over it and
     /// checks every value. See the module doc for the precedence.
     pub fn from_args(args: &ServeArgs) -> Result<ServerConfig, ConfigError> {
@@ -559,9 +458,9 @@ fn tls(s: &Settings) -> Result<Option<TlsConfig>, ConfigError> {
 fn storage(s: &Settings) -> Result<StorageConfig, ConfigError> {
     let fsync = match s.fsync {
         FsyncMode::Always => FsyncPolicy::Always,
-        FsyncMode::Interval => FsyncPolicy::Interval {
-            ms: s.fsync_interval_ms,
-        },
+        FsyncMode::Interval => {
+            FsyncPolicy::Interval(std::time::Duration::from_millis(s.fsync_interval_ms))
+        }
         FsyncMode::Never => FsyncPolicy::Never,
     };
     let kind = match (s.storage, &s.redis) {
@@ -657,7 +556,7 @@ mod tests {
             c.storage,
             StorageConfig::Embedded {
                 data_dir: PathBuf::from(DEFAULT_DATA_DIR),
-                fsync: FsyncPolicy::Interval { ms: 10 },
+                fsync: FsyncPolicy::Interval(std::time::Duration::from_millis(10)),
             }
         );
     }
