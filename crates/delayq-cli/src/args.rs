@@ -20,8 +20,8 @@ Exit status:
   2  cannot reach the server (connection refused, timeout)";
 
 /// The URL of a `delayq serve` started with its default `--listen`; the default `--server`
-/// of every client command.
-pub const DEFAULT_SERVER: &str = "http://127.0.0.1:9280";
+/// of every client command (and of `delayq bench`, whose flags are declared there).
+pub use delayq_bench::DEFAULT_SERVER;
 
 /// delayq: a millisecond-precise delay queue. Run the server with `delayq serve`; the other
 /// commands talk to a running server over HTTP.

@@ -27,8 +27,8 @@ use tokio::sync::Notify;
 
 use super::lateness::{LatenessBench, produce};
 use super::{BenchResult, Percentiles, Target};
+use crate::BenchError;
 use crate::duration::{format_duration, parse_duration};
-use crate::error::CliError;
 
 /// docs/design.md §6: push delivery to a local receiver.
 pub const RATE_TARGET: Target = Target {
@@ -68,7 +68,7 @@ pub struct PushBench {
 
 impl PushBench {
     /// Checks the bounds of every setting (those of the producer as the lateness bench does).
-    pub fn validate(&self) -> Result<PushBench, CliError> {
+    pub fn validate(&self) -> Result<PushBench, BenchError> {
         self.producer().validate_as("push")?;
         super::require(
             "push",
@@ -98,8 +98,8 @@ struct Received {
 }
 
 /// Runs the benchmark against the server of `client`.
-pub async fn run(client: &Client, bench: &PushBench) -> Result<Vec<BenchResult>, CliError> {
-    let failed = |reason: String| CliError::Bench {
+pub async fn run(client: &Client, bench: &PushBench) -> Result<Vec<BenchResult>, BenchError> {
+    let failed = |reason: String| BenchError::Bench {
         bench: "push",
         reason,
     };

@@ -23,8 +23,8 @@ use hdrhistogram::Histogram;
 use tokio::sync::Semaphore;
 
 use super::{BenchResult, MAX_CONCURRENCY, MAX_DURATION_MS, MAX_TASKS, Percentiles, Target};
+use crate::BenchError;
 use crate::duration::{format_duration, parse_duration};
-use crate::error::CliError;
 
 /// docs/design.md §6: lateness end to end through a pop at 10k tasks/s due.
 pub const TARGET: Target = Target {
@@ -68,13 +68,13 @@ impl Default for LatenessBench {
 
 impl LatenessBench {
     /// Checks the bounds of every setting.
-    pub fn validate(&self) -> Result<LatenessBench, CliError> {
+    pub fn validate(&self) -> Result<LatenessBench, BenchError> {
         self.validate_as("lateness")
     }
 
     /// Checks the bounds of every setting, naming `bench` (the push bench shares the
     /// producer's settings).
-    pub(super) fn validate_as(&self, bench: &str) -> Result<LatenessBench, CliError> {
+    pub(super) fn validate_as(&self, bench: &str) -> Result<LatenessBench, BenchError> {
         let check = |ok: bool, what: &str| super::require(bench, ok, what);
         check(
             (1..=1_000_000).contains(&self.rate),
@@ -136,7 +136,7 @@ pub(super) fn now_us() -> u64 {
 }
 
 /// Runs the benchmark.
-pub async fn run(client: &Client, bench: &LatenessBench) -> Result<Vec<BenchResult>, CliError> {
+pub async fn run(client: &Client, bench: &LatenessBench) -> Result<Vec<BenchResult>, BenchError> {
     let topic = format!("bench-late-{}", super::run_id());
     let total = bench.total();
     let first_due_ms = now_us() / 1_000 + bench.delay_ms;
@@ -159,7 +159,7 @@ pub async fn run(client: &Client, bench: &LatenessBench) -> Result<Vec<BenchResu
     let mut lateness = super::histogram();
     let (mut early, mut errors, mut first_error, mut transport) = (0, 0, None, None);
     for handle in workers {
-        let run = handle.await.map_err(|err| CliError::Bench {
+        let run = handle.await.map_err(|err| BenchError::Bench {
             bench: "lateness",
             reason: format!("a worker failed: {err}"),
         })?;
@@ -229,7 +229,7 @@ pub(super) async fn produce(
     topic: &str,
     bench: &LatenessBench,
     first_due_ms: u64,
-) -> Result<Produced, CliError> {
+) -> Result<Produced, BenchError> {
     let total = bench.total();
     let in_flight = Arc::new(Semaphore::new(PRODUCER_IN_FLIGHT));
     let errors = Arc::new(AtomicU64::new(0));
@@ -258,7 +258,7 @@ pub(super) async fn produce(
             .clone()
             .acquire_owned()
             .await
-            .map_err(|err| CliError::Bench {
+            .map_err(|err| BenchError::Bench {
                 bench: "lateness",
                 reason: format!("producer stopped: {err}"),
             })?;
@@ -293,7 +293,7 @@ pub(super) async fn produce(
         }));
     }
     for send in sends {
-        send.await.map_err(|err| CliError::Bench {
+        send.await.map_err(|err| BenchError::Bench {
             bench: "lateness",
             reason: format!("a producer task failed: {err}"),
         })?;

@@ -23,7 +23,7 @@ use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
-use crate::error::CliError;
+use crate::BenchError;
 
 /// `delayq bench beanstalk`.
 #[derive(Debug, Clone, Args)]
@@ -76,10 +76,10 @@ struct Conn {
 }
 
 impl Conn {
-    async fn open(addr: SocketAddr) -> Result<Conn, CliError> {
+    async fn open(addr: SocketAddr) -> Result<Conn, BenchError> {
         let stream = TcpStream::connect(addr)
             .await
-            .map_err(|e| CliError::usage(format!("cannot connect to {addr}: {e}")))?;
+            .map_err(|e| BenchError::usage(format!("cannot connect to {addr}: {e}")))?;
         stream.set_nodelay(true).ok();
         let (r, w) = stream.into_split();
         Ok(Conn {
@@ -91,12 +91,12 @@ impl Conn {
 
     /// Sends `bytes` and reads the reply line (and skips the data of a RESERVED reply),
     /// returning the line.
-    async fn call(&mut self, bytes: &[u8]) -> Result<&str, CliError> {
-        let io = |e: std::io::Error| CliError::usage(format!("beanstalk connection: {e}"));
+    async fn call(&mut self, bytes: &[u8]) -> Result<&str, BenchError> {
+        let io = |e: std::io::Error| BenchError::usage(format!("beanstalk connection: {e}"));
         self.w.write_all(bytes).await.map_err(io)?;
         self.line.clear();
         if self.r.read_line(&mut self.line).await.map_err(io)? == 0 {
-            return Err(CliError::usage("the server closed the connection"));
+            return Err(BenchError::usage("the server closed the connection"));
         }
         if let Some(rest) = self.line.strip_prefix("RESERVED ")
             && let Some(n) = rest
@@ -112,17 +112,17 @@ impl Conn {
     }
 }
 
-fn unexpected(what: &str, line: &str) -> CliError {
-    CliError::usage(format!("{what}: unexpected reply {line:?}"))
+fn unexpected(what: &str, line: &str) -> BenchError {
+    BenchError::usage(format!("{what}: unexpected reply {line:?}"))
 }
 
 /// Runs both phases against the beanstalk server at `addr`.
-pub async fn run(addr: SocketAddr, bench: &BeanstalkBench) -> Result<Report, CliError> {
+pub async fn run(addr: SocketAddr, bench: &BeanstalkBench) -> Result<Report, BenchError> {
     if !(1..=super::MAX_CONCURRENCY).contains(&bench.connections) {
-        return Err(CliError::usage("--connections must be 1 to 1000"));
+        return Err(BenchError::usage("--connections must be 1 to 1000"));
     }
     if !(1..=10_000_000).contains(&bench.jobs) || bench.body_bytes > 65_535 {
-        return Err(CliError::usage(
+        return Err(BenchError::usage(
             "--jobs must be 1 to 10000000 and --body-bytes at most 65535",
         ));
     }
@@ -161,7 +161,7 @@ pub async fn run(addr: SocketAddr, bench: &BeanstalkBench) -> Result<Report, Cli
                 }
                 let _ = h.record(t.elapsed().as_micros() as u64);
             }
-            Ok::<_, CliError>((share, h))
+            Ok::<_, BenchError>((share, h))
         });
     }
     let put_phase = collect("put", &mut tasks, started).await?;
@@ -202,7 +202,7 @@ pub async fn run(addr: SocketAddr, bench: &BeanstalkBench) -> Result<Report, Cli
     }
     let take_phase = collect("reserve+delete", &mut tasks, started).await?;
     if take_phase.jobs != put_phase.jobs {
-        return Err(CliError::usage(format!(
+        return Err(BenchError::usage(format!(
             "{} jobs were put but {} reserved and deleted",
             put_phase.jobs, take_phase.jobs
         )));
@@ -221,13 +221,14 @@ fn histogram() -> Histogram<u64> {
 
 async fn collect(
     name: &'static str,
-    tasks: &mut tokio::task::JoinSet<Result<(u64, Histogram<u64>), CliError>>,
+    tasks: &mut tokio::task::JoinSet<Result<(u64, Histogram<u64>), BenchError>>,
     started: Instant,
-) -> Result<Phase, CliError> {
+) -> Result<Phase, BenchError> {
     let mut jobs = 0;
     let mut all = histogram();
     while let Some(joined) = tasks.join_next().await {
-        let (n, h) = joined.map_err(|e| CliError::usage(format!("a bench task failed: {e}")))??;
+        let (n, h) =
+            joined.map_err(|e| BenchError::usage(format!("a bench task failed: {e}")))??;
         jobs += n;
         all.add(&h).ok();
     }

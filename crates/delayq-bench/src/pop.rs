@@ -26,8 +26,8 @@ use super::load::{self, LoadRun, run_clients};
 use super::{
     BenchResult, Ctx, FULL, HALF, MAX_CONCURRENCY, MAX_DURATION_MS, MAX_TASKS, Percentiles, Target,
 };
+use crate::BenchError;
 use crate::duration::{format_duration, parse_duration};
-use crate::error::CliError;
 
 /// docs/design.md §6: pop + finish with 32 workers, one task a pop: two requests a task.
 pub const TARGET: Target = Target {
@@ -98,7 +98,7 @@ impl Default for PopBench {
 
 impl PopBench {
     /// Checks the bounds of every setting.
-    pub fn validate(&self) -> Result<PopBench, CliError> {
+    pub fn validate(&self) -> Result<PopBench, BenchError> {
         let check = |ok: bool, what: &str| super::require("pop", ok, what);
         check(
             (1..=MAX_CONCURRENCY).contains(&self.workers),
@@ -138,7 +138,7 @@ const PREFILL_CONCURRENCY: u64 = 4;
 const READY_WAIT: Duration = Duration::from_secs(30);
 
 /// Runs the benchmark: the ceiling for the workers, then each mode.
-pub async fn run(ctx: &mut Ctx, bench: &PopBench) -> Result<Vec<BenchResult>, CliError> {
+pub async fn run(ctx: &mut Ctx, bench: &PopBench) -> Result<Vec<BenchResult>, BenchError> {
     let ceiling = ctx.ceiling(bench.workers, MAX_DURATION_MS).await?;
     let modes: &[(usize, bool)] = match bench.mode {
         Mode::Single => &[(1, false)],
@@ -172,7 +172,7 @@ async fn measure(
     topic: &str,
     count: usize,
     batched: bool,
-) -> Result<BenchResult, CliError> {
+) -> Result<BenchResult, BenchError> {
     let requests = Requests::new(&ctx.endpoint, topic, count);
     let done = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + Duration::from_millis(bench.max_time);
@@ -323,7 +323,11 @@ struct ItemCode {
 }
 
 /// Adds the ready tasks in batches, a few requests in flight.
-async fn prefill(client: &Client, topic: &str, bench: &PopBench) -> Result<BenchResult, CliError> {
+async fn prefill(
+    client: &Client,
+    topic: &str,
+    bench: &PopBench,
+) -> Result<BenchResult, BenchError> {
     let body = "x".repeat(bench.body_bytes);
     let batch = bench.prefill_batch as u64;
     let batches = bench.tasks.div_ceil(batch);
@@ -353,7 +357,7 @@ async fn prefill(client: &Client, topic: &str, bench: &PopBench) -> Result<Bench
     let mut added = 0;
     let mut latency = super::histogram();
     for handle in handles {
-        let (n, h) = handle.await.map_err(|err| CliError::Bench {
+        let (n, h) = handle.await.map_err(|err| BenchError::Bench {
             bench: "pop",
             reason: format!("a pre-fill task failed: {err}"),
         })??;
@@ -361,7 +365,7 @@ async fn prefill(client: &Client, topic: &str, bench: &PopBench) -> Result<Bench
         latency.add(&h).ok();
     }
     if added < bench.tasks {
-        return Err(CliError::Bench {
+        return Err(BenchError::Bench {
             bench: "pop",
             reason: format!(
                 "the server accepted only {added} of {} pre-fill tasks",
@@ -382,7 +386,7 @@ async fn prefill(client: &Client, topic: &str, bench: &PopBench) -> Result<Bench
 }
 
 /// Waits until the server counts every pre-filled task ready; returns how long that took.
-async fn wait_ready(client: &Client, topic: &str, tasks: u64) -> Result<u64, CliError> {
+async fn wait_ready(client: &Client, topic: &str, tasks: u64) -> Result<u64, BenchError> {
     let start = Instant::now();
     loop {
         let stats = client.stats(topic).await?;
@@ -390,7 +394,7 @@ async fn wait_ready(client: &Client, topic: &str, tasks: u64) -> Result<u64, Cli
             return Ok(u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX));
         }
         if start.elapsed() > READY_WAIT {
-            return Err(CliError::Bench {
+            return Err(BenchError::Bench {
                 bench: "pop",
                 reason: format!(
                     "only {} of {tasks} pre-filled tasks were ready after {}s",
