@@ -15,6 +15,9 @@
 //! Every bad value is a [`ConfigError`] that names where the value came from (the flag and its
 //! variable, or the key and the file), the value, and what is accepted. `--help` and the
 //! settings table of `docs/operations.md` are generated from the same table (`docs.rs`).
+//!
+//! The HTTP app's part ([`AppConfig`]: its limits, tokens and dashboard) is declared in
+//! `delayq-server`, which reads no settings itself; [`ServerConfig::app`] hands it over.
 
 #[cfg(test)]
 mod docs;
@@ -234,119 +237,150 @@ impl ServerConfig {
     }
 
     /// Composes the configuration from checked settings: the storage, the limits of the
-    /// queue and of the HTTP layer, and the checks that span several settings.
+    /// queue and of the HTTP layer, and the checks that span several settings. Each part is
+    /// composed by a function of its own below.
     fn from_settings(s: Settings) -> Result<ServerConfig, ConfigError> {
+        // In the order the checks were always made, so the first error named stays the same.
         let storage = storage(&s)?;
-        let mut limits = Limits::default();
-        limits.max_body_bytes = s.max_body_bytes;
-        limits.max_batch = s.max_batch;
-        limits.max_delay_ms = s.max_delay_ms;
-        limits.max_ttr_ms = s.max_ttr_ms;
-        limits.max_schedule_len = s.max_schedule_len;
-        limits.max_pop_count = s.max_pop_count;
-        limits.max_pop_timeout_ms = s.max_pop_timeout_ms;
-        limits.max_error_bytes = s.max_error_bytes;
-        // The queue enforces the page size too, so every caller of the library gets the same.
-        limits.max_page_size = s.max_page_size;
-        limits.min_every_ms = s.min_every_ms;
-        let http = HttpLimits {
-            max_request_bytes: s.max_request_bytes,
-            default_pop_timeout_ms: below_max(
-                s.default_pop_timeout_ms,
-                &s.origin.default_pop_timeout_ms,
-                s.max_pop_timeout_ms,
-                &s.origin.max_pop_timeout_ms,
-                "default pop timeout",
-            )?,
-            max_long_polls: s.max_long_polls,
-            max_connections: s.max_connections,
-            header_read_timeout_ms: s.header_read_timeout_ms,
-            idle_timeout_ms: s.idle_timeout_ms,
-            body_read_timeout_ms: s.body_read_timeout_ms,
-        };
-        let mut defaults = TaskDefaults::default();
-        defaults.ttr_ms = below_max(
-            s.default_ttr_ms,
-            &s.origin.default_ttr_ms,
-            s.max_ttr_ms,
-            &s.origin.max_ttr_ms,
-            "default ttr",
-        )?;
-        defaults.max_retries = s.default_max_retries;
-        defaults.retention_ms = s.retention_ms;
-        if http.max_request_bytes < limits.max_body_bytes {
-            return Err(ConfigError::Conflict(format!(
-                "the request limit ({} bytes, {}) is smaller than the task body limit ({} bytes, \
-                 {}); a task with a full body could never be added",
-                http.max_request_bytes,
-                s.origin.max_request_bytes.name(),
-                limits.max_body_bytes,
-                s.origin.max_body_bytes.name(),
-            )));
-        }
-        if s.beanstalk_listen.is_some() && s.beanstalk_max_job_size as usize > limits.max_body_bytes
-        {
-            return Err(ConfigError::Conflict(format!(
-                "the beanstalk job size limit ({} bytes, {}) is larger than the task body limit \
-                 ({} bytes, {}); raise the body limit too",
-                s.beanstalk_max_job_size,
-                s.origin.beanstalk_max_job_size.name(),
-                limits.max_body_bytes,
-                s.origin.max_body_bytes.name(),
-            )));
-        }
+        let limits = queue_limits(&s);
+        let http = http_limits(&s)?;
+        let defaults = task_defaults(&s)?;
+        bodies_fit(&s, &limits, &http)?;
         let tls = tls(&s)?;
-        let beanstalk_tls = s.beanstalk_tls == kinds::BeanstalkTls::On;
-        if beanstalk_tls && tls.is_none() {
-            return Err(ConfigError::Conflict(format!(
-                "{} is on but no certificate is given; the beanstalk listener uses the \
-                 certificate and key of {} and {}",
-                s.origin.beanstalk_tls.name(),
-                s.origin.tls_cert.name(),
-                s.origin.tls_key.name(),
-            )));
-        }
-        let beanstalk = s.beanstalk_listen.clone().map(|listen| BeanstalkConfig {
-            listen,
-            max_job_size: s.beanstalk_max_job_size,
-            max_connections: s.beanstalk_max_connections,
-            read_timeout_ms: s.beanstalk_read_timeout_ms,
-            idle_timeout_ms: s.beanstalk_idle_timeout_ms,
-            tls: beanstalk_tls,
-        });
-        let tokens = tokens(&s)?;
-        let push = PushConfig {
-            // Checked when read (the kind).
-            allow: delayq_push::AllowList::parse(&s.push_allow).map_err(|reason| {
-                ConfigError::Invalid {
-                    setting: s.origin.push_allow.name().to_owned(),
-                    value: s.push_allow.join(","),
-                    expected: reason,
-                }
-            })?,
-            ca_file: s.push_ca_file.clone(),
-            max_in_flight: s.push_max_in_flight,
-            targets: s.push_targets.clone(),
-        };
-        let schedules = schedules(&s, &limits)?;
         Ok(ServerConfig {
             listen: s.listen,
             storage,
+            defaults,
+            beanstalk: beanstalk(&s, tls.is_some())?,
+            tokens: tokens(&s)?,
+            push: push(&s)?,
+            schedules: schedules(&s, &limits)?,
             limits,
             http,
-            defaults,
-            tokens,
             tls,
             log_format: s.log_format,
             shutdown_timeout_ms: s.shutdown_timeout_ms,
             redis_wait_replicas: s.redis_wait_replicas,
             redis_wait_timeout_ms: s.redis_wait_timeout_ms,
-            beanstalk,
-            push,
-            schedules,
             dashboard: !s.no_dashboard,
         })
     }
+}
+
+/// The queue's input limits from their settings.
+fn queue_limits(s: &Settings) -> Limits {
+    let mut limits = Limits::default();
+    limits.max_body_bytes = s.max_body_bytes;
+    limits.max_batch = s.max_batch;
+    limits.max_delay_ms = s.max_delay_ms;
+    limits.max_ttr_ms = s.max_ttr_ms;
+    limits.max_schedule_len = s.max_schedule_len;
+    limits.max_pop_count = s.max_pop_count;
+    limits.max_pop_timeout_ms = s.max_pop_timeout_ms;
+    limits.max_error_bytes = s.max_error_bytes;
+    // The queue enforces the page size too, so every caller of the library gets the same.
+    limits.max_page_size = s.max_page_size;
+    limits.min_every_ms = s.min_every_ms;
+    limits
+}
+
+/// The HTTP layer's limits; the default pop timeout may not exceed the maximum.
+fn http_limits(s: &Settings) -> Result<HttpLimits, ConfigError> {
+    Ok(HttpLimits {
+        max_request_bytes: s.max_request_bytes,
+        default_pop_timeout_ms: below_max(
+            s.default_pop_timeout_ms,
+            &s.origin.default_pop_timeout_ms,
+            s.max_pop_timeout_ms,
+            &s.origin.max_pop_timeout_ms,
+            "default pop timeout",
+        )?,
+        max_long_polls: s.max_long_polls,
+        max_connections: s.max_connections,
+        header_read_timeout_ms: s.header_read_timeout_ms,
+        idle_timeout_ms: s.idle_timeout_ms,
+        body_read_timeout_ms: s.body_read_timeout_ms,
+    })
+}
+
+/// The defaults of task options; the default ttr may not exceed the maximum.
+fn task_defaults(s: &Settings) -> Result<TaskDefaults, ConfigError> {
+    let mut defaults = TaskDefaults::default();
+    defaults.ttr_ms = below_max(
+        s.default_ttr_ms,
+        &s.origin.default_ttr_ms,
+        s.max_ttr_ms,
+        &s.origin.max_ttr_ms,
+        "default ttr",
+    )?;
+    defaults.max_retries = s.default_max_retries;
+    defaults.retention_ms = s.retention_ms;
+    Ok(defaults)
+}
+
+/// A task with a full body must fit in a request, and a beanstalk job in a task body.
+fn bodies_fit(s: &Settings, limits: &Limits, http: &HttpLimits) -> Result<(), ConfigError> {
+    if http.max_request_bytes < limits.max_body_bytes {
+        return Err(ConfigError::Conflict(format!(
+            "the request limit ({} bytes, {}) is smaller than the task body limit ({} bytes, \
+             {}); a task with a full body could never be added",
+            http.max_request_bytes,
+            s.origin.max_request_bytes.name(),
+            limits.max_body_bytes,
+            s.origin.max_body_bytes.name(),
+        )));
+    }
+    if s.beanstalk_listen.is_some() && s.beanstalk_max_job_size as usize > limits.max_body_bytes {
+        return Err(ConfigError::Conflict(format!(
+            "the beanstalk job size limit ({} bytes, {}) is larger than the task body limit \
+             ({} bytes, {}); raise the body limit too",
+            s.beanstalk_max_job_size,
+            s.origin.beanstalk_max_job_size.name(),
+            limits.max_body_bytes,
+            s.origin.max_body_bytes.name(),
+        )));
+    }
+    Ok(())
+}
+
+/// The beanstalk listener, when `--beanstalk-listen` is given; its TLS needs the server's
+/// certificate (`has_tls`).
+fn beanstalk(s: &Settings, has_tls: bool) -> Result<Option<BeanstalkConfig>, ConfigError> {
+    let tls = s.beanstalk_tls == kinds::BeanstalkTls::On;
+    if tls && !has_tls {
+        return Err(ConfigError::Conflict(format!(
+            "{} is on but no certificate is given; the beanstalk listener uses the \
+             certificate and key of {} and {}",
+            s.origin.beanstalk_tls.name(),
+            s.origin.tls_cert.name(),
+            s.origin.tls_key.name(),
+        )));
+    }
+    Ok(s.beanstalk_listen.clone().map(|listen| BeanstalkConfig {
+        listen,
+        max_job_size: s.beanstalk_max_job_size,
+        max_connections: s.beanstalk_max_connections,
+        read_timeout_ms: s.beanstalk_read_timeout_ms,
+        idle_timeout_ms: s.beanstalk_idle_timeout_ms,
+        tls,
+    }))
+}
+
+/// The push dispatcher's settings.
+fn push(s: &Settings) -> Result<PushConfig, ConfigError> {
+    Ok(PushConfig {
+        // Checked when read (the kind).
+        allow: delayq_push::AllowList::parse(&s.push_allow).map_err(|reason| {
+            ConfigError::Invalid {
+                setting: s.origin.push_allow.name().to_owned(),
+                value: s.push_allow.join(","),
+                expected: reason,
+            }
+        })?,
+        ca_file: s.push_ca_file.clone(),
+        max_in_flight: s.push_max_in_flight,
+        targets: s.push_targets.clone(),
+    })
 }
 
 /// Checks each configured schedule as `POST /schedules` would, naming the schedule and field.
