@@ -516,14 +516,7 @@ pub struct BenchReport {
 /// Runs `delayq bench`.
 pub async fn run(args: BenchArgs, out: &mut dyn Write) -> Result<(), BenchError> {
     if let Which::Beanstalk(bench) = &args.which {
-        let addr = beanstalk_addr(&args.client.server).await?;
-        let report = beanstalk::run(addr, bench).await?;
-        let text = if args.client.json {
-            serde_json::to_string_pretty(&report).unwrap_or_default() + "\n"
-        } else {
-            beanstalk::render(&report)
-        };
-        return out.write_all(text.as_bytes()).map_err(BenchError::Output);
+        return run_beanstalk(&args.client, bench, out).await;
     }
     let (url, addr) = check_loopback(&args.client.server).await?;
     let client = bench_client(&url, args.client.token.clone())?;
@@ -546,47 +539,7 @@ pub async fn run(args: BenchArgs, out: &mut dyn Write) -> Result<(), BenchError>
         ceilings: BTreeMap::new(),
         ceiling_lines: Vec::new(),
     };
-    let mut results = Vec::new();
-    match args.which {
-        Which::Add(bench) => results.extend(add::run(&mut ctx, &bench.validate()?).await?),
-        Which::Pop(bench) => results.extend(pop::run(&mut ctx, &bench.validate()?).await?),
-        Which::Lateness(bench) => {
-            results.extend(lateness::run(&ctx.client, &bench.validate()?).await?);
-        }
-        Which::Push(bench) => {
-            results.extend(push::run(&ctx.client, &bench.validate()?).await?);
-        }
-        Which::Dashboard(bench) => {
-            results.extend(dashboard::run(&ctx.client, &ctx.endpoint, &bench.validate()?).await?);
-        }
-        Which::Ceiling(bench) => {
-            require(
-                "ceiling",
-                (1..=MAX_CONCURRENCY).contains(&bench.clients),
-                "--clients must be 1 to 1000",
-            )?;
-            ctx.ceiling(bench.clients, MAX_DURATION_MS).await?;
-        }
-        // Answered above, before any HTTP is spoken.
-        Which::Beanstalk(_) => {}
-        Which::All(all) => {
-            let add = add::AddBench {
-                duration: all.duration,
-                ..add::AddBench::default()
-            };
-            results.extend(add::run(&mut ctx, &add.validate()?).await?);
-            let pop = pop::PopBench {
-                tasks: all.tasks,
-                ..pop::PopBench::default()
-            };
-            results.extend(pop::run(&mut ctx, &pop.validate()?).await?);
-            let late = lateness::LatenessBench {
-                duration: all.duration,
-                ..lateness::LatenessBench::default()
-            };
-            results.extend(lateness::run(&ctx.client, &late.validate()?).await?);
-        }
-    }
+    let results = run_which(&mut ctx, args.which).await?;
     let mut all_results = std::mem::take(&mut ctx.ceiling_lines);
     all_results.extend(results);
     let report = BenchReport {
@@ -602,6 +555,65 @@ pub async fn run(args: BenchArgs, out: &mut dyn Write) -> Result<(), BenchError>
         writeln!(out, "{}", render(&report))?;
     }
     Ok(())
+}
+
+/// `delayq bench beanstalk`: no HTTP is spoken, and the report is its own.
+async fn run_beanstalk(
+    client: &BenchConnection,
+    bench: &beanstalk::BeanstalkBench,
+    out: &mut dyn Write,
+) -> Result<(), BenchError> {
+    let addr = beanstalk_addr(&client.server).await?;
+    let report = beanstalk::run(addr, bench).await?;
+    let text = if client.json {
+        serde_json::to_string_pretty(&report).unwrap_or_default() + "\n"
+    } else {
+        beanstalk::render(&report)
+    };
+    out.write_all(text.as_bytes()).map_err(BenchError::Output)
+}
+
+/// Runs the HTTP benchmark `which` names; its results (the ceilings measured on the way are
+/// kept in `ctx`).
+async fn run_which(ctx: &mut Ctx, which: Which) -> Result<Vec<BenchResult>, BenchError> {
+    Ok(match which {
+        Which::Add(bench) => add::run(ctx, &bench.validate()?).await?,
+        Which::Pop(bench) => pop::run(ctx, &bench.validate()?).await?,
+        Which::Lateness(bench) => lateness::run(&ctx.client, &bench.validate()?).await?,
+        Which::Push(bench) => push::run(&ctx.client, &bench.validate()?).await?,
+        Which::Dashboard(bench) => {
+            dashboard::run(&ctx.client, &ctx.endpoint, &bench.validate()?).await?
+        }
+        Which::Ceiling(bench) => {
+            require(
+                "ceiling",
+                (1..=MAX_CONCURRENCY).contains(&bench.clients),
+                "--clients must be 1 to 1000",
+            )?;
+            ctx.ceiling(bench.clients, MAX_DURATION_MS).await?;
+            Vec::new()
+        }
+        // Answered by `run_beanstalk`, before any HTTP is spoken.
+        Which::Beanstalk(_) => Vec::new(),
+        Which::All(all) => {
+            let add = add::AddBench {
+                duration: all.duration,
+                ..add::AddBench::default()
+            };
+            let mut results = add::run(ctx, &add.validate()?).await?;
+            let pop = pop::PopBench {
+                tasks: all.tasks,
+                ..pop::PopBench::default()
+            };
+            results.extend(pop::run(ctx, &pop.validate()?).await?);
+            let late = lateness::LatenessBench {
+                duration: all.duration,
+                ..lateness::LatenessBench::default()
+            };
+            results.extend(lateness::run(&ctx.client, &late.validate()?).await?);
+            results
+        }
+    })
 }
 
 /// The shared client: a pool large enough to keep every concurrent client's connection alive.

@@ -407,6 +407,8 @@ async fn wait_ready(client: &Client, topic: &str, tasks: u64) -> Result<u64, Ben
     }
 }
 
+/// One worker: pops and finishes over its own connection until `total` tasks are done (by
+/// every worker) or the deadline.
 async fn worker(
     requests: Requests,
     addr: std::net::SocketAddr,
@@ -453,28 +455,10 @@ async fn worker(
         let sent = Instant::now();
         match conn.exchange(&finish).await {
             Ok(answer) if answer.status == 200 => {
-                let ok = if batched {
-                    match serde_json::from_slice::<FinishAnswer>(answer.body) {
-                        Ok(a) => a.data.items.iter().filter(|i| i.code == 0).count() as u64,
-                        Err(err) => {
-                            run.error(|| format!("unreadable finish answer: {err}"), false);
-                            0
-                        }
-                    }
-                } else {
-                    tasks
-                };
+                let ok = finished(&mut run, answer.body, batched, tasks);
                 run.record(sent);
                 run.tasks += ok;
                 done.fetch_add(ok, Ordering::Relaxed);
-                if ok < tasks {
-                    let refused = tasks - ok;
-                    run.error(
-                        || format!("{refused} tasks of a batched finish refused"),
-                        false,
-                    );
-                    run.errors += refused - 1;
-                }
             }
             Ok(answer) => run.refused(answer.status, answer.body),
             Err(err) => {
@@ -485,6 +469,31 @@ async fn worker(
         }
     }
     run
+}
+
+/// How many of the `tasks` popped a 200 answer to their finish (`body`) finished: all of them
+/// for one task a pop, those with code 0 for a batched finish; the others count as errors.
+fn finished(run: &mut LoadRun, body: &[u8], batched: bool, tasks: u64) -> u64 {
+    let ok = if batched {
+        match serde_json::from_slice::<FinishAnswer>(body) {
+            Ok(a) => a.data.items.iter().filter(|i| i.code == 0).count() as u64,
+            Err(err) => {
+                run.error(|| format!("unreadable finish answer: {err}"), false);
+                0
+            }
+        }
+    } else {
+        tasks
+    };
+    if ok < tasks {
+        let refused = tasks - ok;
+        run.error(
+            || format!("{refused} tasks of a batched finish refused"),
+            false,
+        );
+        run.errors += refused - 1;
+    }
+    ok
 }
 
 /// A duration in whole microseconds, at least 1 (the histogram's lowest value).
