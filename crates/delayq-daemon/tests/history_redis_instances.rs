@@ -116,7 +116,7 @@ async fn two_instances_each_see_both_and_the_sum() {
     assert_eq!(one.state.history().topics(), ["mail", "orders"]);
 }
 
-/// `serve::run`, as `delayq serve` calls it, starts the sampler: each instance's entry
+/// `delayq_daemon::run`, as `delayq serve` calls it, starts the sampler: each instance's entry
 /// appears in Redis with its own count of adds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_publishes_each_instance_into_redis() {

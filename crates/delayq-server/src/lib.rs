@@ -24,7 +24,7 @@
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use delayq_server::AppState;
-//! use delayq_server::config::{AppConfig, HttpLimits};
+//! use delayq_server::config::AppConfig;
 //!
 //! # let (config, listener): (AppConfig, tokio::net::TcpListener) = todo!();
 //! let state = AppState::new(delayq::Queue::memory(), &config);

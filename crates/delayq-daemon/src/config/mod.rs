@@ -535,7 +535,7 @@ mod tests {
     }
 
     /// Resolves a configuration from flags only (the variables of the test process are
-    /// not `DELAYQ_*`; the environment cases run in a child in `tests/http_config.rs`).
+    /// not `DELAYQ_*`; the environment cases run in a child in `tests/config_serve.rs`).
     fn resolve(argv: &[&str]) -> Result<ServerConfig, ConfigError> {
         let mut all = vec!["serve"];
         all.extend(argv);
