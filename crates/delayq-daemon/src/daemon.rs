@@ -29,12 +29,15 @@ use crate::services::{self, Running};
 use crate::signals::drain_on_sigusr1;
 use crate::storage::build_queue;
 
-/// A running server: the queue and every service over it.
+/// A running server: the queue and every service over it. Stop it with [`Daemon::stop`]: one
+/// dropped without it leaves its tasks running until the runtime ends, and the storage is not
+/// flushed.
 pub struct Daemon {
     running: Running,
     addr: SocketAddr,
-    /// Completes (with an error) if the HTTP listener ends on its own, which only a panic does.
-    http_ended: oneshot::Receiver<()>,
+    /// Completes (with an error) if the HTTP listener ends on its own, which only a panic does;
+    /// `None` once it has.
+    http_ended: Option<oneshot::Receiver<()>>,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -74,7 +77,7 @@ impl Daemon {
             Ok((addr, http_ended)) => Ok(Daemon {
                 running,
                 addr,
-                http_ended,
+                http_ended: Some(http_ended),
             }),
             Err(e) => {
                 let _ = running.stop(grace(config)).await;
@@ -88,13 +91,21 @@ impl Daemon {
         self.addr
     }
 
-    /// Completes when `shutdown` does, or early when the HTTP listener ends on its own.
+    /// Completes when `shutdown` does, or early when the HTTP listener ends on its own (at
+    /// once if it already has).
     pub async fn wait(&mut self, shutdown: impl Future<Output = ()>) {
-        tokio::select! {
-            _ = &mut self.http_ended => {},
-            () = shutdown => {
-                tracing::info!("shutting down: no new connections, finishing requests in flight");
-            }
+        let Some(ended) = self.http_ended.as_mut() else {
+            return;
+        };
+        let ended_early = tokio::select! {
+            _ = ended => true,
+            () = shutdown => false,
+        };
+        if ended_early {
+            // A oneshot may not be polled again once it has completed.
+            self.http_ended = None;
+        } else {
+            tracing::info!("shutting down: no new connections, finishing requests in flight");
         }
     }
 
