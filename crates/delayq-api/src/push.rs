@@ -1,6 +1,8 @@
 //! Push delivery on the wire (docs/design.md §8): a topic's target as `POST /push` takes it
 //! and the settings store keeps it, as `GET /push` shows it (never the secret), and the push
-//! figures of `/stats`. The checks of a target (URL, headers) are the dispatcher's, in
+//! figures of `/stats` ([`PushFigures`]) and the per-topic counters behind them and `/metrics`
+//! ([`PushStats`], kept here so that the HTTP app reads them without depending on the
+//! dispatcher). The checks of a target (URL, headers) are the dispatcher's, in
 //! `delayq-push`, which needs an HTTP library this crate does without.
 
 use std::collections::BTreeMap;
