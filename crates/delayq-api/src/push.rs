@@ -1,6 +1,8 @@
 //! Push delivery on the wire (docs/design.md §8): a topic's target as `POST /push` takes it
 //! and the settings store keeps it, as `GET /push` shows it (never the secret), and the push
-//! figures of `/stats`. The checks of a target (URL, headers) are the dispatcher's, in
+//! figures of `/stats` ([`PushFigures`]) and the per-topic counters behind them and `/metrics`
+//! ([`PushStats`], kept here so that the HTTP app reads them without depending on the
+//! dispatcher). The checks of a target (URL, headers) are the dispatcher's, in
 //! `delayq-push`, which needs an HTTP library this crate does without.
 
 use std::collections::BTreeMap;
@@ -209,6 +211,64 @@ impl PushFigures {
             latency_avg_ms,
             latency_p99_ms,
         }
+    }
+}
+
+/// The upper bounds of the latency buckets, in ms.
+pub const LATENCY_BUCKETS_MS: [u64; 10] = [1, 2, 5, 10, 25, 50, 100, 250, 1_000, 5_000];
+
+/// A topic's push figures since this instance started.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct PushStats {
+    /// Calls answered 2xx (tasks finished).
+    pub delivered: u64,
+    /// Calls answered with another status.
+    pub failed_status: u64,
+    /// Calls with no answer in time.
+    pub failed_timeout: u64,
+    /// Calls that could not connect (refused, reset, TLS, DNS, not allowed).
+    pub failed_connect: u64,
+    /// Calls under way now.
+    pub in_flight: u64,
+    /// Calls timed.
+    pub latency_count: u64,
+    /// Their total time, ms.
+    pub latency_sum_ms: u64,
+    /// Cumulative counts of calls at most as long as each bound of
+    /// [`LATENCY_BUCKETS_MS`], then all of them.
+    pub latency_buckets: Vec<u64>,
+}
+
+impl PushStats {
+    /// The smallest bucket bound at or under which the fraction `q` of the calls took (ms);
+    /// the largest bound when more took longer; 0 before the first call.
+    pub fn latency_quantile_ms(&self, q: f64) -> u64 {
+        if self.latency_count == 0 {
+            return 0;
+        }
+        let wanted = (self.latency_count as f64 * q).ceil() as u64;
+        LATENCY_BUCKETS_MS
+            .iter()
+            .zip(&self.latency_buckets)
+            .find(|&(_, &n)| n >= wanted)
+            .map_or(
+                LATENCY_BUCKETS_MS[LATENCY_BUCKETS_MS.len() - 1],
+                |(&b, _)| b,
+            )
+    }
+
+    /// The figures `/stats` shows.
+    pub fn figures(&self) -> PushFigures {
+        PushFigures::new(
+            self.delivered,
+            [self.failed_status, self.failed_timeout, self.failed_connect],
+            self.in_flight,
+            self.latency_sum_ms
+                .checked_div(self.latency_count)
+                .unwrap_or(0),
+            self.latency_quantile_ms(0.99),
+        )
     }
 }
 

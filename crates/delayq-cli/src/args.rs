@@ -20,8 +20,8 @@ Exit status:
   2  cannot reach the server (connection refused, timeout)";
 
 /// The URL of a `delayq serve` started with its default `--listen`; the default `--server`
-/// of every client command.
-pub const DEFAULT_SERVER: &str = "http://127.0.0.1:9280";
+/// of every client command (and of `delayq bench`, whose flags are declared there).
+pub use delayq_bench::DEFAULT_SERVER;
 
 /// delayq: a millisecond-precise delay queue. Run the server with `delayq serve`; the other
 /// commands talk to a running server over HTTP.
@@ -37,7 +37,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the delayq server.
-    Serve(Box<delayq_server::ServeArgs>),
+    Serve(Box<delayq_daemon::ServeArgs>),
     /// Add a task, or import tasks from a JSON-lines file (--file).
     Add(AddArgs),
     /// Take ready tasks of a topic (long-poll).
@@ -148,7 +148,7 @@ pub struct DataArgs {
     #[arg(
         long,
         env = "DELAYQ_DATA_DIR",
-        default_value = delayq_server::config::DEFAULT_DATA_DIR,
+        default_value = delayq_daemon::config::DEFAULT_DATA_DIR,
         value_name = "DIR"
     )]
     pub data_dir: std::path::PathBuf,
@@ -501,7 +501,7 @@ mod tests {
 
     #[test]
     fn the_default_server_is_where_serve_listens_by_default() {
-        let listen = delayq_server::ServerConfig::default().listen;
+        let listen = delayq_daemon::ServerConfig::default().listen;
         assert_eq!(DEFAULT_SERVER, format!("http://{listen}"));
     }
 

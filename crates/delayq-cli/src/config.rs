@@ -71,6 +71,14 @@ impl LineDefaults {
     }
 }
 
+/// The task options of `delayq add` that a flag gives, checked, whether for one task or as
+/// the defaults of an import.
+struct TaskOptions {
+    max_retries: Option<MaxRetries>,
+    backoff: Option<Backoff>,
+    on_duplicate: Option<OnDuplicate>,
+}
+
 impl AddPlan {
     /// Checks the flags of `delayq add` and builds the plan.
     pub fn from_args(args: &AddArgs) -> Result<AddPlan, CliError> {
@@ -82,81 +90,92 @@ impl AddPlan {
                 })
             })
             .transpose()?;
-        let backoff = args
-            .backoff_schedule
-            .as_ref()
-            .map(|ms| Backoff::Schedule { ms: ms.clone() });
-        let on_duplicate = args.on_duplicate.map(OnDuplicate::from);
-
-        if let Some(path) = &args.file {
-            let mut fields = Map::new();
-            if let Some(topic) = &args.topic {
-                fields.insert("topic".into(), Value::from(topic.as_str()));
-            }
-            if let Some(ttr) = args.ttr {
-                fields.insert("ttr_ms".into(), Value::from(ttr));
-            }
-            if let Some(priority) = args.priority {
-                fields.insert("priority".into(), Value::from(priority));
-            }
-            if let Some(max) = max_retries {
-                fields.insert("max_retries".into(), Value::from(max.as_i64()));
-            }
-            if let Some(backoff) = &backoff {
-                let value = serde_json::to_value(backoff)
-                    .map_err(|err| CliError::usage(format!("invalid --backoff-schedule: {err}")))?;
-                fields.insert("backoff".into(), value);
-            }
-            if let Some(policy) = on_duplicate {
-                let value = serde_json::to_value(policy)
-                    .map_err(|err| CliError::usage(format!("invalid --on-duplicate: {err}")))?;
-                fields.insert("on_duplicate".into(), value);
-            }
-            return Ok(AddPlan::Import(ImportPlan {
+        let options = TaskOptions {
+            max_retries,
+            backoff: args
+                .backoff_schedule
+                .as_ref()
+                .map(|ms| Backoff::Schedule { ms: ms.clone() }),
+            on_duplicate: args.on_duplicate.map(OnDuplicate::from),
+        };
+        match &args.file {
+            Some(path) => Ok(AddPlan::Import(ImportPlan {
                 path: path.clone(),
                 batch_size: args.batch_size as usize,
-                defaults: LineDefaults { fields },
-            }));
+                defaults: line_defaults(args, options)?,
+            })),
+            None => Ok(AddPlan::One(Box::new(one_task(args, options)?))),
         }
-
-        let (Some(topic), Some(id)) = (&args.topic, &args.id) else {
-            return Err(CliError::usage(
-                "delayq add needs --topic and --id (or --file to import tasks)",
-            ));
-        };
-        let body = match (&args.body, &args.body_file, &args.body_base64) {
-            (Some(body), _, _) => body.clone().into_bytes(),
-            (None, Some(path), _) => read_bytes(path)?,
-            (None, None, Some(b64)) => {
-                delayq_client::decode_body(b64.clone(), Some(BodyEncoding::Base64), "--body-base64")
-                    .map_err(|e| CliError::usage(format!("invalid {}: {}", e.field, e.reason)))?
-            }
-            (None, None, None) => Vec::new(),
-        };
-        let mut task = NewTask::new(topic.as_str(), id.as_str()).body(body);
-        if let Some(priority) = args.priority {
-            task = task.priority(priority);
-        }
-        if let Some(ms) = args.delay.or(args.delay_ms) {
-            task = task.delay_ms(ms);
-        }
-        if let Some(at) = args.at {
-            task = task.run_at_ms(at);
-        }
-        if let Some(ttr) = args.ttr {
-            task = task.ttr_ms(ttr);
-        }
-        if let Some(max) = max_retries {
-            task = task.max_retries(max);
-        }
-        if let Some(backoff) = backoff {
-            task = task.backoff(backoff);
-        }
-        if let Some(policy) = on_duplicate {
-            task = task.on_duplicate(policy);
-        }
-        Ok(AddPlan::One(Box::new(task)))
     }
+}
+
+/// With `--file`: the flags given become the defaults of every line.
+fn line_defaults(args: &AddArgs, options: TaskOptions) -> Result<LineDefaults, CliError> {
+    let mut fields = Map::new();
+    if let Some(topic) = &args.topic {
+        fields.insert("topic".into(), Value::from(topic.as_str()));
+    }
+    if let Some(ttr) = args.ttr {
+        fields.insert("ttr_ms".into(), Value::from(ttr));
+    }
+    if let Some(priority) = args.priority {
+        fields.insert("priority".into(), Value::from(priority));
+    }
+    if let Some(max) = options.max_retries {
+        fields.insert("max_retries".into(), Value::from(max.as_i64()));
+    }
+    if let Some(backoff) = &options.backoff {
+        let value = serde_json::to_value(backoff)
+            .map_err(|err| CliError::usage(format!("invalid --backoff-schedule: {err}")))?;
+        fields.insert("backoff".into(), value);
+    }
+    if let Some(policy) = options.on_duplicate {
+        let value = serde_json::to_value(policy)
+            .map_err(|err| CliError::usage(format!("invalid --on-duplicate: {err}")))?;
+        fields.insert("on_duplicate".into(), value);
+    }
+    Ok(LineDefaults { fields })
+}
+
+/// Without `--file`: the one task of `--topic` and `--id`.
+fn one_task(args: &AddArgs, options: TaskOptions) -> Result<NewTask, CliError> {
+    let (Some(topic), Some(id)) = (&args.topic, &args.id) else {
+        return Err(CliError::usage(
+            "delayq add needs --topic and --id (or --file to import tasks)",
+        ));
+    };
+    let body = match (&args.body, &args.body_file, &args.body_base64) {
+        (Some(body), _, _) => body.clone().into_bytes(),
+        (None, Some(path), _) => read_bytes(path)?,
+        (None, None, Some(b64)) => {
+            delayq_client::decode_body(b64.clone(), Some(BodyEncoding::Base64), "--body-base64")
+                .map_err(|e| CliError::usage(format!("invalid {}: {}", e.field, e.reason)))?
+        }
+        (None, None, None) => Vec::new(),
+    };
+    let mut task = NewTask::new(topic.as_str(), id.as_str()).body(body);
+    if let Some(priority) = args.priority {
+        task = task.priority(priority);
+    }
+    if let Some(ms) = args.delay.or(args.delay_ms) {
+        task = task.delay_ms(ms);
+    }
+    if let Some(at) = args.at {
+        task = task.run_at_ms(at);
+    }
+    if let Some(ttr) = args.ttr {
+        task = task.ttr_ms(ttr);
+    }
+    if let Some(max) = options.max_retries {
+        task = task.max_retries(max);
+    }
+    if let Some(backoff) = options.backoff {
+        task = task.backoff(backoff);
+    }
+    if let Some(policy) = options.on_duplicate {
+        task = task.on_duplicate(policy);
+    }
+    Ok(task)
 }
 
 /// Reads a whole file as bytes, or standard input for `-`: a body may be any bytes.

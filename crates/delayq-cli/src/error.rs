@@ -75,6 +75,20 @@ impl CliError {
     }
 }
 
+impl From<delayq_bench::BenchError> for CliError {
+    fn from(err: delayq_bench::BenchError) -> Self {
+        use delayq_bench::BenchError;
+        match err {
+            BenchError::Usage(message) => CliError::Usage(message),
+            BenchError::Client(err) => CliError::Client(err),
+            BenchError::Bench { bench, reason } => CliError::Bench { bench, reason },
+            BenchError::Output(err) => CliError::Output(err),
+            // The enum is non-exhaustive; a new kind keeps its message.
+            other => CliError::Usage(other.to_string()),
+        }
+    }
+}
+
 impl From<std::io::Error> for CliError {
     fn from(err: std::io::Error) -> Self {
         CliError::Output(err)

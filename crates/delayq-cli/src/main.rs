@@ -1,6 +1,6 @@
 //! The `delayq` binary: parses the command line and hands over to the libraries.
 //!
-//! `delayq serve` runs `delayq_server::serve` until SIGTERM or Ctrl-C (`delayq beanstalkd`
+//! `delayq serve` runs `delayq_daemon::serve` until SIGTERM or Ctrl-C (`delayq beanstalkd`
 //! too, with its flags turned into serve's); every other command is
 //! run by `delayq_cli::run`. Errors are printed once, as `error: ...`, and decide the exit
 //! code: 0 success, 1 an API or usage error, 2 the server cannot be reached.
@@ -88,13 +88,13 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
-fn serve(args: &delayq_server::ServeArgs) -> anyhow::Result<()> {
-    let config = delayq_server::ServerConfig::from_args(args).context("invalid server settings")?;
-    delayq_server::init_tracing(config.log_format).context("cannot set up logging")?;
+fn serve(args: &delayq_daemon::ServeArgs) -> anyhow::Result<()> {
+    let config = delayq_daemon::ServerConfig::from_args(args).context("invalid server settings")?;
+    delayq_daemon::init_tracing(config.log_format).context("cannot set up logging")?;
     runtime()?
-        .block_on(delayq_server::serve(
+        .block_on(delayq_daemon::serve(
             config,
-            delayq_server::shutdown_signal(),
+            delayq_daemon::shutdown_signal(),
         ))
         .context("the server stopped with an error")
 }

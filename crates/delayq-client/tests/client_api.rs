@@ -6,8 +6,8 @@ use delayq_client::{
     AddOutcome, Backoff, Call, Client, ClientOptions, ErrorKind, ListOptions, MaxRetries, NewTask,
     OnDuplicate, PopOptions, ReleaseOptions, State,
 };
-use delayq_server::ServerConfig;
-use delayq_server::config::{StorageConfig, TokenConfig};
+use delayq_daemon::ServerConfig;
+use delayq_daemon::config::{StorageConfig, TokenConfig};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
@@ -23,13 +23,13 @@ async fn start(tokens: Vec<TokenConfig>) -> TestServer {
     let mut config = ServerConfig::default();
     config.storage = StorageConfig::Memory;
     config.tokens = tokens;
-    let queue = delayq_server::build_queue(&config).await.expect("queue");
+    let queue = delayq_daemon::build_queue(&config).await.expect("queue");
     let (stop, stopped) = oneshot::channel::<()>();
     tokio::spawn(async move {
         let shutdown = async {
             let _ = stopped.await;
         };
-        let _ = delayq_server::run(listener, queue, &config, shutdown).await;
+        let _ = delayq_daemon::run(listener, queue, &config, shutdown).await;
     });
     TestServer { url, _stop: stop }
 }

@@ -386,95 +386,18 @@ fn build_client(
 }
 
 /// The loop of one topic; see the module doc.
-async fn run_topic(shared: Arc<Shared>, target: Arc<PushTarget>, mut stop: watch::Receiver<bool>) {
-    let topic = target.topic.clone();
-    let slots = Arc::new(Semaphore::new(target.concurrency as usize));
-    let counters = shared.stats.topic(&topic);
-    let now_ms = |shared: &Shared| shared.epoch.elapsed().as_millis() as u64;
-    let mut bucket = target
-        .rate_per_s
-        .zip(target.effective_burst())
-        .map(|(rate, burst)| TokenBucket::new(rate, burst, now_ms(&shared)));
+async fn run_topic(shared: Arc<Shared>, target: Arc<PushTarget>, stop: watch::Receiver<bool>) {
+    let counters = shared.stats.topic(&target.topic);
+    let mut topic = TopicLoop::new(shared, target, stop);
     let mut calls = JoinSet::new();
-    // The pops stay within the queue's limits, whatever they are set to.
-    let limits = &shared.queue.context().limits;
-    let max_count = limits.max_pop_count.max(1);
-    let poll_ms = shared.options.poll_ms.min(limits.max_pop_timeout_ms);
-    // Every wait below is `biased` towards the stop: a stopped loop (its target removed)
-    // must not take one more task just because a task was ready at the same moment.
-    'run: loop {
-        if *stop.borrow() {
+    while let Some(permits) = topic.slots().await {
+        let Some(deliveries) = topic.pop(permits.len()).await else {
             break;
-        }
-        let first = tokio::select! {
-            biased;
-            _ = stop.wait_for(|s| *s) => break,
-            p = Arc::clone(&slots).acquire_owned() => p.expect("the semaphore is never closed"),
         };
-        let mut permits = vec![first];
-        // One pop takes at most the queue's max_pop_count.
-        while permits.len() < max_count
-            && let Ok(p) = Arc::clone(&slots).try_acquire_owned()
-        {
-            permits.push(p);
-        }
-        if let Some(bucket) = bucket.as_mut() {
-            loop {
-                match bucket.take(now_ms(&shared), permits.len() as u32) {
-                    Ok(n) => {
-                        permits.truncate(n as usize);
-                        break;
-                    }
-                    Err(wait_ms) => tokio::select! {
-                        biased;
-                        _ = stop.wait_for(|s| *s) => break 'run,
-                        () = tokio::time::sleep(Duration::from_millis(wait_ms)) => {}
-                    },
-                }
-            }
-        }
-        let asked = permits.len();
-        let pop = shared.queue.pop(
-            &topic,
-            PopOptions::default().count(asked).timeout_ms(poll_ms),
-        );
-        let popped = tokio::select! {
-            biased;
-            _ = stop.wait_for(|s| *s) => break,
-            r = pop => r,
-        };
-        let deliveries = match popped {
-            Ok(d) => d,
-            Err(e) if e.kind() == ErrorKind::ShuttingDown => break,
-            Err(e) => {
-                tracing::warn!(%topic, error = %e, "push: cannot pop; trying again in 1 s");
-                if let Some(bucket) = bucket.as_mut() {
-                    bucket.refund(asked as u32);
-                }
-                tokio::select! {
-                    biased;
-                    _ = stop.wait_for(|s| *s) => break,
-                    () = tokio::time::sleep(Duration::from_millis(POP_RETRY_MS)) => {}
-                }
-                continue;
-            }
-        };
-        if let Some(bucket) = bucket.as_mut() {
-            bucket.refund((asked - deliveries.len()) as u32);
-        }
-        if deliveries.is_empty() && poll_ms == 0 {
-            // Long-polls are off (max_pop_timeout_ms = 0): look again a little later, not in
-            // a tight loop.
-            tokio::select! {
-                biased;
-                _ = stop.wait_for(|s| *s) => break,
-                () = tokio::time::sleep(Duration::from_millis(EMPTY_POLL_MS)) => {}
-            }
-        }
-        for (delivery, permit) in deliveries.into_iter().zip(permits.drain(..)) {
+        for (delivery, permit) in deliveries.into_iter().zip(permits) {
             calls.spawn(deliver(
-                Arc::clone(&shared),
-                Arc::clone(&target),
+                Arc::clone(&topic.shared),
+                Arc::clone(&topic.target),
                 Arc::clone(&counters),
                 delivery,
                 permit,
@@ -484,6 +407,130 @@ async fn run_topic(shared: Arc<Shared>, target: Arc<PushTarget>, mut stop: watch
         while calls.try_join_next().is_some() {}
     }
     while calls.join_next().await.is_some() {}
+}
+
+/// The state of one topic's loop. Every wait is `biased` towards the stop: a stopped loop
+/// (its target removed) must not take one more task just because a task was ready at the
+/// same moment. Each step answers `None` once the loop is to stop.
+struct TopicLoop {
+    shared: Arc<Shared>,
+    target: Arc<PushTarget>,
+    /// The target's concurrency.
+    slots: Arc<Semaphore>,
+    /// The target's rate, if it has one.
+    bucket: Option<TokenBucket>,
+    stop: watch::Receiver<bool>,
+    /// The most tasks one pop asks for.
+    max_count: usize,
+    /// How long one pop waits for a task.
+    poll_ms: u64,
+}
+
+impl TopicLoop {
+    fn new(shared: Arc<Shared>, target: Arc<PushTarget>, stop: watch::Receiver<bool>) -> Self {
+        // The pops stay within the queue's limits, whatever they are set to.
+        let limits = &shared.queue.context().limits;
+        let max_count = limits.max_pop_count.max(1);
+        let poll_ms = shared.options.poll_ms.min(limits.max_pop_timeout_ms);
+        let now_ms = shared.epoch.elapsed().as_millis() as u64;
+        let bucket = target
+            .rate_per_s
+            .zip(target.effective_burst())
+            .map(|(rate, burst)| TokenBucket::new(rate, burst, now_ms));
+        TopicLoop {
+            slots: Arc::new(Semaphore::new(target.concurrency as usize)),
+            shared,
+            target,
+            bucket,
+            stop,
+            max_count,
+            poll_ms,
+        }
+    }
+
+    /// Waits for a free slot, takes every other free one up to a pop's worth, then as many
+    /// of them as the rate allows (waiting for the first token).
+    async fn slots(&mut self) -> Option<Vec<OwnedSemaphorePermit>> {
+        if *self.stop.borrow() {
+            return None;
+        }
+        let first = tokio::select! {
+            biased;
+            _ = self.stop.wait_for(|s| *s) => return None,
+            p = Arc::clone(&self.slots).acquire_owned() => p.expect("the semaphore is never closed"),
+        };
+        let mut permits = vec![first];
+        while permits.len() < self.max_count
+            && let Ok(p) = Arc::clone(&self.slots).try_acquire_owned()
+        {
+            permits.push(p);
+        }
+        loop {
+            let now_ms = self.shared.epoch.elapsed().as_millis() as u64;
+            let Some(bucket) = self.bucket.as_mut() else {
+                break;
+            };
+            match bucket.take(now_ms, permits.len() as u32) {
+                Ok(n) => {
+                    permits.truncate(n as usize);
+                    break;
+                }
+                Err(wait_ms) => {
+                    if self.pause(wait_ms).await {
+                        return None;
+                    }
+                }
+            }
+        }
+        Some(permits)
+    }
+
+    /// Pops up to `asked` tasks; the tokens of those not popped go back to the rate. After a
+    /// failed pop, waits a second and answers no task.
+    async fn pop(&mut self, asked: usize) -> Option<Vec<Delivery>> {
+        let topic = &self.target.topic;
+        let pop = self.shared.queue.pop(
+            topic,
+            PopOptions::default().count(asked).timeout_ms(self.poll_ms),
+        );
+        let popped = tokio::select! {
+            biased;
+            _ = self.stop.wait_for(|s| *s) => return None,
+            r = pop => r,
+        };
+        let deliveries = match popped {
+            Ok(d) => d,
+            Err(e) if e.kind() == ErrorKind::ShuttingDown => return None,
+            Err(e) => {
+                tracing::warn!(%topic, error = %e, "push: cannot pop; trying again in 1 s");
+                self.refund(asked);
+                return (!self.pause(POP_RETRY_MS).await).then(Vec::new);
+            }
+        };
+        self.refund(asked - deliveries.len());
+        // Long-polls are off (max_pop_timeout_ms = 0): look again a little later, not in a
+        // tight loop.
+        if deliveries.is_empty() && self.poll_ms == 0 && self.pause(EMPTY_POLL_MS).await {
+            return None;
+        }
+        Some(deliveries)
+    }
+
+    /// Gives `n` unused tokens back to the rate.
+    fn refund(&mut self, n: usize) {
+        if let Some(bucket) = self.bucket.as_mut() {
+            bucket.refund(n as u32);
+        }
+    }
+
+    /// Sleeps `ms`; whether the loop was stopped meanwhile.
+    async fn pause(&mut self, ms: u64) -> bool {
+        tokio::select! {
+            biased;
+            _ = self.stop.wait_for(|s| *s) => true,
+            () = tokio::time::sleep(Duration::from_millis(ms)) => false,
+        }
+    }
 }
 
 /// One call and what follows from it: finish or release with the attempt's receipt.
@@ -547,20 +594,47 @@ async fn call(shared: &Shared, target: &PushTarget, d: &Delivery, timeout_ms: u6
             };
         }
     };
-    // An address written in the URL is not resolved, so it is checked here.
-    let literal = match url.host() {
-        Some(url::Host::Ipv4(ip)) => Some(std::net::IpAddr::V4(ip)),
-        Some(url::Host::Ipv6(ip)) => Some(std::net::IpAddr::V6(ip)),
-        _ => None,
-    };
-    if let Some(ip) = literal
-        && !shared.allow.allows(&ip.to_string(), ip)
-    {
-        return CallResult::Connect {
-            reason: format!("{ip} is not allowed by push_allow"),
-        };
+    if let Some(refused) = refused_literal(&shared.allow, &url) {
+        return refused;
     }
     let now_ms = shared.queue.context().clock.now_ms();
+    let request = shared
+        .client
+        .post(url)
+        .headers(headers(target, d, now_ms))
+        .body(d.body.clone());
+    let exchange =
+        async { Ok::<_, reqwest::Error>(read_answer(request.send().await?, now_ms).await) };
+    match tokio::time::timeout(Duration::from_millis(timeout_ms), exchange).await {
+        Err(_) => CallResult::TimedOut {
+            after_ms: timeout_ms,
+        },
+        Ok(Ok(result)) => result,
+        Ok(Err(e)) if e.is_timeout() => CallResult::TimedOut {
+            after_ms: timeout_ms,
+        },
+        Ok(Err(e)) => CallResult::Connect {
+            reason: error_chain(&e),
+        },
+    }
+}
+
+/// A call to an address written in the URL that `push_allow` does not allow. (A host name
+/// is checked when it is resolved; an address written in the URL is not resolved.)
+fn refused_literal(allow: &AllowList, url: &reqwest::Url) -> Option<CallResult> {
+    let ip = match url.host()? {
+        url::Host::Ipv4(ip) => std::net::IpAddr::V4(ip),
+        url::Host::Ipv6(ip) => std::net::IpAddr::V6(ip),
+        url::Host::Domain(_) => return None,
+    };
+    (!allow.allows(&ip.to_string(), ip)).then(|| CallResult::Connect {
+        reason: format!("{ip} is not allowed by push_allow"),
+    })
+}
+
+/// The headers of a call: the target's own, then the delivery's (`Delayq-*`, which a target
+/// may not set), signed when the target has a secret.
+fn headers(target: &PushTarget, d: &Delivery, now_ms: u64) -> HeaderMap {
     let mut headers = HeaderMap::new();
     headers.insert(
         CONTENT_TYPE,
@@ -590,50 +664,35 @@ async fn call(shared: &Shared, target: &PushTarget, d: &Delivery, timeout_ms: u6
             rules::signature(secret.as_bytes(), now_ms, &d.body),
         );
     }
-    let request = shared
-        .client
-        .post(url)
-        .headers(headers)
-        .body(d.body.clone());
-    let exchange = async {
-        let mut response = request.send().await?;
-        let status = response.status().as_u16();
-        let retry_after_ms = response
-            .headers()
-            .get(RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| rules::parse_retry_after(v, now_ms));
-        let mut head = Vec::new();
-        let mut read = 0usize;
-        // Read the answer up to the bound; a longer one is dropped with its connection.
-        while read < rules::READ_ANSWER_BYTES {
-            match response.chunk().await {
-                Ok(Some(chunk)) => {
-                    read += chunk.len();
-                    let room = rules::KEPT_ANSWER_BYTES.saturating_sub(head.len());
-                    head.extend_from_slice(&chunk[..chunk.len().min(room)]);
-                }
-                // The status is what counts; a body cut short does not change it.
-                Ok(None) | Err(_) => break,
+    headers
+}
+
+/// The status, `Retry-After` and the head of the answer, read up to its bound; a longer one
+/// is dropped with its connection.
+async fn read_answer(mut response: reqwest::Response, now_ms: u64) -> CallResult {
+    let status = response.status().as_u16();
+    let retry_after_ms = response
+        .headers()
+        .get(RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| rules::parse_retry_after(v, now_ms));
+    let mut head = Vec::new();
+    let mut read = 0usize;
+    while read < rules::READ_ANSWER_BYTES {
+        match response.chunk().await {
+            Ok(Some(chunk)) => {
+                read += chunk.len();
+                let room = rules::KEPT_ANSWER_BYTES.saturating_sub(head.len());
+                head.extend_from_slice(&chunk[..chunk.len().min(room)]);
             }
+            // The status is what counts; a body cut short does not change it.
+            Ok(None) | Err(_) => break,
         }
-        Ok::<_, reqwest::Error>(CallResult::Answered {
-            status,
-            head,
-            retry_after_ms,
-        })
-    };
-    match tokio::time::timeout(Duration::from_millis(timeout_ms), exchange).await {
-        Err(_) => CallResult::TimedOut {
-            after_ms: timeout_ms,
-        },
-        Ok(Ok(result)) => result,
-        Ok(Err(e)) if e.is_timeout() => CallResult::TimedOut {
-            after_ms: timeout_ms,
-        },
-        Ok(Err(e)) => CallResult::Connect {
-            reason: error_chain(&e),
-        },
+    }
+    CallResult::Answered {
+        status,
+        head,
+        retry_after_ms,
     }
 }
 

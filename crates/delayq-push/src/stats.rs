@@ -1,19 +1,16 @@
 //! Per-topic delivery figures, kept by this instance: delivered, failed by class, in flight,
 //! and the target's latency as a histogram (cumulative buckets, the Prometheus way). In
-//! Redis mode each instance counts the calls it made.
+//! Redis mode each instance counts the calls it made. The snapshot type, [`PushStats`], is
+//! the wire crate's, so the HTTP app renders it without depending on this crate.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use delayq_api::push::PushFigures;
+pub use delayq_api::push::{LATENCY_BUCKETS_MS, PushStats};
 use parking_lot::Mutex;
-use serde::{Deserialize, Serialize};
 
 use crate::rules::FailureClass;
-
-/// The upper bounds of the latency buckets, in ms.
-pub const LATENCY_BUCKETS_MS: [u64; 10] = [1, 2, 5, 10, 25, 50, 100, 250, 1_000, 5_000];
 
 /// The live counters of one topic.
 #[derive(Debug, Default)]
@@ -63,71 +60,17 @@ impl TopicCounters {
                 cumulative
             })
             .collect();
-        PushStats {
-            delivered: self.delivered.load(Ordering::Relaxed),
-            failed_status: self.failed_status.load(Ordering::Relaxed),
-            failed_timeout: self.failed_timeout.load(Ordering::Relaxed),
-            failed_connect: self.failed_connect.load(Ordering::Relaxed),
-            in_flight: self.in_flight.load(Ordering::Relaxed),
-            latency_count: self.latency_count.load(Ordering::Relaxed),
-            latency_sum_ms: self.latency_sum_ms.load(Ordering::Relaxed),
-            latency_buckets: buckets,
-        }
-    }
-}
-
-/// A topic's push figures since this instance started.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct PushStats {
-    /// Calls answered 2xx (tasks finished).
-    pub delivered: u64,
-    /// Calls answered with another status.
-    pub failed_status: u64,
-    /// Calls with no answer in time.
-    pub failed_timeout: u64,
-    /// Calls that could not connect (refused, reset, TLS, DNS, not allowed).
-    pub failed_connect: u64,
-    /// Calls under way now.
-    pub in_flight: u64,
-    /// Calls timed.
-    pub latency_count: u64,
-    /// Their total time, ms.
-    pub latency_sum_ms: u64,
-    /// Cumulative counts of calls at most as long as each bound of
-    /// [`LATENCY_BUCKETS_MS`], then all of them.
-    pub latency_buckets: Vec<u64>,
-}
-
-impl PushStats {
-    /// The smallest bucket bound at or under which the fraction `q` of the calls took (ms);
-    /// the largest bound when more took longer; 0 before the first call.
-    pub fn latency_quantile_ms(&self, q: f64) -> u64 {
-        if self.latency_count == 0 {
-            return 0;
-        }
-        let wanted = (self.latency_count as f64 * q).ceil() as u64;
-        LATENCY_BUCKETS_MS
-            .iter()
-            .zip(&self.latency_buckets)
-            .find(|&(_, &n)| n >= wanted)
-            .map_or(
-                LATENCY_BUCKETS_MS[LATENCY_BUCKETS_MS.len() - 1],
-                |(&b, _)| b,
-            )
-    }
-
-    /// The figures `/stats` shows.
-    pub fn figures(&self) -> PushFigures {
-        PushFigures::new(
-            self.delivered,
-            [self.failed_status, self.failed_timeout, self.failed_connect],
-            self.in_flight,
-            self.latency_sum_ms
-                .checked_div(self.latency_count)
-                .unwrap_or(0),
-            self.latency_quantile_ms(0.99),
-        )
+        // `PushStats` is the wire crate's and non-exhaustive: filled field by field.
+        let mut s = PushStats::default();
+        s.delivered = self.delivered.load(Ordering::Relaxed);
+        s.failed_status = self.failed_status.load(Ordering::Relaxed);
+        s.failed_timeout = self.failed_timeout.load(Ordering::Relaxed);
+        s.failed_connect = self.failed_connect.load(Ordering::Relaxed);
+        s.in_flight = self.in_flight.load(Ordering::Relaxed);
+        s.latency_count = self.latency_count.load(Ordering::Relaxed);
+        s.latency_sum_ms = self.latency_sum_ms.load(Ordering::Relaxed);
+        s.latency_buckets = buckets;
+        s
     }
 }
 

@@ -23,13 +23,15 @@ use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::trace::TraceLayer;
 
 use crate::auth::{self, Auth};
-use crate::config::{HttpLimits, ServerConfig};
+use crate::config::{AppConfig, HttpLimits};
 use crate::error::AppError;
 use crate::handlers;
 use crate::history::History;
 use crate::metrics::{self, HttpMetrics};
+use crate::push::PushControl;
 
-/// What every handler shares: the queue and the server's settings. Cheap to clone.
+/// What every handler shares: the queue, its services and the server's settings. Cheap to
+/// clone.
 #[derive(Clone, Debug)]
 pub struct AppState {
     inner: Arc<Inner>,
@@ -45,43 +47,68 @@ struct Inner {
     open_long_polls: AtomicUsize,
     draining: watch::Sender<bool>,
     dashboard: crate::dashboard::Options,
-    /// The dashboard's activity history; filled by the sampler `serve::run` starts.
-    history: History,
-    /// The push dispatcher, once `serve::run` started it (docs/push.md).
-    push: std::sync::OnceLock<delayq_push::Push>,
-    scheduler: Scheduler,
+    services: Services,
+}
+
+/// The services over the queue that the app reads and controls; the composition root
+/// (`delayq-daemon`) builds and runs them, and hands them over here.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Services {
+    /// The scheduler of the queue's recurring schedules.
+    pub scheduler: Scheduler,
+    /// The dashboard's activity history, filled by a sampler the root runs.
+    pub history: History,
+    /// The push dispatcher (docs/push.md); `/push` answers 503 without one.
+    pub push: Option<Arc<dyn PushControl>>,
+}
+
+impl Services {
+    /// A scheduler over `queue` (not started), an empty history, no push dispatcher.
+    pub fn new(queue: &Queue) -> Self {
+        Services {
+            scheduler: Scheduler::new(queue.clone(), SchedulerOptions::default()),
+            history: History::new(),
+            push: None,
+        }
+    }
+
+    /// The same services with `push` as the dispatcher.
+    pub fn with_push(mut self, push: Arc<dyn PushControl>) -> Self {
+        self.push = Some(push);
+        self
+    }
 }
 
 impl AppState {
-    /// State over `queue` with the HTTP limits and tokens of `config`. The queue's own limits
-    /// and defaults are those it was built with (see [`crate::serve::build_queue`]).
-    pub fn new(queue: Queue, config: &ServerConfig) -> Self {
+    /// State over `queue` with the HTTP limits and tokens of `config`, and the default
+    /// [`Services`]: no push dispatcher, a scheduler and a history nobody runs. The queue's own
+    /// limits and defaults are those it was built with.
+    pub fn new(queue: Queue, config: &AppConfig) -> Self {
+        let services = Services::new(&queue);
+        AppState::with_services(queue, config, services)
+    }
+
+    /// State over `queue` and the `services` the composition root built over it.
+    pub fn with_services(queue: Queue, config: &AppConfig, services: Services) -> Self {
         AppState {
             inner: Arc::new(Inner {
-                queue: queue.clone(),
+                queue,
                 http: config.http,
                 auth: Auth::new(config.tokens.clone()),
                 metrics: HttpMetrics::default(),
                 long_polls: Arc::new(Semaphore::new(config.http.max_long_polls)),
                 open_long_polls: AtomicUsize::new(0),
                 draining: watch::Sender::new(false),
-                dashboard: crate::dashboard::Options::of(config),
-                history: History::new(),
-                push: std::sync::OnceLock::new(),
-                scheduler: Scheduler::new(queue.clone(), SchedulerOptions::default()),
+                dashboard: config.dashboard,
+                services,
             }),
         }
     }
 
-    /// Attaches the push dispatcher; `/push` answers 503 without one. Only the first call
-    /// counts.
-    pub fn set_push(&self, push: delayq_push::Push) {
-        let _ = self.inner.push.set(push);
-    }
-
-    /// The push dispatcher, if one is attached.
-    pub fn push(&self) -> Option<&delayq_push::Push> {
-        self.inner.push.get()
+    /// The push dispatcher, if the server runs one.
+    pub fn push(&self) -> Option<&dyn PushControl> {
+        self.inner.services.push.as_deref()
     }
 
     /// Whether `topic` is delivered by the push dispatcher, so clients may not pop it.
@@ -94,9 +121,9 @@ impl AppState {
         &self.inner.queue
     }
 
-    /// The scheduler of the queue's recurring schedules (its loop is started by `serve`).
+    /// The scheduler of the queue's recurring schedules (its loop is run by the root).
     pub fn scheduler(&self) -> &Scheduler {
-        &self.inner.scheduler
+        &self.inner.services.scheduler
     }
 
     /// The queue's input limits.
@@ -125,10 +152,10 @@ impl AppState {
     }
 
     /// The activity history (rates and lateness over the last hour, the instances) the
-    /// dashboard shows. Empty until a sampler runs ([`History::spawn_sampler`]; `serve::run`
+    /// dashboard shows. Empty until a sampler runs ([`History::spawn_sampler`]; the root
     /// starts one).
     pub fn history(&self) -> &History {
-        &self.inner.history
+        &self.inner.services.history
     }
 
     /// Starts a graceful shutdown: open long-polls return at once with no task, new ones do not

@@ -1,26 +1,36 @@
-//! The delayq HTTP server: the seqdelay-compatible JSON API of docs/design.md §3 over a
-//! [`delayq::Queue`], its configuration and its lifecycle.
+//! The delayq HTTP app: the seqdelay-compatible JSON API of docs/design.md §3, the web
+//! dashboard and `/metrics`, over a [`delayq::Queue`] and the services the composition root
+//! hands it.
+//!
+//! This crate builds no backend and runs no process: `delayq-daemon` reads the configuration,
+//! builds the queue, the push dispatcher, the beanstalk listener, the scheduler and the
+//! history sampler, and serves the app with [`serve::serve_app`]. The app sees push delivery
+//! only through [`PushControl`], so it depends on no storage or delivery crate.
 //!
 //! Layout:
-//! - [`config`]: `delayq serve` flags ([`ServeArgs`]) → one validated [`ServerConfig`].
-//! - [`serve`](mod@serve): storage selection, binding, graceful shutdown.
-//! - [`logging`]: log lines on stderr, coloured only on a terminal.
-//! - [`app`](mod@app): the router and its shared [`AppState`].
+//! - [`app`](mod@app): the router and its shared [`AppState`], built with its [`Services`].
+//! - [`config`]: the validated settings the app takes ([`AppConfig`]).
+//! - [`serve`](mod@serve): the listener (connection cap, slow clients, graceful stop) and
+//!   HTTPS.
 //! - [`handlers`]: the endpoints, one file per area.
 //! - [`error`]: [`AppError`] and the response envelope; [`extract`]: the JSON and query
 //!   extractors whose rejections answer in that envelope.
 //! - [`dashboard`]: the web dashboard at `/`, server-rendered over the same queue and auth.
 //! - [`history`]: per-second activity over the last hour, for the dashboard.
-//! - [`auth`]: bearer tokens; [`metrics`]: `/metrics`; [`openapi`]: `/openapi.json`. The
-//!   JSON shapes are the contract crate's, [`delayq_api`].
+//! - [`auth`]: bearer tokens; [`metrics`]: `/metrics`; [`openapi`]: `/openapi.json`;
+//!   [`push`]: the dispatcher as the app sees it. The JSON shapes are the contract crate's,
+//!   [`delayq_api`].
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! use delayq_server::{ServerConfig, serve, shutdown_signal};
+//! use delayq_server::AppState;
+//! use delayq_server::config::AppConfig;
 //!
-//! let config = ServerConfig::default();
-//! serve(config, shutdown_signal()).await?;
-//! # Ok(()) }
+//! # let (config, listener): (AppConfig, tokio::net::TcpListener) = todo!();
+//! let state = AppState::new(delayq::Queue::memory(), &config);
+//! let (stop, stopped) = tokio::sync::watch::channel(false);
+//! tokio::spawn(delayq_server::serve::serve_app(listener, state, None, stopped));
+//! # let _ = stop; Ok(()) }
 //! ```
 
 pub mod app;
@@ -31,13 +41,12 @@ pub mod error;
 pub mod extract;
 pub mod handlers;
 pub mod history;
-pub mod logging;
 pub mod metrics;
 pub mod openapi;
+pub mod push;
 pub mod serve;
 
-pub use app::{AppState, app};
-pub use config::{ConfigError, ServeArgs, ServerConfig};
+pub use app::{AppState, Services, app};
+pub use config::AppConfig;
 pub use error::AppError;
-pub use logging::init_tracing;
-pub use serve::{ServerError, build_queue, run, serve, shutdown_signal};
+pub use push::PushControl;

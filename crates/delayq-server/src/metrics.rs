@@ -531,7 +531,7 @@ fn write_topic_activity(out: &mut String, activity: &[(String, delayq::TopicActi
 }
 
 /// The push figures of each topic that had a target on this instance (docs/push.md).
-fn write_push(out: &mut String, topics: &[(String, delayq_push::PushStats)]) {
+fn write_push(out: &mut String, topics: &[(String, delayq_api::push::PushStats)]) {
     if topics.is_empty() {
         return;
     }
@@ -583,7 +583,7 @@ fn write_push(out: &mut String, topics: &[(String, delayq_push::PushStats)]) {
     for (topic, s) in topics {
         let topic = escape(topic);
         for (i, n) in s.latency_buckets.iter().enumerate() {
-            let le = delayq_push::LATENCY_BUCKETS_MS
+            let le = delayq_api::push::LATENCY_BUCKETS_MS
                 .get(i)
                 .map_or_else(|| "+Inf".to_owned(), |ms| (*ms as f64 / 1000.0).to_string());
             let _ = writeln!(
@@ -611,10 +611,10 @@ mod tests {
     #[test]
     fn push_and_activity_series_start_each_line_in_the_first_column() {
         let mut out = String::new();
-        let mut stats = delayq_push::PushStats::default();
+        let mut stats = delayq_api::push::PushStats::default();
         stats.delivered = 2;
         stats.latency_count = 2;
-        stats.latency_buckets = vec![1; delayq_push::LATENCY_BUCKETS_MS.len() + 1];
+        stats.latency_buckets = vec![1; delayq_api::push::LATENCY_BUCKETS_MS.len() + 1];
         write_push(&mut out, &[("hooks".to_owned(), stats)]);
         write_topic_activity(
             &mut out,

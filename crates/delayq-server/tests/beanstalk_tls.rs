@@ -1,4 +1,4 @@
-//! TLS on the beanstalk listener of the real server (`delayq_server::run`): a CA and a
+//! TLS on the beanstalk listener of the real server (`delayq_daemon::run`): a CA and a
 //! certificate generated at test time, a real rustls client that trusts only that CA doing
 //! put, reserve and delete, and the clients that do not speak TLS or never finish the
 //! handshake.
@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use delayq_server::config::{BeanstalkConfig, TlsConfig};
+use delayq_daemon::config::{BeanstalkAddr, BeanstalkConfig, TlsConfig};
 use listener::pki::{generate, https_client, write};
 use listener::{PATIENCE, Running, start};
 use rustls::pki_types::pem::PemObject;
@@ -37,7 +37,7 @@ async fn start_beanstalk_tls(
     );
     let running = start(|c| {
         c.tls = Some(tls);
-        let mut b = BeanstalkConfig::new(delayq_beanstalk::BeanstalkAddr::Tcp(addr));
+        let mut b = BeanstalkConfig::new(BeanstalkAddr::Tcp(addr));
         b.tls = true;
         b.read_timeout_ms = read_timeout_ms;
         c.beanstalk = Some(b);

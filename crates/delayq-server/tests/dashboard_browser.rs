@@ -12,7 +12,7 @@ mod browser;
 mod support;
 
 use browser::Browser;
-use delayq_server::config::{FsyncPolicy, StorageConfig};
+use delayq_daemon::config::{FsyncPolicy, StorageConfig};
 use delayq_testkit::{FaultProxy, Faults, RedisServer};
 use serde_json::{Value, json};
 use support::{Builder, READER, Server, WRITER, server};

@@ -1,4 +1,4 @@
-//! Hostile clients against the real listener (`delayq_server::run` on a real socket): slow
+//! Hostile clients against the real listener (`delayq_daemon::run` on a real socket): slow
 //! headers, idle connections, trickling bodies and more connections than the cap. Clients
 //! here speak raw HTTP/1.1 over TCP so they can be as slow as they like.
 //!

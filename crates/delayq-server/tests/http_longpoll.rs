@@ -190,7 +190,7 @@ async fn many_waiters_share_tasks_without_loss() {
 
 #[tokio::test]
 async fn graceful_shutdown_ends_long_polls_and_flushes() {
-    let mut config = delayq_server::ServerConfig::default();
+    let mut config = delayq_daemon::ServerConfig::default();
     config.shutdown_timeout_ms = 30_000;
     let queue = delayq::Queue::memory();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -199,7 +199,7 @@ async fn graceful_shutdown_ends_long_polls_and_flushes() {
     let running = tokio::spawn({
         let queue = queue.clone();
         async move {
-            delayq_server::run(listener, queue, &config, async {
+            delayq_daemon::run(listener, queue, &config, async {
                 let _ = stopped.await;
             })
             .await

@@ -8,9 +8,8 @@ mod listener;
 use std::path::Path;
 use std::time::Duration;
 
-use delayq_server::ServerConfig;
-use delayq_server::config::{StorageConfig, TlsConfig, TokenConfig};
-use delayq_server::serve::ServerError;
+use delayq_daemon::config::{StorageConfig, TlsConfig, TokenConfig};
+use delayq_daemon::{ServerConfig, ServerError};
 use listener::pki::{Pki, generate, https_client, write};
 use listener::{PATIENCE, Running, start};
 use serde_json::{Value, json};
@@ -151,9 +150,9 @@ async fn files_that_cannot_be_used_stop_the_start_naming_the_file() {
         let mut config = ServerConfig::default();
         config.storage = StorageConfig::Memory;
         config.tls = Some(tls.clone());
-        let queue = delayq_server::build_queue(&config).await.unwrap();
+        let queue = delayq_daemon::build_queue(&config).await.unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let err = delayq_server::run(listener, queue.clone(), &config, std::future::pending())
+        let err = delayq_daemon::run(listener, queue.clone(), &config, std::future::pending())
             .await
             .expect_err("the start fails");
         let msg = err.to_string();

@@ -38,9 +38,8 @@ use axum::middleware;
 use axum::routing::{get, post};
 
 use crate::app::AppState;
-use crate::config::ServerConfig;
 
-/// How the dashboard is served, from the server's configuration.
+/// How the dashboard is served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Options {
@@ -51,11 +50,11 @@ pub struct Options {
 }
 
 impl Options {
-    /// The options `config` asks for.
-    pub fn of(config: &ServerConfig) -> Options {
+    /// The dashboard on `/` or not, its cookie marked `Secure` or not (HTTPS).
+    pub fn new(enabled: bool, secure_cookie: bool) -> Options {
         Options {
-            enabled: config.dashboard,
-            secure_cookie: config.tls.is_some(),
+            enabled,
+            secure_cookie,
         }
     }
 }

@@ -1,7 +1,7 @@
 //! `/push`: a topic's push target (docs/design.md §8, docs/push.md).
 //!
 //! `POST` sets a topic's target (replacing the one before), `GET` shows one or every target
-//! (never the secret), `DELETE` removes one. The dispatcher itself is in `delayq-push`; these
+//! (never the secret), `DELETE` removes one. The dispatcher itself is in `delayq-push`, behind [`PushControl`]; these
 //! handlers only check the caller and the input and call it. Setting or removing a target
 //! needs a token that may write, like every POST (auth.rs): read-only tokens get 403.
 
@@ -13,9 +13,10 @@ use crate::app::AppState;
 use crate::auth::Caller;
 use crate::error::{AppError, Envelope, ErrorData, ok};
 use crate::extract::{JsonBody, QueryParams};
+use crate::push::PushControl;
 
 /// The dispatcher, or 503 when this server runs none.
-fn dispatcher(state: &AppState) -> Result<&delayq_push::Push, AppError> {
+fn dispatcher(state: &AppState) -> Result<&dyn PushControl, AppError> {
     state.push().ok_or_else(|| {
         AppError::Queue(delayq::Error::unavailable(
             "push delivery",

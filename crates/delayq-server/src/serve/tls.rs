@@ -11,15 +11,26 @@ use rustls::pki_types::pem::{self, PemObject};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::TlsAcceptor;
 
-use super::ServerError;
 use crate::config::TlsConfig;
+
+/// A certificate or key file that cannot be used, named.
+#[derive(Debug, thiserror::Error)]
+#[error("{what} {path}: {reason}")]
+pub struct TlsError {
+    /// What was being done.
+    pub what: &'static str,
+    /// The file.
+    pub path: std::path::PathBuf,
+    /// What is wrong with it.
+    pub reason: String,
+}
 
 /// The first byte of every TLS connection: a handshake record. Anything else on the TLS port
 /// is a client speaking plain HTTP (or nonsense).
 pub(crate) const HANDSHAKE_RECORD: u8 = 0x16;
 
 /// Builds the HTTPS acceptor of `config` (ALPN `http/1.1`).
-pub(crate) fn acceptor(config: &TlsConfig) -> Result<TlsAcceptor, ServerError> {
+pub fn acceptor(config: &TlsConfig) -> Result<TlsAcceptor, TlsError> {
     let mut server = server_config(config)?;
     server.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(TlsAcceptor::from(Arc::new(server)))
@@ -27,11 +38,11 @@ pub(crate) fn acceptor(config: &TlsConfig) -> Result<TlsAcceptor, ServerError> {
 
 /// Builds the acceptor of the beanstalk listener: the same certificate and key, no ALPN
 /// (beanstalk clients offer none, and one that does must not be refused for it).
-pub(crate) fn beanstalk_acceptor(config: &TlsConfig) -> Result<TlsAcceptor, ServerError> {
+pub fn beanstalk_acceptor(config: &TlsConfig) -> Result<TlsAcceptor, TlsError> {
     Ok(TlsAcceptor::from(Arc::new(server_config(config)?)))
 }
 
-fn server_config(config: &TlsConfig) -> Result<rustls::ServerConfig, ServerError> {
+fn server_config(config: &TlsConfig) -> Result<rustls::ServerConfig, TlsError> {
     let certs = read_certs(&config.cert)?;
     let key = read_key(&config.key)?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -52,19 +63,19 @@ fn server_config(config: &TlsConfig) -> Result<rustls::ServerConfig, ServerError
         })
 }
 
-fn refused(what: &'static str, path: &Path, reason: String) -> ServerError {
-    ServerError::Tls {
+fn refused(what: &'static str, path: &Path, reason: String) -> TlsError {
+    TlsError {
         what,
         path: path.to_owned(),
         reason,
     }
 }
 
-fn read_file(what: &'static str, path: &Path) -> Result<Vec<u8>, ServerError> {
+fn read_file(what: &'static str, path: &Path) -> Result<Vec<u8>, TlsError> {
     std::fs::read(path).map_err(|e| refused(what, path, e.to_string()))
 }
 
-fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, ServerError> {
+fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     const WHAT: &str = "reading the TLS certificate file";
     let pem = read_file(WHAT, path)?;
     let certs = CertificateDer::pem_slice_iter(&pem)
@@ -80,7 +91,7 @@ fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, ServerError> 
     Ok(certs)
 }
 
-fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, ServerError> {
+fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
     const WHAT: &str = "reading the TLS key file";
     let pem = read_file(WHAT, path)?;
     PrivateKeyDer::from_pem_slice(&pem).map_err(|e| {

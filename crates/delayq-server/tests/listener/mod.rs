@@ -1,4 +1,4 @@
-//! What the tests of the real listener share: a server run by `delayq_server::run` on a
+//! What the tests of the real listener share: a server run by `delayq_daemon::run` on a
 //! socket of its own (the accept loop, timeouts and TLS of `serve`, unlike `support`, which
 //! serves the router with `axum::serve`), a client for it, and its metrics.
 
@@ -9,9 +9,8 @@ pub mod pki;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use delayq_server::ServerConfig;
-use delayq_server::config::StorageConfig;
-use delayq_server::serve::ServerError;
+use delayq_daemon::config::StorageConfig;
+use delayq_daemon::{ServerConfig, ServerError};
 use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -19,7 +18,7 @@ use tokio::task::JoinHandle;
 /// A generous bound for anything that waits on the real clock.
 pub const PATIENCE: Duration = Duration::from_secs(30);
 
-/// A server run by `delayq_server::run` on memory storage, stopped when dropped.
+/// A server run by `delayq_daemon::run` on memory storage, stopped when dropped.
 pub struct Running {
     /// Where it listens.
     pub addr: SocketAddr,
@@ -35,7 +34,7 @@ pub async fn start(configure: impl FnOnce(&mut ServerConfig)) -> Running {
     let mut config = ServerConfig::default();
     config.storage = StorageConfig::Memory;
     configure(&mut config);
-    let queue = delayq_server::build_queue(&config).await.expect("queue");
+    let queue = delayq_daemon::build_queue(&config).await.expect("queue");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -43,7 +42,7 @@ pub async fn start(configure: impl FnOnce(&mut ServerConfig)) -> Running {
     let (stop, stopped) = oneshot::channel::<()>();
     let tls = config.tls.is_some();
     let task = tokio::spawn(async move {
-        delayq_server::run(listener, queue, &config, async {
+        delayq_daemon::run(listener, queue, &config, async {
             let _ = stopped.await;
         })
         .await

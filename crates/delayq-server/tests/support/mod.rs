@@ -11,8 +11,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use delayq::{Clock, ManualClock, Queue, StorageContext, SystemClock};
+use delayq_daemon::ServerConfig;
+use delayq_daemon::config::StorageConfig;
 use delayq_server::config::TokenConfig;
-use delayq_server::{AppState, ServerConfig, app};
+use delayq_server::{AppState, Services, app};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
@@ -144,7 +146,7 @@ impl Builder {
 
     /// Runs on `storage` (embedded in a directory, or Redis) instead of memory, opened as
     /// `delayq serve` opens it (on the system clock).
-    pub fn storage(mut self, storage: delayq_server::config::StorageConfig) -> Self {
+    pub fn storage(mut self, storage: StorageConfig) -> Self {
         self.config.storage = storage;
         self
     }
@@ -167,18 +169,19 @@ impl Builder {
             .with_limits(self.config.limits.clone())
             .with_defaults(self.config.defaults);
         let queue = match self.config.storage {
-            delayq_server::config::StorageConfig::Memory => Queue::memory_with(ctx),
-            _ => delayq_server::build_queue(&self.config)
+            StorageConfig::Memory => Queue::memory_with(ctx),
+            _ => delayq_daemon::build_queue(&self.config)
                 .await
                 .expect("open the storage"),
         };
-        let state = AppState::new(queue.clone(), &self.config);
+        let mut services = Services::new(&queue);
         if self.push {
             let push = delayq_push::Push::new(queue.clone(), self.config.push.options())
                 .expect("the push dispatcher starts");
             push.start().await;
-            state.set_push(push);
+            services = services.with_push(Arc::new(delayq_daemon::PushDispatcher(push)));
         }
+        let state = AppState::with_services(queue.clone(), &self.config.app(), services);
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
         let router = app(state.clone());
@@ -208,7 +211,7 @@ impl Builder {
 /// A builder with the default configuration (memory storage, system clock, no auth).
 pub fn server() -> Builder {
     let mut config = ServerConfig::default();
-    config.storage = delayq_server::config::StorageConfig::Memory;
+    config.storage = StorageConfig::Memory;
     Builder {
         config,
         clock: None,

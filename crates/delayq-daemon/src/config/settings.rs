@@ -7,8 +7,12 @@
 //! from, and the [`reference`] that the flags, the file's key check, `--help` and the docs
 //! table are built from. [`super::ServerConfig`] is then composed from [`Settings`].
 //!
-//! Adding a setting is one entry here; the compiler checks that the default, the kind and the
-//! field type agree.
+//! Adding a setting takes one entry here (the compiler checks that the default, the kind and
+//! the field type agree) and, to have an effect, reading its field where [`super::ServerConfig`]
+//! is composed (`from_settings` and the part functions it calls, in `mod.rs`), plus the field
+//! of `ServerConfig` that carries it. The flag, the variable, the file key, `--help` follow from
+//! the entry; the table of `docs/operations.md` is rewritten by its test with
+//! `DELAYQ_UPDATE_DOCS=1` (`docs.rs`).
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::PathBuf;

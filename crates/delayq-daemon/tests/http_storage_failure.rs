@@ -10,8 +10,9 @@ use std::sync::Arc;
 
 use delayq::storage::embedded::{self, EmbeddedOptions};
 use delayq::{ManualClock, Queue, StorageContext};
+use delayq_daemon::ServerConfig;
 use delayq_log::FsyncPolicy;
-use delayq_server::{AppState, ServerConfig, app};
+use delayq_server::{AppState, app};
 use serde_json::{Value, json};
 
 const START: u64 = 1_800_000_000_000;
@@ -51,7 +52,7 @@ async fn a_disk_failure_is_a_500_without_paths_that_says_whether_it_happened() {
         .segment_bytes(4096);
     let (storage, _) = embedded::start(ctx.clone(), options).await.expect("start");
     let queue = Queue::new(storage, ctx);
-    let state = AppState::new(queue, &ServerConfig::default());
+    let state = AppState::new(queue, &ServerConfig::default().app());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/add", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app(state)).await });

@@ -25,10 +25,10 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 
-use super::lateness::{LatenessBench, produce};
+use super::lateness::{LatenessBench, Produced, produce};
 use super::{BenchResult, Percentiles, Target};
+use crate::BenchError;
 use crate::duration::{format_duration, parse_duration};
-use crate::error::CliError;
 
 /// docs/design.md §6: push delivery to a local receiver.
 pub const RATE_TARGET: Target = Target {
@@ -68,7 +68,7 @@ pub struct PushBench {
 
 impl PushBench {
     /// Checks the bounds of every setting (those of the producer as the lateness bench does).
-    pub fn validate(&self) -> Result<PushBench, CliError> {
+    pub fn validate(&self) -> Result<PushBench, BenchError> {
         self.producer().validate_as("push")?;
         super::require(
             "push",
@@ -97,14 +97,71 @@ struct Received {
     last_arrival_us: u64,
 }
 
+/// The bench's receiver, running on loopback.
+struct Receiver {
+    addr: std::net::SocketAddr,
+    received: Arc<Mutex<Received>>,
+    /// Notified when all `total` tasks have arrived.
+    done: Arc<Notify>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// The end of a run, for the report.
+struct Outcome<'a> {
+    received: &'a Received,
+    produced: Produced,
+    total: u64,
+    first_due_ms: u64,
+    finished_in_time: bool,
+}
+
 /// Runs the benchmark against the server of `client`.
-pub async fn run(client: &Client, bench: &PushBench) -> Result<Vec<BenchResult>, CliError> {
-    let failed = |reason: String| CliError::Bench {
+pub async fn run(client: &Client, bench: &PushBench) -> Result<Vec<BenchResult>, BenchError> {
+    let producer = bench.producer();
+    let total = producer.total();
+    let receiver = start_receiver(total).await?;
+    let topic = format!("bench-push-{}", super::run_id());
+    let target = PushTarget::new(&topic, format!("http://{}/bench", receiver.addr))
+        .concurrency(bench.concurrency);
+    client.push_set(&target).await?;
+    let first_due_ms = super::lateness::now_ms() + bench.delay_ms;
+    let last_due_ms = super::lateness::due_of(total - 1, first_due_ms, bench.rate);
+    let produced = produce(client, &topic, &producer, first_due_ms).await;
+    let wait = Duration::from_millis(last_due_ms.saturating_sub(super::lateness::now_ms())) + GRACE;
+    let all = receiver.done.notified();
+    let finished_in_time = tokio::time::timeout(wait, all).await.is_ok()
+        || receiver
+            .received
+            .lock()
+            .map(|r| r.count >= total)
+            .unwrap_or(false);
+    let deleted = client.push_delete(&topic).await;
+    receiver.task.abort();
+    let produced = produced?;
+    deleted?;
+    let received = receiver.received.lock().map_err(|_| BenchError::Bench {
+        bench: "push",
+        reason: "the receiver failed".into(),
+    })?;
+    let outcome = Outcome {
+        received: &received,
+        produced,
+        total,
+        first_due_ms,
+        finished_in_time,
+    };
+    Ok(vec![
+        rate_result(bench, &outcome),
+        lateness_result(bench, &outcome),
+    ])
+}
+
+/// Binds the receiver on 127.0.0.1 and starts it.
+async fn start_receiver(total: u64) -> Result<Receiver, BenchError> {
+    let failed = |reason: String| BenchError::Bench {
         bench: "push",
         reason,
     };
-    let producer = bench.producer();
-    let total = producer.total();
     let received = Arc::new(Mutex::new(Received {
         lateness: super::histogram(),
         count: 0,
@@ -118,39 +175,29 @@ pub async fn run(client: &Client, bench: &PushBench) -> Result<Vec<BenchResult>,
     let addr = listener
         .local_addr()
         .map_err(|e| failed(format!("the receiver's address: {e}")))?;
-    let receiver = tokio::spawn(receive(
+    let task = tokio::spawn(receive(
         listener,
         Arc::clone(&received),
         Arc::clone(&done),
         total,
     ));
+    Ok(Receiver {
+        addr,
+        received,
+        done,
+        task,
+    })
+}
 
-    let topic = format!("bench-push-{}", super::run_id());
-    let target =
-        PushTarget::new(&topic, format!("http://{addr}/bench")).concurrency(bench.concurrency);
-    client.push_set(&target).await?;
-    let first_due_ms = super::lateness::now_ms() + bench.delay_ms;
-    let last_due_ms = super::lateness::due_of(total - 1, first_due_ms, bench.rate);
-    let produced = produce(client, &topic, &producer, first_due_ms).await;
-    let wait = Duration::from_millis(last_due_ms.saturating_sub(super::lateness::now_ms())) + GRACE;
-    let all = done.notified();
-    let finished_in_time = tokio::time::timeout(wait, all).await.is_ok()
-        || received.lock().map(|r| r.count >= total).unwrap_or(false);
-    let deleted = client.push_delete(&topic).await;
-    receiver.abort();
-    let produced = produced?;
-    deleted?;
-
-    let r = received
-        .lock()
-        .map_err(|_| failed("the receiver failed".into()))?;
+/// Deliveries per second, from the first due time to the last arrival.
+fn rate_result(bench: &PushBench, o: &Outcome<'_>) -> BenchResult {
+    let r = o.received;
     let span_ms = (r.last_arrival_us / 1_000)
-        .saturating_sub(first_due_ms)
+        .saturating_sub(o.first_due_ms)
         .max(1);
     // From the first due time to the last arrival: the deliveries cannot go faster than they
     // fall due, so at --rate the figure is at most --rate.
     let per_s = r.count as f64 * 1_000.0 / span_ms as f64;
-    let p = Percentiles::from_micros(&r.lateness);
     let measured = format!(
         "deliveries to a receiver on 127.0.0.1 per second, from the first due time to the last \
          arrival; {} tasks/s due for {}, added {} ahead; target concurrency {}",
@@ -161,8 +208,8 @@ pub async fn run(client: &Client, bench: &PushBench) -> Result<Vec<BenchResult>,
     );
     let mut rate = BenchResult::new("push", measured, per_s, "deliveries/s", Some(RATE_TARGET));
     rate.ops = r.count;
-    rate.errors = produced.errors;
-    rate.first_error = produced.first_error.clone();
+    rate.errors = o.produced.errors;
+    rate.first_error = o.produced.first_error.clone();
     if bench.rate < 10_000 {
         rate.not_comparable(format!(
             "the target is ≥ 10 000/s and this run had only {} tasks/s due",
@@ -170,15 +217,22 @@ pub async fn run(client: &Client, bench: &PushBench) -> Result<Vec<BenchResult>,
         ));
     }
     rate.notes.push(format!(
-        "received {} of {total} tasks{}; {} arrived before their due time",
+        "received {} of {} tasks{}; {} arrived before their due time",
         r.count,
-        if finished_in_time {
+        o.total,
+        if o.finished_in_time {
             ""
         } else {
             " before the bench stopped waiting"
         },
         r.early
     ));
+    rate
+}
+
+/// The lateness of the deliveries at the receiver.
+fn lateness_result(bench: &PushBench, o: &Outcome<'_>) -> BenchResult {
+    let p = Percentiles::from_micros(&o.received.lateness);
     let mut late = BenchResult::new(
         "push",
         "arrival at the receiver − Delayq-Due-Ms".to_owned(),
@@ -188,7 +242,7 @@ pub async fn run(client: &Client, bench: &PushBench) -> Result<Vec<BenchResult>,
     );
     late.latency_ms = Some(p);
     late.latency_of = "lateness";
-    late.ops = r.count;
+    late.ops = o.received.count;
     late.notes.push(
         "lateness includes the firing, the dispatcher's pop, the HTTP call over loopback and \
          the receiver's scheduling; the receiver, the producer and the server share the machine"
@@ -200,7 +254,7 @@ pub async fn run(client: &Client, bench: &PushBench) -> Result<Vec<BenchResult>,
             bench.rate
         ));
     }
-    Ok(vec![rate, late])
+    late
 }
 
 /// The receiver: answers every request 200 and records its lateness.

@@ -15,6 +15,9 @@
 //! Every bad value is a [`ConfigError`] that names where the value came from (the flag and its
 //! variable, or the key and the file), the value, and what is accepted. `--help` and the
 //! settings table of `docs/operations.md` are generated from the same table (`docs.rs`).
+//!
+//! The HTTP app's part ([`AppConfig`]: its limits, tokens and dashboard) is declared in
+//! `delayq-server`, which reads no settings itself; [`ServerConfig::app`] hands it over.
 
 #[cfg(test)]
 mod docs;
@@ -23,7 +26,6 @@ mod push_kinds;
 mod settings;
 mod sources;
 
-use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -33,6 +35,9 @@ use kinds::{FsyncMode, StorageKind};
 use settings::Settings;
 use sources::{ConfigFile, Sources};
 
+pub use delayq_beanstalk::BeanstalkAddr;
+pub use delayq_log::FsyncPolicy;
+pub use delayq_server::config::{AppConfig, HttpLimits, TlsConfig, TokenConfig};
 pub use settings::{DEFAULT_DATA_DIR, DEFAULT_PORT};
 pub use sources::ServeArgs;
 
@@ -44,7 +49,7 @@ pub enum StorageConfig {
     Embedded {
         /// Where the log and snapshots live.
         data_dir: PathBuf,
-        /// When the log is flushed to disk.
+        /// When the log is flushed to disk (docs/design.md §4).
         fsync: FsyncPolicy,
     },
     /// Everything in memory; nothing survives a restart.
@@ -56,21 +61,6 @@ pub enum StorageConfig {
     },
 }
 
-/// When the embedded log is flushed to disk (docs/design.md §4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum FsyncPolicy {
-    /// Acknowledge a write after `fdatasync`.
-    Always,
-    /// Flush every `ms` milliseconds; a crash may lose that window.
-    Interval {
-        /// The flush interval.
-        ms: u64,
-    },
-    /// Leave flushing to the operating system.
-    Never,
-}
-
 /// The format of log lines.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -80,103 +70,6 @@ pub enum LogFormat {
     Text,
     /// One JSON object per line.
     Json,
-}
-
-/// A bearer token, the topics it may touch, and whether it may only read.
-#[derive(Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct TokenConfig {
-    /// The secret clients send as `Authorization: Bearer <token>`.
-    pub token: String,
-    /// The topics the token may use; `None` means every topic.
-    pub topics: Option<Vec<String>>,
-    /// Whether the token may only read (GET); every POST with it is refused with 403.
-    pub read_only: bool,
-}
-
-impl TokenConfig {
-    /// A token for every topic.
-    pub fn new(token: impl Into<String>) -> Self {
-        TokenConfig {
-            token: token.into(),
-            topics: None,
-            read_only: false,
-        }
-    }
-
-    /// A token limited to `topics`.
-    pub fn for_topics(token: impl Into<String>, topics: Vec<String>) -> Self {
-        TokenConfig {
-            topics: Some(topics),
-            ..TokenConfig::new(token)
-        }
-    }
-
-    /// The same token, limited to reading.
-    pub fn read_only(self) -> Self {
-        TokenConfig {
-            read_only: true,
-            ..self
-        }
-    }
-}
-
-impl fmt::Debug for TokenConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Never print the secret.
-        f.debug_struct("TokenConfig")
-            .field("token", &"<redacted>")
-            .field("topics", &self.topics)
-            .field("read_only", &self.read_only)
-            .finish()
-    }
-}
-
-/// The certificate and key to serve HTTPS with (rustls). The files are read when the server
-/// starts; a file that cannot be read or used stops the start with its path named.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct TlsConfig {
-    /// PEM file of the certificate chain, the server's certificate first.
-    pub cert: PathBuf,
-    /// PEM file of the certificate's private key.
-    pub key: PathBuf,
-}
-
-impl TlsConfig {
-    /// TLS with the certificate chain in `cert` and its key in `key`.
-    pub fn new(cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
-        TlsConfig {
-            cert: cert.into(),
-            key: key.into(),
-        }
-    }
-}
-
-/// Limits of the HTTP layer that the queue library does not know about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct HttpLimits {
-    /// Largest request body in bytes; a larger one is a 413.
-    pub max_request_bytes: usize,
-    /// Long-poll of a pop that gives no `timeout_ms`.
-    pub default_pop_timeout_ms: u64,
-    /// Most long-polls open at once; one more is refused with 503.
-    pub max_long_polls: usize,
-    /// Most connections open at once; more wait in the listen backlog.
-    pub max_connections: usize,
-    /// How long a client may take to send a request's headers (and a TLS handshake), in ms.
-    pub header_read_timeout_ms: u64,
-    /// How long a connection may stay open with no request in progress, in ms.
-    pub idle_timeout_ms: u64,
-    /// How long a client may take to send a request body after its headers, in ms.
-    pub body_read_timeout_ms: u64,
-}
-
-impl Default for HttpLimits {
-    fn default() -> Self {
-        ServerConfig::default().http
-    }
 }
 
 /// The validated configuration of a server. Build it with [`ServerConfig::from_args`], or
@@ -323,6 +216,15 @@ pub enum ConfigError {
 }
 
 impl ServerConfig {
+    /// What the HTTP app takes of this configuration.
+    pub fn app(&self) -> AppConfig {
+        AppConfig {
+            http: self.http,
+            tokens: self.tokens.clone(),
+            dashboard: delayq_server::dashboard::Options::new(self.dashboard, self.tls.is_some()),
+        }
+    }
+
     /// Reads the `--config` file (if any), applies the flags and environment over it and
     /// checks every value. See the module doc for the precedence.
     pub fn from_args(args: &ServeArgs) -> Result<ServerConfig, ConfigError> {
@@ -335,119 +237,150 @@ impl ServerConfig {
     }
 
     /// Composes the configuration from checked settings: the storage, the limits of the
-    /// queue and of the HTTP layer, and the checks that span several settings.
+    /// queue and of the HTTP layer, and the checks that span several settings. Each part is
+    /// composed by a function of its own below.
     fn from_settings(s: Settings) -> Result<ServerConfig, ConfigError> {
+        // In the order the checks were always made, so the first error named stays the same.
         let storage = storage(&s)?;
-        let mut limits = Limits::default();
-        limits.max_body_bytes = s.max_body_bytes;
-        limits.max_batch = s.max_batch;
-        limits.max_delay_ms = s.max_delay_ms;
-        limits.max_ttr_ms = s.max_ttr_ms;
-        limits.max_schedule_len = s.max_schedule_len;
-        limits.max_pop_count = s.max_pop_count;
-        limits.max_pop_timeout_ms = s.max_pop_timeout_ms;
-        limits.max_error_bytes = s.max_error_bytes;
-        // The queue enforces the page size too, so every caller of the library gets the same.
-        limits.max_page_size = s.max_page_size;
-        limits.min_every_ms = s.min_every_ms;
-        let http = HttpLimits {
-            max_request_bytes: s.max_request_bytes,
-            default_pop_timeout_ms: below_max(
-                s.default_pop_timeout_ms,
-                &s.origin.default_pop_timeout_ms,
-                s.max_pop_timeout_ms,
-                &s.origin.max_pop_timeout_ms,
-                "default pop timeout",
-            )?,
-            max_long_polls: s.max_long_polls,
-            max_connections: s.max_connections,
-            header_read_timeout_ms: s.header_read_timeout_ms,
-            idle_timeout_ms: s.idle_timeout_ms,
-            body_read_timeout_ms: s.body_read_timeout_ms,
-        };
-        let mut defaults = TaskDefaults::default();
-        defaults.ttr_ms = below_max(
-            s.default_ttr_ms,
-            &s.origin.default_ttr_ms,
-            s.max_ttr_ms,
-            &s.origin.max_ttr_ms,
-            "default ttr",
-        )?;
-        defaults.max_retries = s.default_max_retries;
-        defaults.retention_ms = s.retention_ms;
-        if http.max_request_bytes < limits.max_body_bytes {
-            return Err(ConfigError::Conflict(format!(
-                "the request limit ({} bytes, {}) is smaller than the task body limit ({} bytes, \
-                 {}); a task with a full body could never be added",
-                http.max_request_bytes,
-                s.origin.max_request_bytes.name(),
-                limits.max_body_bytes,
-                s.origin.max_body_bytes.name(),
-            )));
-        }
-        if s.beanstalk_listen.is_some() && s.beanstalk_max_job_size as usize > limits.max_body_bytes
-        {
-            return Err(ConfigError::Conflict(format!(
-                "the beanstalk job size limit ({} bytes, {}) is larger than the task body limit \
-                 ({} bytes, {}); raise the body limit too",
-                s.beanstalk_max_job_size,
-                s.origin.beanstalk_max_job_size.name(),
-                limits.max_body_bytes,
-                s.origin.max_body_bytes.name(),
-            )));
-        }
+        let limits = queue_limits(&s);
+        let http = http_limits(&s)?;
+        let defaults = task_defaults(&s)?;
+        bodies_fit(&s, &limits, &http)?;
         let tls = tls(&s)?;
-        let beanstalk_tls = s.beanstalk_tls == kinds::BeanstalkTls::On;
-        if beanstalk_tls && tls.is_none() {
-            return Err(ConfigError::Conflict(format!(
-                "{} is on but no certificate is given; the beanstalk listener uses the \
-                 certificate and key of {} and {}",
-                s.origin.beanstalk_tls.name(),
-                s.origin.tls_cert.name(),
-                s.origin.tls_key.name(),
-            )));
-        }
-        let beanstalk = s.beanstalk_listen.clone().map(|listen| BeanstalkConfig {
-            listen,
-            max_job_size: s.beanstalk_max_job_size,
-            max_connections: s.beanstalk_max_connections,
-            read_timeout_ms: s.beanstalk_read_timeout_ms,
-            idle_timeout_ms: s.beanstalk_idle_timeout_ms,
-            tls: beanstalk_tls,
-        });
-        let tokens = tokens(&s)?;
-        let push = PushConfig {
-            // Checked when read (the kind).
-            allow: delayq_push::AllowList::parse(&s.push_allow).map_err(|reason| {
-                ConfigError::Invalid {
-                    setting: s.origin.push_allow.name().to_owned(),
-                    value: s.push_allow.join(","),
-                    expected: reason,
-                }
-            })?,
-            ca_file: s.push_ca_file.clone(),
-            max_in_flight: s.push_max_in_flight,
-            targets: s.push_targets.clone(),
-        };
-        let schedules = schedules(&s, &limits)?;
         Ok(ServerConfig {
             listen: s.listen,
             storage,
+            defaults,
+            beanstalk: beanstalk(&s, tls.is_some())?,
+            tokens: tokens(&s)?,
+            push: push(&s)?,
+            schedules: schedules(&s, &limits)?,
             limits,
             http,
-            defaults,
-            tokens,
             tls,
             log_format: s.log_format,
             shutdown_timeout_ms: s.shutdown_timeout_ms,
             redis_wait_replicas: s.redis_wait_replicas,
             redis_wait_timeout_ms: s.redis_wait_timeout_ms,
-            beanstalk,
-            push,
-            schedules,
             dashboard: !s.no_dashboard,
         })
     }
+}
+
+/// The queue's input limits from their settings.
+fn queue_limits(s: &Settings) -> Limits {
+    let mut limits = Limits::default();
+    limits.max_body_bytes = s.max_body_bytes;
+    limits.max_batch = s.max_batch;
+    limits.max_delay_ms = s.max_delay_ms;
+    limits.max_ttr_ms = s.max_ttr_ms;
+    limits.max_schedule_len = s.max_schedule_len;
+    limits.max_pop_count = s.max_pop_count;
+    limits.max_pop_timeout_ms = s.max_pop_timeout_ms;
+    limits.max_error_bytes = s.max_error_bytes;
+    // The queue enforces the page size too, so every caller of the library gets the same.
+    limits.max_page_size = s.max_page_size;
+    limits.min_every_ms = s.min_every_ms;
+    limits
+}
+
+/// The HTTP layer's limits; the default pop timeout may not exceed the maximum.
+fn http_limits(s: &Settings) -> Result<HttpLimits, ConfigError> {
+    Ok(HttpLimits {
+        max_request_bytes: s.max_request_bytes,
+        default_pop_timeout_ms: below_max(
+            s.default_pop_timeout_ms,
+            &s.origin.default_pop_timeout_ms,
+            s.max_pop_timeout_ms,
+            &s.origin.max_pop_timeout_ms,
+            "default pop timeout",
+        )?,
+        max_long_polls: s.max_long_polls,
+        max_connections: s.max_connections,
+        header_read_timeout_ms: s.header_read_timeout_ms,
+        idle_timeout_ms: s.idle_timeout_ms,
+        body_read_timeout_ms: s.body_read_timeout_ms,
+    })
+}
+
+/// The defaults of task options; the default ttr may not exceed the maximum.
+fn task_defaults(s: &Settings) -> Result<TaskDefaults, ConfigError> {
+    let mut defaults = TaskDefaults::default();
+    defaults.ttr_ms = below_max(
+        s.default_ttr_ms,
+        &s.origin.default_ttr_ms,
+        s.max_ttr_ms,
+        &s.origin.max_ttr_ms,
+        "default ttr",
+    )?;
+    defaults.max_retries = s.default_max_retries;
+    defaults.retention_ms = s.retention_ms;
+    Ok(defaults)
+}
+
+/// A task with a full body must fit in a request, and a beanstalk job in a task body.
+fn bodies_fit(s: &Settings, limits: &Limits, http: &HttpLimits) -> Result<(), ConfigError> {
+    if http.max_request_bytes < limits.max_body_bytes {
+        return Err(ConfigError::Conflict(format!(
+            "the request limit ({} bytes, {}) is smaller than the task body limit ({} bytes, \
+             {}); a task with a full body could never be added",
+            http.max_request_bytes,
+            s.origin.max_request_bytes.name(),
+            limits.max_body_bytes,
+            s.origin.max_body_bytes.name(),
+        )));
+    }
+    if s.beanstalk_listen.is_some() && s.beanstalk_max_job_size as usize > limits.max_body_bytes {
+        return Err(ConfigError::Conflict(format!(
+            "the beanstalk job size limit ({} bytes, {}) is larger than the task body limit \
+             ({} bytes, {}); raise the body limit too",
+            s.beanstalk_max_job_size,
+            s.origin.beanstalk_max_job_size.name(),
+            limits.max_body_bytes,
+            s.origin.max_body_bytes.name(),
+        )));
+    }
+    Ok(())
+}
+
+/// The beanstalk listener, when `--beanstalk-listen` is given; its TLS needs the server's
+/// certificate (`has_tls`).
+fn beanstalk(s: &Settings, has_tls: bool) -> Result<Option<BeanstalkConfig>, ConfigError> {
+    let tls = s.beanstalk_tls == kinds::BeanstalkTls::On;
+    if tls && !has_tls {
+        return Err(ConfigError::Conflict(format!(
+            "{} is on but no certificate is given; the beanstalk listener uses the \
+             certificate and key of {} and {}",
+            s.origin.beanstalk_tls.name(),
+            s.origin.tls_cert.name(),
+            s.origin.tls_key.name(),
+        )));
+    }
+    Ok(s.beanstalk_listen.clone().map(|listen| BeanstalkConfig {
+        listen,
+        max_job_size: s.beanstalk_max_job_size,
+        max_connections: s.beanstalk_max_connections,
+        read_timeout_ms: s.beanstalk_read_timeout_ms,
+        idle_timeout_ms: s.beanstalk_idle_timeout_ms,
+        tls,
+    }))
+}
+
+/// The push dispatcher's settings.
+fn push(s: &Settings) -> Result<PushConfig, ConfigError> {
+    Ok(PushConfig {
+        // Checked when read (the kind).
+        allow: delayq_push::AllowList::parse(&s.push_allow).map_err(|reason| {
+            ConfigError::Invalid {
+                setting: s.origin.push_allow.name().to_owned(),
+                value: s.push_allow.join(","),
+                expected: reason,
+            }
+        })?,
+        ca_file: s.push_ca_file.clone(),
+        max_in_flight: s.push_max_in_flight,
+        targets: s.push_targets.clone(),
+    })
 }
 
 /// Checks each configured schedule as `POST /schedules` would, naming the schedule and field.
@@ -559,9 +492,9 @@ fn tls(s: &Settings) -> Result<Option<TlsConfig>, ConfigError> {
 fn storage(s: &Settings) -> Result<StorageConfig, ConfigError> {
     let fsync = match s.fsync {
         FsyncMode::Always => FsyncPolicy::Always,
-        FsyncMode::Interval => FsyncPolicy::Interval {
-            ms: s.fsync_interval_ms,
-        },
+        FsyncMode::Interval => {
+            FsyncPolicy::Interval(std::time::Duration::from_millis(s.fsync_interval_ms))
+        }
         FsyncMode::Never => FsyncPolicy::Never,
     };
     let kind = match (s.storage, &s.redis) {
@@ -602,7 +535,7 @@ mod tests {
     }
 
     /// Resolves a configuration from flags only (the variables of the test process are
-    /// not `DELAYQ_*`; the environment cases run in a child in `tests/http_config.rs`).
+    /// not `DELAYQ_*`; the environment cases run in a child in `tests/config_serve.rs`).
     fn resolve(argv: &[&str]) -> Result<ServerConfig, ConfigError> {
         let mut all = vec!["serve"];
         all.extend(argv);
@@ -657,7 +590,7 @@ mod tests {
             c.storage,
             StorageConfig::Embedded {
                 data_dir: PathBuf::from(DEFAULT_DATA_DIR),
-                fsync: FsyncPolicy::Interval { ms: 10 },
+                fsync: FsyncPolicy::Interval(std::time::Duration::from_millis(10)),
             }
         );
     }

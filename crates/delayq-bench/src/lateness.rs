@@ -23,8 +23,8 @@ use hdrhistogram::Histogram;
 use tokio::sync::Semaphore;
 
 use super::{BenchResult, MAX_CONCURRENCY, MAX_DURATION_MS, MAX_TASKS, Percentiles, Target};
+use crate::BenchError;
 use crate::duration::{format_duration, parse_duration};
-use crate::error::CliError;
 
 /// docs/design.md §6: lateness end to end through a pop at 10k tasks/s due.
 pub const TARGET: Target = Target {
@@ -68,13 +68,13 @@ impl Default for LatenessBench {
 
 impl LatenessBench {
     /// Checks the bounds of every setting.
-    pub fn validate(&self) -> Result<LatenessBench, CliError> {
+    pub fn validate(&self) -> Result<LatenessBench, BenchError> {
         self.validate_as("lateness")
     }
 
     /// Checks the bounds of every setting, naming `bench` (the push bench shares the
     /// producer's settings).
-    pub(super) fn validate_as(&self, bench: &str) -> Result<LatenessBench, CliError> {
+    pub(super) fn validate_as(&self, bench: &str) -> Result<LatenessBench, BenchError> {
         let check = |ok: bool, what: &str| super::require(bench, ok, what);
         check(
             (1..=1_000_000).contains(&self.rate),
@@ -136,7 +136,7 @@ pub(super) fn now_us() -> u64 {
 }
 
 /// Runs the benchmark.
-pub async fn run(client: &Client, bench: &LatenessBench) -> Result<Vec<BenchResult>, CliError> {
+pub async fn run(client: &Client, bench: &LatenessBench) -> Result<Vec<BenchResult>, BenchError> {
     let topic = format!("bench-late-{}", super::run_id());
     let total = bench.total();
     let first_due_ms = now_us() / 1_000 + bench.delay_ms;
@@ -155,28 +155,39 @@ pub async fn run(client: &Client, bench: &LatenessBench) -> Result<Vec<BenchResu
         }));
     }
     let produced = produce(client, &topic, bench, first_due_ms).await;
-
-    let mut lateness = super::histogram();
-    let (mut early, mut errors, mut first_error, mut transport) = (0, 0, None, None);
-    for handle in workers {
-        let run = handle.await.map_err(|err| CliError::Bench {
-            bench: "lateness",
-            reason: format!("a worker failed: {err}"),
-        })?;
-        lateness.add(&run.lateness).ok();
-        early += run.early;
-        errors += run.errors;
-        first_error = first_error.or(run.first_error);
-        transport = transport.or(run.transport);
-    }
+    let seen = join_workers(workers).await?;
     let produced = produced?;
     let got = received.load(Ordering::Relaxed);
     if got == 0
-        && let Some(err) = transport
+        && let Some(err) = seen.transport
     {
         return Err(err.into());
     }
-    let p = Percentiles::from_micros(&lateness);
+    Ok(vec![report(bench, &seen, produced, got)])
+}
+
+/// What the workers saw, together.
+async fn join_workers(
+    workers: Vec<tokio::task::JoinHandle<WorkerRun>>,
+) -> Result<WorkerRun, BenchError> {
+    let mut all = WorkerRun::new();
+    for handle in workers {
+        let run = handle.await.map_err(|err| BenchError::Bench {
+            bench: "lateness",
+            reason: format!("a worker failed: {err}"),
+        })?;
+        all.lateness.add(&run.lateness).ok();
+        all.early += run.early;
+        all.errors += run.errors;
+        all.first_error = all.first_error.or(run.first_error);
+        all.transport = all.transport.or(run.transport);
+    }
+    Ok(all)
+}
+
+/// The result: the lateness of the `got` tasks the workers received.
+fn report(bench: &LatenessBench, seen: &WorkerRun, produced: Produced, got: u64) -> BenchResult {
+    let p = Percentiles::from_micros(&seen.lateness);
     let measured = format!(
         "arrival at a popping worker − due_ms; {} tasks/s due for {}, added {} ahead; \
          {} workers, pop count {}, auto_finish",
@@ -190,8 +201,8 @@ pub async fn run(client: &Client, bench: &LatenessBench) -> Result<Vec<BenchResu
     result.latency_ms = Some(p);
     result.latency_of = "lateness";
     result.ops = got;
-    result.errors = errors + produced.errors;
-    result.first_error = produced.first_error.or(first_error);
+    result.errors = seen.errors + produced.errors;
+    result.first_error = produced.first_error.or_else(|| seen.first_error.clone());
     result.notes.push(
         "lateness includes the firing, the long-poll wake-up, the HTTP pop answer and the \
          client's scheduling (client and server share the machine), as the docs/design.md §6 \
@@ -205,11 +216,13 @@ pub async fn run(client: &Client, bench: &LatenessBench) -> Result<Vec<BenchResu
         ));
     }
     result.notes.push(format!(
-        "received {got} of {total} tasks; {early} arrived before their due_ms; {} were \
+        "received {got} of {} tasks; {} arrived before their due_ms; {} were \
          acknowledged by /add only after their due time",
+        bench.total(),
+        seen.early,
         produced.late_adds
     ));
-    Ok(vec![result])
+    result
 }
 
 /// What the producer did.
@@ -222,6 +235,37 @@ pub(super) struct Produced {
     pub late_adds: u64,
 }
 
+/// What the producer's sends count, shared by them.
+#[derive(Default)]
+struct Tally {
+    errors: AtomicU64,
+    late_adds: AtomicU64,
+    first_error: std::sync::Mutex<Option<ClientError>>,
+}
+
+impl Tally {
+    /// What the producer did, once every send has ended; an error when not one of the
+    /// `total` tasks got through because the server cannot be reached.
+    fn produced(&self, total: u64) -> Result<Produced, BenchError> {
+        let errors = self.errors.load(Ordering::Relaxed);
+        let late_adds = self.late_adds.load(Ordering::Relaxed);
+        let first_error = self
+            .first_error
+            .lock()
+            .ok()
+            .and_then(|mut slot| slot.take());
+        match first_error {
+            // Not one task got through: the server is unreachable, say so (exit code 2).
+            Some(err) if err.is_transport() && errors >= total => Err(err.into()),
+            first_error => Ok(Produced {
+                errors,
+                first_error: first_error.map(|err| err.to_string()),
+                late_adds,
+            }),
+        }
+    }
+}
+
 /// Adds every task at its add time (`due − delay`), in batches every [`PRODUCER_TICK`]
 /// (also the producer of the push bench).
 pub(super) async fn produce(
@@ -229,28 +273,17 @@ pub(super) async fn produce(
     topic: &str,
     bench: &LatenessBench,
     first_due_ms: u64,
-) -> Result<Produced, CliError> {
+) -> Result<Produced, BenchError> {
     let total = bench.total();
     let in_flight = Arc::new(Semaphore::new(PRODUCER_IN_FLIGHT));
-    let errors = Arc::new(AtomicU64::new(0));
-    let late_adds = Arc::new(AtomicU64::new(0));
-    let first_error: Arc<std::sync::Mutex<Option<ClientError>>> = Arc::default();
+    let tally = Arc::new(Tally::default());
     let mut tick = tokio::time::interval(PRODUCER_TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut next = 0u64;
     let mut sends = Vec::new();
     while next < total {
         tick.tick().await;
-        let add_until = now_us() / 1_000 + bench.delay_ms;
-        let mut tasks = Vec::new();
-        while next < total
-            && due_of(next, first_due_ms, bench.rate) <= add_until
-            && tasks.len() < 10_000
-        {
-            let due = due_of(next, first_due_ms, bench.rate);
-            tasks.push(NewTask::new(topic, format!("l{next}")).run_at_ms(due));
-            next += 1;
-        }
+        let tasks = next_batch(topic, bench, first_due_ms, &mut next);
         if tasks.is_empty() {
             continue;
         }
@@ -258,72 +291,94 @@ pub(super) async fn produce(
             .clone()
             .acquire_owned()
             .await
-            .map_err(|err| CliError::Bench {
+            .map_err(|err| BenchError::Bench {
                 bench: "lateness",
                 reason: format!("producer stopped: {err}"),
             })?;
-        let (client, errors, late_adds, first_error) = (
-            client.clone(),
-            errors.clone(),
-            late_adds.clone(),
-            first_error.clone(),
-        );
+        let (client, tally) = (client.clone(), Arc::clone(&tally));
         sends.push(tokio::spawn(async move {
             let _permit = permit;
-            let earliest = tasks.iter().filter_map(|t| match t.when {
-                delayq_client::When::At(at) => Some(at),
-                _ => None,
-            });
-            let earliest = earliest.min().unwrap_or(0);
-            match client.add_batch(&tasks).await {
-                Ok(items) => {
-                    let refused = items.iter().filter(|item| !item.is_ok()).count() as u64;
-                    errors.fetch_add(refused, Ordering::Relaxed);
-                    if now_us() / 1_000 > earliest {
-                        late_adds.fetch_add(tasks.len() as u64, Ordering::Relaxed);
-                    }
-                }
-                Err(err) => {
-                    errors.fetch_add(tasks.len() as u64, Ordering::Relaxed);
-                    if let Ok(mut slot) = first_error.lock() {
-                        slot.get_or_insert(err);
-                    }
-                }
-            }
+            send_batch(&client, &tasks, &tally).await;
         }));
     }
     for send in sends {
-        send.await.map_err(|err| CliError::Bench {
+        send.await.map_err(|err| BenchError::Bench {
             bench: "lateness",
             reason: format!("a producer task failed: {err}"),
         })?;
     }
-    let first_error = first_error.lock().ok().and_then(|mut slot| slot.take());
-    if let Some(err) = first_error {
-        if err.is_transport() && errors.load(Ordering::Relaxed) >= total {
-            // Not one task got through: the server is unreachable, say so (exit code 2).
-            return Err(err.into());
-        }
-        return Ok(Produced {
-            errors: errors.load(Ordering::Relaxed),
-            first_error: Some(err.to_string()),
-            late_adds: late_adds.load(Ordering::Relaxed),
-        });
-    }
-    Ok(Produced {
-        errors: errors.load(Ordering::Relaxed),
-        first_error: None,
-        late_adds: late_adds.load(Ordering::Relaxed),
-    })
+    tally.produced(total)
 }
 
-/// What one worker saw.
+/// The tasks from `next` on that are due by now + the delay (at most 10 000); moves `next`
+/// past them.
+fn next_batch(
+    topic: &str,
+    bench: &LatenessBench,
+    first_due_ms: u64,
+    next: &mut u64,
+) -> Vec<NewTask> {
+    let total = bench.total();
+    let add_until = now_us() / 1_000 + bench.delay_ms;
+    let mut tasks = Vec::new();
+    while *next < total
+        && due_of(*next, first_due_ms, bench.rate) <= add_until
+        && tasks.len() < 10_000
+    {
+        let due = due_of(*next, first_due_ms, bench.rate);
+        tasks.push(NewTask::new(topic, format!("l{next}")).run_at_ms(due));
+        *next += 1;
+    }
+    tasks
+}
+
+/// Adds `tasks` in one batch and counts what came of it.
+async fn send_batch(client: &Client, tasks: &[NewTask], tally: &Tally) {
+    let earliest = tasks.iter().filter_map(|t| match t.when {
+        delayq_client::When::At(at) => Some(at),
+        _ => None,
+    });
+    let earliest = earliest.min().unwrap_or(0);
+    match client.add_batch(tasks).await {
+        Ok(items) => {
+            let refused = items.iter().filter(|item| !item.is_ok()).count() as u64;
+            tally.errors.fetch_add(refused, Ordering::Relaxed);
+            if now_us() / 1_000 > earliest {
+                tally
+                    .late_adds
+                    .fetch_add(tasks.len() as u64, Ordering::Relaxed);
+            }
+        }
+        Err(err) => {
+            tally
+                .errors
+                .fetch_add(tasks.len() as u64, Ordering::Relaxed);
+            if let Ok(mut slot) = tally.first_error.lock() {
+                slot.get_or_insert(err);
+            }
+        }
+    }
+}
+
+/// What one worker saw (or all of them).
 struct WorkerRun {
     lateness: Histogram<u64>,
     early: u64,
     errors: u64,
     first_error: Option<String>,
     transport: Option<ClientError>,
+}
+
+impl WorkerRun {
+    fn new() -> Self {
+        WorkerRun {
+            lateness: super::histogram(),
+            early: 0,
+            errors: 0,
+            first_error: None,
+            transport: None,
+        }
+    }
 }
 
 async fn worker(
@@ -334,13 +389,7 @@ async fn worker(
     received: &AtomicU64,
     deadline: Instant,
 ) -> WorkerRun {
-    let mut run = WorkerRun {
-        lateness: super::histogram(),
-        early: 0,
-        errors: 0,
-        first_error: None,
-        transport: None,
-    };
+    let mut run = WorkerRun::new();
     let options = PopOptions::default()
         .count(count)
         .timeout_ms(POP_TIMEOUT_MS)

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 
 use super::http::{Conn, Endpoint, HttpError};
-use crate::error::CliError;
+use crate::BenchError;
 
 /// What one client (or, merged, all of them) did.
 #[derive(Debug)]
@@ -91,9 +91,9 @@ impl LoadRun {
 
     /// `done` tasks per second from `start` to the last one; an error when nothing was done
     /// because the connections failed.
-    pub fn rate(&self, bench: &'static str, done: u64, start: Instant) -> Result<f64, CliError> {
+    pub fn rate(&self, bench: &'static str, done: u64, start: Instant) -> Result<f64, BenchError> {
         if done == 0 && self.broken {
-            return Err(CliError::Bench {
+            return Err(BenchError::Bench {
                 bench,
                 reason: self
                     .first_error
@@ -124,7 +124,7 @@ pub async fn run_clients<F, Fut>(
     threads: usize,
     clients: usize,
     client: F,
-) -> Result<(LoadRun, Instant), CliError>
+) -> Result<(LoadRun, Instant), BenchError>
 where
     F: Fn(usize) -> Fut + Send + Sync + Clone + 'static,
     Fut: Future<Output = LoadRun> + 'static,
@@ -151,14 +151,14 @@ where
             .collect::<Vec<_>>()
     })
     .await
-    .map_err(|err| CliError::Bench {
+    .map_err(|err| BenchError::Bench {
         bench,
         reason: format!("the load threads failed: {err}"),
     })?;
     let mut total = LoadRun::new();
     total.last_done = start;
     for run in joined {
-        total.merge(run.map_err(|reason| CliError::Bench { bench, reason })?);
+        total.merge(run.map_err(|reason| BenchError::Bench { bench, reason })?);
     }
     Ok((total, start))
 }
@@ -212,7 +212,7 @@ pub async fn ceiling(
     threads: usize,
     clients: usize,
     duration: Duration,
-) -> Result<(f64, LoadRun), CliError> {
+) -> Result<(f64, LoadRun), BenchError> {
     let request = endpoint.get("/healthz");
     let addr = endpoint.addr;
     let deadline = Instant::now() + duration;

@@ -8,7 +8,7 @@ use super::settings::reference;
 
 /// The line before the generated table in `docs/operations.md`.
 pub(crate) const BEGIN: &str =
-    "<!-- settings table: generated from crates/delayq-server/src/config/settings.rs -->";
+    "<!-- settings table: generated from crates/delayq-daemon/src/config/settings.rs -->";
 /// The line after it.
 pub(crate) const END: &str = "<!-- end of settings table -->";
 

@@ -1,5 +1,9 @@
 //! `delayq bench`: an end-to-end load generator against a running server, measured against
-//! the ceiling of the server's own HTTP stack.
+//! the ceiling of the server's own HTTP stack. The `delayq` binary parses the flags
+//! ([`BenchArgs`]) and calls [`run`]; nothing here depends on the server's code, only on its
+//! HTTP API (through `delayq-client` and a light client of its own) and, for `beanstalk`, on
+//! the beanstalkd protocol. [`duration`] holds the durations as people write them, which the
+//! binary's other commands share.
 //!
 //! Absolute rates on a shared machine move from run to run, so docs/design.md §6 states the HTTP
 //! targets as ratios: each figure is compared with `GET /healthz` of the same server, from the
@@ -35,6 +39,8 @@
 pub mod add;
 pub mod beanstalk;
 pub mod dashboard;
+pub mod duration;
+mod error;
 pub mod http;
 pub mod lateness;
 pub mod load;
@@ -53,8 +59,13 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use crate::duration::{format_duration, parse_duration};
-use crate::error::CliError;
 use http::Endpoint;
+
+pub use error::BenchError;
+
+/// The server `delayq` talks to when neither `--server` nor `DELAYQ_SERVER` says: the
+/// default listen address of `delayq serve`.
+pub const DEFAULT_SERVER: &str = "http://127.0.0.1:9280";
 
 /// The longest any benchmark may run.
 pub const MAX_DURATION_MS: u64 = 600_000;
@@ -63,11 +74,11 @@ pub const MAX_CONCURRENCY: usize = 1_000;
 
 /// A setting of benchmark `bench` is out of bounds unless `ok`; `what` names the flag and its
 /// range.
-fn require(bench: &str, ok: bool, what: &str) -> Result<(), CliError> {
+fn require(bench: &str, ok: bool, what: &str) -> Result<(), BenchError> {
     if ok {
         Ok(())
     } else {
-        Err(CliError::usage(format!("bench {bench}: {what}")))
+        Err(BenchError::usage(format!("bench {bench}: {what}")))
     }
 }
 /// The most tasks one benchmark may create.
@@ -94,7 +105,7 @@ pub struct BenchConnection {
         long,
         global = true,
         env = "DELAYQ_SERVER",
-        default_value = crate::args::DEFAULT_SERVER,
+        default_value = DEFAULT_SERVER,
         value_name = "URL"
     )]
     pub server: String,
@@ -448,7 +459,7 @@ pub struct Ctx {
 impl Ctx {
     /// The ceiling for `clients` clients, measured now (for at most `max_ms`) unless it was
     /// measured already in this run.
-    pub async fn ceiling(&mut self, clients: usize, max_ms: u64) -> Result<Ceiling, CliError> {
+    pub async fn ceiling(&mut self, clients: usize, max_ms: u64) -> Result<Ceiling, BenchError> {
         if let Some(c) = self.ceilings.get(&clients) {
             return Ok(c.clone());
         }
@@ -461,7 +472,7 @@ impl Ctx {
         )
         .await?;
         if run.requests == 0 {
-            return Err(CliError::Bench {
+            return Err(BenchError::Bench {
                 bench: "ceiling",
                 reason: format!(
                     "no GET /healthz succeeded: {}",
@@ -503,16 +514,9 @@ pub struct BenchReport {
 }
 
 /// Runs `delayq bench`.
-pub async fn run(args: BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
+pub async fn run(args: BenchArgs, out: &mut dyn Write) -> Result<(), BenchError> {
     if let Which::Beanstalk(bench) = &args.which {
-        let addr = beanstalk_addr(&args.client.server).await?;
-        let report = beanstalk::run(addr, bench).await?;
-        let text = if args.client.json {
-            serde_json::to_string_pretty(&report).unwrap_or_default() + "\n"
-        } else {
-            beanstalk::render(&report)
-        };
-        return out.write_all(text.as_bytes()).map_err(CliError::Output);
+        return run_beanstalk(&args.client, bench, out).await;
     }
     let (url, addr) = check_loopback(&args.client.server).await?;
     let client = bench_client(&url, args.client.token.clone())?;
@@ -535,47 +539,7 @@ pub async fn run(args: BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
         ceilings: BTreeMap::new(),
         ceiling_lines: Vec::new(),
     };
-    let mut results = Vec::new();
-    match args.which {
-        Which::Add(bench) => results.extend(add::run(&mut ctx, &bench.validate()?).await?),
-        Which::Pop(bench) => results.extend(pop::run(&mut ctx, &bench.validate()?).await?),
-        Which::Lateness(bench) => {
-            results.extend(lateness::run(&ctx.client, &bench.validate()?).await?);
-        }
-        Which::Push(bench) => {
-            results.extend(push::run(&ctx.client, &bench.validate()?).await?);
-        }
-        Which::Dashboard(bench) => {
-            results.extend(dashboard::run(&ctx.client, &ctx.endpoint, &bench.validate()?).await?);
-        }
-        Which::Ceiling(bench) => {
-            require(
-                "ceiling",
-                (1..=MAX_CONCURRENCY).contains(&bench.clients),
-                "--clients must be 1 to 1000",
-            )?;
-            ctx.ceiling(bench.clients, MAX_DURATION_MS).await?;
-        }
-        // Answered above, before any HTTP is spoken.
-        Which::Beanstalk(_) => {}
-        Which::All(all) => {
-            let add = add::AddBench {
-                duration: all.duration,
-                ..add::AddBench::default()
-            };
-            results.extend(add::run(&mut ctx, &add.validate()?).await?);
-            let pop = pop::PopBench {
-                tasks: all.tasks,
-                ..pop::PopBench::default()
-            };
-            results.extend(pop::run(&mut ctx, &pop.validate()?).await?);
-            let late = lateness::LatenessBench {
-                duration: all.duration,
-                ..lateness::LatenessBench::default()
-            };
-            results.extend(lateness::run(&ctx.client, &late.validate()?).await?);
-        }
-    }
+    let results = run_which(&mut ctx, args.which).await?;
     let mut all_results = std::mem::take(&mut ctx.ceiling_lines);
     all_results.extend(results);
     let report = BenchReport {
@@ -585,7 +549,7 @@ pub async fn run(args: BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
     };
     if args.client.json {
         let text = serde_json::to_string_pretty(&report)
-            .map_err(|err| CliError::Output(std::io::Error::other(err)))?;
+            .map_err(|err| BenchError::Output(std::io::Error::other(err)))?;
         writeln!(out, "{text}")?;
     } else {
         writeln!(out, "{}", render(&report))?;
@@ -593,8 +557,67 @@ pub async fn run(args: BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
     Ok(())
 }
 
+/// `delayq bench beanstalk`: no HTTP is spoken, and the report is its own.
+async fn run_beanstalk(
+    client: &BenchConnection,
+    bench: &beanstalk::BeanstalkBench,
+    out: &mut dyn Write,
+) -> Result<(), BenchError> {
+    let addr = beanstalk_addr(&client.server).await?;
+    let report = beanstalk::run(addr, bench).await?;
+    let text = if client.json {
+        serde_json::to_string_pretty(&report).unwrap_or_default() + "\n"
+    } else {
+        beanstalk::render(&report)
+    };
+    out.write_all(text.as_bytes()).map_err(BenchError::Output)
+}
+
+/// Runs the HTTP benchmark `which` names; its results (the ceilings measured on the way are
+/// kept in `ctx`).
+async fn run_which(ctx: &mut Ctx, which: Which) -> Result<Vec<BenchResult>, BenchError> {
+    Ok(match which {
+        Which::Add(bench) => add::run(ctx, &bench.validate()?).await?,
+        Which::Pop(bench) => pop::run(ctx, &bench.validate()?).await?,
+        Which::Lateness(bench) => lateness::run(&ctx.client, &bench.validate()?).await?,
+        Which::Push(bench) => push::run(&ctx.client, &bench.validate()?).await?,
+        Which::Dashboard(bench) => {
+            dashboard::run(&ctx.client, &ctx.endpoint, &bench.validate()?).await?
+        }
+        Which::Ceiling(bench) => {
+            require(
+                "ceiling",
+                (1..=MAX_CONCURRENCY).contains(&bench.clients),
+                "--clients must be 1 to 1000",
+            )?;
+            ctx.ceiling(bench.clients, MAX_DURATION_MS).await?;
+            Vec::new()
+        }
+        // Answered by `run_beanstalk`, before any HTTP is spoken.
+        Which::Beanstalk(_) => Vec::new(),
+        Which::All(all) => {
+            let add = add::AddBench {
+                duration: all.duration,
+                ..add::AddBench::default()
+            };
+            let mut results = add::run(ctx, &add.validate()?).await?;
+            let pop = pop::PopBench {
+                tasks: all.tasks,
+                ..pop::PopBench::default()
+            };
+            results.extend(pop::run(ctx, &pop.validate()?).await?);
+            let late = lateness::LatenessBench {
+                duration: all.duration,
+                ..lateness::LatenessBench::default()
+            };
+            results.extend(lateness::run(&ctx.client, &late.validate()?).await?);
+            results
+        }
+    })
+}
+
 /// The shared client: a pool large enough to keep every concurrent client's connection alive.
-fn bench_client(url: &Url, token: Option<String>) -> Result<Client, CliError> {
+fn bench_client(url: &Url, token: Option<String>) -> Result<Client, BenchError> {
     let options = ClientOptions::default()
         .pool_max_idle_per_host(MAX_CONCURRENCY)
         .request_timeout(Duration::from_secs(30));
@@ -604,32 +627,32 @@ fn bench_client(url: &Url, token: Option<String>) -> Result<Client, CliError> {
 /// Refuses any server that is not on a loopback address; returns its URL and the address the
 /// light client connects to.
 /// The `HOST:PORT` of a beanstalk server, which must be on loopback.
-async fn beanstalk_addr(server: &str) -> Result<SocketAddr, CliError> {
+async fn beanstalk_addr(server: &str) -> Result<SocketAddr, BenchError> {
     if server.contains("://") {
-        return Err(CliError::usage(format!(
+        return Err(BenchError::usage(format!(
             "delayq bench beanstalk needs --server HOST:PORT of a beanstalk listener, not {server}"
         )));
     }
     let addrs: Vec<SocketAddr> = tokio::net::lookup_host(server)
         .await
-        .map_err(|err| CliError::usage(format!("cannot resolve {server}: {err}")))?
+        .map_err(|err| BenchError::usage(format!("cannot resolve {server}: {err}")))?
         .collect();
     match addrs.first() {
         Some(first) if addrs.iter().all(|a| a.ip().is_loopback()) => Ok(*first),
-        _ => Err(CliError::usage(format!(
+        _ => Err(BenchError::usage(format!(
             "delayq bench only measures a loopback server; {server} is not one"
         ))),
     }
 }
 
-async fn check_loopback(server: &str) -> Result<(Url, SocketAddr), CliError> {
+async fn check_loopback(server: &str) -> Result<(Url, SocketAddr), BenchError> {
     let url = Url::parse(server)
-        .map_err(|err| CliError::usage(format!("invalid --server {server:?}: {err}")))?;
+        .map_err(|err| BenchError::usage(format!("invalid --server {server:?}: {err}")))?;
     let host = url
         .host_str()
-        .ok_or_else(|| CliError::usage(format!("invalid --server {server:?}: no host")))?;
+        .ok_or_else(|| BenchError::usage(format!("invalid --server {server:?}: no host")))?;
     if url.scheme() != "http" {
-        return Err(CliError::usage(format!(
+        return Err(BenchError::usage(format!(
             "delayq bench speaks plain http to a loopback server; {server} is {}",
             url.scheme()
         )));
@@ -640,7 +663,7 @@ async fn check_loopback(server: &str) -> Result<(Url, SocketAddr), CliError> {
         Ok(ip) => vec![ip],
         Err(_) => tokio::net::lookup_host((bare, port))
             .await
-            .map_err(|err| CliError::usage(format!("cannot resolve {host}: {err}")))?
+            .map_err(|err| BenchError::usage(format!("cannot resolve {host}: {err}")))?
             .map(|addr| addr.ip())
             .collect(),
     };
@@ -648,7 +671,7 @@ async fn check_loopback(server: &str) -> Result<(Url, SocketAddr), CliError> {
         Some(first) if addrs.iter().all(IpAddr::is_loopback) => {
             Ok((url.clone(), SocketAddr::new(*first, port)))
         }
-        _ => Err(CliError::usage(format!(
+        _ => Err(BenchError::usage(format!(
             "delayq bench only targets loopback addresses (127.0.0.0/8, ::1); \
              {server} is {addrs:?}"
         ))),

@@ -10,8 +10,8 @@ use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use clap::Parser;
-use delayq_server::config::{FsyncPolicy, LogFormat, StorageConfig};
-use delayq_server::{ServeArgs, ServerConfig, ServerError};
+use delayq_daemon::config::{FsyncPolicy, LogFormat, StorageConfig};
+use delayq_daemon::{ServeArgs, ServerConfig, ServerError};
 
 #[derive(Debug, Parser)]
 struct Cli {
@@ -389,9 +389,9 @@ fn flags_parse_in_process() {
     assert!(matches!(
         c.storage,
         StorageConfig::Embedded {
-            fsync: FsyncPolicy::Interval { ms: 25 },
+            fsync: FsyncPolicy::Interval(interval),
             ..
-        }
+        } if interval == std::time::Duration::from_millis(25)
     ));
 }
 
@@ -406,7 +406,7 @@ async fn serve_builds_sentinel_and_cluster_modes_and_names_a_busy_address() {
         let mut redis = ServerConfig::default();
         redis.storage = StorageConfig::Redis { url: url.into() };
         redis.redis_wait_replicas = 1;
-        let queue = delayq_server::build_queue(&redis).await.expect(url);
+        let queue = delayq_daemon::build_queue(&redis).await.expect(url);
         let err = queue.stats("t").await.unwrap_err();
         assert_eq!(err.kind(), delayq::ErrorKind::Unavailable, "{err}");
         assert!(err.to_string().contains(named), "{err}");
@@ -416,14 +416,14 @@ async fn serve_builds_sentinel_and_cluster_modes_and_names_a_busy_address() {
     bad.storage = StorageConfig::Redis {
         url: "redis+sentinel://127.0.0.1:1".into(),
     };
-    let err = delayq_server::build_queue(&bad).await.unwrap_err();
+    let err = delayq_daemon::build_queue(&bad).await.unwrap_err();
     assert!(err.to_string().contains("master-name"), "{err}");
 
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let mut busy = ServerConfig::default();
     busy.storage = StorageConfig::Memory;
     busy.listen = taken.local_addr().unwrap();
-    let err = delayq_server::serve(busy.clone(), async {})
+    let err = delayq_daemon::serve(busy.clone(), async {})
         .await
         .unwrap_err();
     assert!(matches!(err, ServerError::Bind { .. }), "{err:?}");
@@ -439,7 +439,7 @@ async fn serve_runs_and_stops_on_its_shutdown_future() {
     config.storage = StorageConfig::Memory;
     config.listen = addr;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(delayq_server::serve(config, async {
+    let running = tokio::spawn(delayq_daemon::serve(config, async {
         let _ = stopped.await;
     }));
     let url = format!("http://{addr}/healthz");

@@ -26,8 +26,8 @@ use super::load::{self, LoadRun, run_clients};
 use super::{
     BenchResult, Ctx, FULL, HALF, MAX_CONCURRENCY, MAX_DURATION_MS, MAX_TASKS, Percentiles, Target,
 };
+use crate::BenchError;
 use crate::duration::{format_duration, parse_duration};
-use crate::error::CliError;
 
 /// docs/design.md §6: pop + finish with 32 workers, one task a pop: two requests a task.
 pub const TARGET: Target = Target {
@@ -98,7 +98,7 @@ impl Default for PopBench {
 
 impl PopBench {
     /// Checks the bounds of every setting.
-    pub fn validate(&self) -> Result<PopBench, CliError> {
+    pub fn validate(&self) -> Result<PopBench, BenchError> {
         let check = |ok: bool, what: &str| super::require("pop", ok, what);
         check(
             (1..=MAX_CONCURRENCY).contains(&self.workers),
@@ -138,7 +138,7 @@ const PREFILL_CONCURRENCY: u64 = 4;
 const READY_WAIT: Duration = Duration::from_secs(30);
 
 /// Runs the benchmark: the ceiling for the workers, then each mode.
-pub async fn run(ctx: &mut Ctx, bench: &PopBench) -> Result<Vec<BenchResult>, CliError> {
+pub async fn run(ctx: &mut Ctx, bench: &PopBench) -> Result<Vec<BenchResult>, BenchError> {
     let ceiling = ctx.ceiling(bench.workers, MAX_DURATION_MS).await?;
     let modes: &[(usize, bool)] = match bench.mode {
         Mode::Single => &[(1, false)],
@@ -172,7 +172,7 @@ async fn measure(
     topic: &str,
     count: usize,
     batched: bool,
-) -> Result<BenchResult, CliError> {
+) -> Result<BenchResult, BenchError> {
     let requests = Requests::new(&ctx.endpoint, topic, count);
     let done = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + Duration::from_millis(bench.max_time);
@@ -323,7 +323,11 @@ struct ItemCode {
 }
 
 /// Adds the ready tasks in batches, a few requests in flight.
-async fn prefill(client: &Client, topic: &str, bench: &PopBench) -> Result<BenchResult, CliError> {
+async fn prefill(
+    client: &Client,
+    topic: &str,
+    bench: &PopBench,
+) -> Result<BenchResult, BenchError> {
     let body = "x".repeat(bench.body_bytes);
     let batch = bench.prefill_batch as u64;
     let batches = bench.tasks.div_ceil(batch);
@@ -353,7 +357,7 @@ async fn prefill(client: &Client, topic: &str, bench: &PopBench) -> Result<Bench
     let mut added = 0;
     let mut latency = super::histogram();
     for handle in handles {
-        let (n, h) = handle.await.map_err(|err| CliError::Bench {
+        let (n, h) = handle.await.map_err(|err| BenchError::Bench {
             bench: "pop",
             reason: format!("a pre-fill task failed: {err}"),
         })??;
@@ -361,7 +365,7 @@ async fn prefill(client: &Client, topic: &str, bench: &PopBench) -> Result<Bench
         latency.add(&h).ok();
     }
     if added < bench.tasks {
-        return Err(CliError::Bench {
+        return Err(BenchError::Bench {
             bench: "pop",
             reason: format!(
                 "the server accepted only {added} of {} pre-fill tasks",
@@ -382,7 +386,7 @@ async fn prefill(client: &Client, topic: &str, bench: &PopBench) -> Result<Bench
 }
 
 /// Waits until the server counts every pre-filled task ready; returns how long that took.
-async fn wait_ready(client: &Client, topic: &str, tasks: u64) -> Result<u64, CliError> {
+async fn wait_ready(client: &Client, topic: &str, tasks: u64) -> Result<u64, BenchError> {
     let start = Instant::now();
     loop {
         let stats = client.stats(topic).await?;
@@ -390,7 +394,7 @@ async fn wait_ready(client: &Client, topic: &str, tasks: u64) -> Result<u64, Cli
             return Ok(u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX));
         }
         if start.elapsed() > READY_WAIT {
-            return Err(CliError::Bench {
+            return Err(BenchError::Bench {
                 bench: "pop",
                 reason: format!(
                     "only {} of {tasks} pre-filled tasks were ready after {}s",
@@ -403,6 +407,8 @@ async fn wait_ready(client: &Client, topic: &str, tasks: u64) -> Result<u64, Cli
     }
 }
 
+/// One worker: pops and finishes over its own connection until `total` tasks are done (by
+/// every worker) or the deadline.
 async fn worker(
     requests: Requests,
     addr: std::net::SocketAddr,
@@ -449,28 +455,10 @@ async fn worker(
         let sent = Instant::now();
         match conn.exchange(&finish).await {
             Ok(answer) if answer.status == 200 => {
-                let ok = if batched {
-                    match serde_json::from_slice::<FinishAnswer>(answer.body) {
-                        Ok(a) => a.data.items.iter().filter(|i| i.code == 0).count() as u64,
-                        Err(err) => {
-                            run.error(|| format!("unreadable finish answer: {err}"), false);
-                            0
-                        }
-                    }
-                } else {
-                    tasks
-                };
+                let ok = finished(&mut run, answer.body, batched, tasks);
                 run.record(sent);
                 run.tasks += ok;
                 done.fetch_add(ok, Ordering::Relaxed);
-                if ok < tasks {
-                    let refused = tasks - ok;
-                    run.error(
-                        || format!("{refused} tasks of a batched finish refused"),
-                        false,
-                    );
-                    run.errors += refused - 1;
-                }
             }
             Ok(answer) => run.refused(answer.status, answer.body),
             Err(err) => {
@@ -481,6 +469,31 @@ async fn worker(
         }
     }
     run
+}
+
+/// How many of the `tasks` popped a 200 answer to their finish (`body`) finished: all of them
+/// for one task a pop, those with code 0 for a batched finish; the others count as errors.
+fn finished(run: &mut LoadRun, body: &[u8], batched: bool, tasks: u64) -> u64 {
+    let ok = if batched {
+        match serde_json::from_slice::<FinishAnswer>(body) {
+            Ok(a) => a.data.items.iter().filter(|i| i.code == 0).count() as u64,
+            Err(err) => {
+                run.error(|| format!("unreadable finish answer: {err}"), false);
+                0
+            }
+        }
+    } else {
+        tasks
+    };
+    if ok < tasks {
+        let refused = tasks - ok;
+        run.error(
+            || format!("{refused} tasks of a batched finish refused"),
+            false,
+        );
+        run.errors += refused - 1;
+    }
+    ok
 }
 
 /// A duration in whole microseconds, at least 1 (the histogram's lowest value).

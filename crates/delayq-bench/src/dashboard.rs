@@ -22,7 +22,7 @@ use hdrhistogram::Histogram;
 
 use super::http::{Conn, Endpoint};
 use super::{BenchResult, MAX_TASKS, Percentiles, Target};
-use crate::error::CliError;
+use crate::BenchError;
 
 /// docs/design.md §6: the dashboard's first view.
 pub const FIRST_VIEW: Target = Target {
@@ -62,7 +62,7 @@ pub struct DashboardBench {
 
 impl DashboardBench {
     /// Checks the bounds of every setting.
-    pub fn validate(&self) -> Result<DashboardBench, CliError> {
+    pub fn validate(&self) -> Result<DashboardBench, BenchError> {
         let check = |ok: bool, what: &str| super::require("dashboard", ok, what);
         check(
             (1..=100_000).contains(&self.topics),
@@ -99,7 +99,7 @@ pub async fn run(
     client: &Client,
     endpoint: &Endpoint,
     bench: &DashboardBench,
-) -> Result<Vec<BenchResult>, CliError> {
+) -> Result<Vec<BenchResult>, BenchError> {
     let mut results = vec![fill(client, bench).await?];
     // The overview draws the history's charts: let the sampler publish a few seconds first.
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -154,8 +154,8 @@ pub async fn run(
     Ok(results)
 }
 
-fn http(err: super::http::HttpError) -> CliError {
-    CliError::Bench {
+fn http(err: super::http::HttpError) -> BenchError {
+    BenchError::Bench {
         bench: "dashboard",
         reason: err.to_string(),
     }
@@ -167,7 +167,7 @@ async fn measure(
     conn: &mut Conn,
     samples: u64,
     requests: &[&[u8]],
-) -> Result<(Histogram<u64>, usize), CliError> {
+) -> Result<(Histogram<u64>, usize), BenchError> {
     let mut latency = super::histogram();
     let mut bytes = 0;
     for _ in 0..samples {
@@ -176,7 +176,7 @@ async fn measure(
             let answer = conn.exchange(request).await.map_err(http)?;
             // 303: find's redirect to the task page, which the next request fetches.
             if answer.status != 200 && answer.status != 303 {
-                return Err(CliError::Bench {
+                return Err(BenchError::Bench {
                     bench: "dashboard",
                     reason: format!(
                         "the dashboard answered {}: {}",
@@ -203,7 +203,7 @@ fn line(bench: &str, measured: String, latency: &Histogram<u64>, target: Target)
 
 /// Adds the tasks in batches, a few requests in flight; task `i` goes to topic `i % topics`
 /// with a due time spread over the next week.
-async fn fill(client: &Client, bench: &DashboardBench) -> Result<BenchResult, CliError> {
+async fn fill(client: &Client, bench: &DashboardBench) -> Result<BenchResult, BenchError> {
     let batch = bench.batch as u64;
     let batches = bench.tasks.div_ceil(batch);
     let start = Instant::now();
@@ -240,7 +240,7 @@ async fn fill(client: &Client, bench: &DashboardBench) -> Result<BenchResult, Cl
     }
     let mut added = 0;
     for handle in handles {
-        added += handle.await.map_err(|err| CliError::Bench {
+        added += handle.await.map_err(|err| BenchError::Bench {
             bench: "dashboard",
             reason: format!("a fill task failed: {err}"),
         })??;

@@ -7,9 +7,10 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use delayq_server::config::StorageConfig;
+use delayq_daemon::config::StorageConfig;
+use delayq_daemon::{ServerConfig, build_queue};
 use delayq_server::history::{History, Series};
-use delayq_server::{AppState, ServerConfig, app, build_queue};
+use delayq_server::{AppState, app};
 use delayq_testkit::RedisServer;
 use serde_json::{Value, json};
 
@@ -25,7 +26,7 @@ async fn start(redis: &RedisServer) -> Instance {
     let mut config = ServerConfig::default();
     config.storage = StorageConfig::Redis { url: redis.url() };
     let queue = build_queue(&config).await.expect("a Redis-mode queue");
-    let state = AppState::new(queue.clone(), &config);
+    let state = AppState::new(queue.clone(), &config.app());
     state.history().spawn_sampler(queue);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -115,7 +116,7 @@ async fn two_instances_each_see_both_and_the_sum() {
     assert_eq!(one.state.history().topics(), ["mail", "orders"]);
 }
 
-/// `serve::run`, as `delayq serve` calls it, starts the sampler: each instance's entry
+/// `delayq_daemon::run`, as `delayq serve` calls it, starts the sampler: each instance's entry
 /// appears in Redis with its own count of adds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_publishes_each_instance_into_redis() {
@@ -131,7 +132,7 @@ async fn run_publishes_each_instance_into_redis() {
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let config = config.clone();
         tokio::spawn(async move {
-            delayq_server::run(listener, queue, &config, async {
+            delayq_daemon::run(listener, queue, &config, async {
                 let _ = stopped.await;
             })
             .await

@@ -19,8 +19,8 @@ use super::load::{self, LoadRun, run_clients};
 use super::{
     BenchResult, Ctx, FULL, MAX_CONCURRENCY, MAX_DURATION_MS, MAX_TASKS, Percentiles, Target,
 };
+use crate::BenchError;
 use crate::duration::{format_duration, parse_duration};
-use crate::error::CliError;
 
 /// docs/design.md §6: HTTP /add with 50 concurrent clients, against the `/healthz` ceiling.
 pub const TARGET: Target = Target {
@@ -68,7 +68,7 @@ impl Default for AddBench {
 
 impl AddBench {
     /// Checks the bounds of every setting.
-    pub fn validate(&self) -> Result<AddBench, CliError> {
+    pub fn validate(&self) -> Result<AddBench, BenchError> {
         let check = |ok: bool, what: &str| super::require("add", ok, what);
         check(
             (1..=MAX_CONCURRENCY).contains(&self.clients),
@@ -175,7 +175,7 @@ struct ItemCode {
 }
 
 /// Runs the benchmark.
-pub async fn run(ctx: &mut Ctx, bench: &AddBench) -> Result<Vec<BenchResult>, CliError> {
+pub async fn run(ctx: &mut Ctx, bench: &AddBench) -> Result<Vec<BenchResult>, BenchError> {
     let ceiling = ctx.ceiling(bench.clients, bench.duration).await?;
     let topic = format!("bench-add-{}", super::run_id());
     let template = Template::new(

@@ -15,6 +15,7 @@
 //! Only loopback servers are accepted, as for every `delayq bench`.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Args;
@@ -23,7 +24,7 @@ use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
-use crate::error::CliError;
+use crate::BenchError;
 
 /// `delayq bench beanstalk`.
 #[derive(Debug, Clone, Args)]
@@ -76,10 +77,10 @@ struct Conn {
 }
 
 impl Conn {
-    async fn open(addr: SocketAddr) -> Result<Conn, CliError> {
+    async fn open(addr: SocketAddr) -> Result<Conn, BenchError> {
         let stream = TcpStream::connect(addr)
             .await
-            .map_err(|e| CliError::usage(format!("cannot connect to {addr}: {e}")))?;
+            .map_err(|e| BenchError::usage(format!("cannot connect to {addr}: {e}")))?;
         stream.set_nodelay(true).ok();
         let (r, w) = stream.into_split();
         Ok(Conn {
@@ -91,12 +92,12 @@ impl Conn {
 
     /// Sends `bytes` and reads the reply line (and skips the data of a RESERVED reply),
     /// returning the line.
-    async fn call(&mut self, bytes: &[u8]) -> Result<&str, CliError> {
-        let io = |e: std::io::Error| CliError::usage(format!("beanstalk connection: {e}"));
+    async fn call(&mut self, bytes: &[u8]) -> Result<&str, BenchError> {
+        let io = |e: std::io::Error| BenchError::usage(format!("beanstalk connection: {e}"));
         self.w.write_all(bytes).await.map_err(io)?;
         self.line.clear();
         if self.r.read_line(&mut self.line).await.map_err(io)? == 0 {
-            return Err(CliError::usage("the server closed the connection"));
+            return Err(BenchError::usage("the server closed the connection"));
         }
         if let Some(rest) = self.line.strip_prefix("RESERVED ")
             && let Some(n) = rest
@@ -112,17 +113,20 @@ impl Conn {
     }
 }
 
-fn unexpected(what: &str, line: &str) -> CliError {
-    CliError::usage(format!("{what}: unexpected reply {line:?}"))
+fn unexpected(what: &str, line: &str) -> BenchError {
+    BenchError::usage(format!("{what}: unexpected reply {line:?}"))
 }
 
+/// The jobs done by one connection and their latencies.
+type Share = Result<(u64, Histogram<u64>), BenchError>;
+
 /// Runs both phases against the beanstalk server at `addr`.
-pub async fn run(addr: SocketAddr, bench: &BeanstalkBench) -> Result<Report, CliError> {
+pub async fn run(addr: SocketAddr, bench: &BeanstalkBench) -> Result<Report, BenchError> {
     if !(1..=super::MAX_CONCURRENCY).contains(&bench.connections) {
-        return Err(CliError::usage("--connections must be 1 to 1000"));
+        return Err(BenchError::usage("--connections must be 1 to 1000"));
     }
     if !(1..=10_000_000).contains(&bench.jobs) || bench.body_bytes > 65_535 {
-        return Err(CliError::usage(
+        return Err(BenchError::usage(
             "--jobs must be 1 to 10000000 and --body-bytes at most 65535",
         ));
     }
@@ -137,6 +141,7 @@ pub async fn run(addr: SocketAddr, bench: &BeanstalkBench) -> Result<Report, Cli
     let mut put = format!("put 1024 0 60 {}\r\n", bench.body_bytes).into_bytes();
     put.extend(std::iter::repeat_n(b'x', bench.body_bytes));
     put.extend_from_slice(b"\r\n");
+    let put = Arc::new(put);
 
     // Phase 1: put.
     let mut tasks = tokio::task::JoinSet::new();
@@ -144,65 +149,18 @@ pub async fn run(addr: SocketAddr, bench: &BeanstalkBench) -> Result<Report, Cli
     for i in 0..bench.connections {
         let share = bench.jobs / bench.connections as u64
             + u64::from((i as u64) < bench.jobs % bench.connections as u64);
-        let put = put.clone();
-        let tube = tube.clone();
-        tasks.spawn(async move {
-            let mut c = Conn::open(addr).await?;
-            let line = c.call(format!("use {tube}\r\n").as_bytes()).await?;
-            if !line.starts_with("USING") {
-                return Err(unexpected("use", line));
-            }
-            let mut h = histogram();
-            for _ in 0..share {
-                let t = Instant::now();
-                let line = c.call(&put).await?;
-                if !line.starts_with("INSERTED") {
-                    return Err(unexpected("put", line));
-                }
-                let _ = h.record(t.elapsed().as_micros() as u64);
-            }
-            Ok::<_, CliError>((share, h))
-        });
+        tasks.spawn(put_jobs(addr, tube.clone(), Arc::clone(&put), share));
     }
     let put_phase = collect("put", &mut tasks, started).await?;
 
     // Phase 2: reserve + delete until every job is gone.
     let started = Instant::now();
     for _ in 0..bench.connections {
-        let tube = tube.clone();
-        tasks.spawn(async move {
-            let mut c = Conn::open(addr).await?;
-            c.call(format!("watch {tube}\r\n").as_bytes()).await?;
-            let line = c.call(b"ignore default\r\n").await?;
-            if !line.starts_with("WATCHING") {
-                return Err(unexpected("ignore", line));
-            }
-            let mut h = histogram();
-            let mut done = 0;
-            loop {
-                let t = Instant::now();
-                let line = c.call(b"reserve-with-timeout 0\r\n").await?;
-                if line == "TIMED_OUT" {
-                    break;
-                }
-                let id = line
-                    .strip_prefix("RESERVED ")
-                    .and_then(|r| r.split(' ').next())
-                    .ok_or_else(|| unexpected("reserve", line))?
-                    .to_owned();
-                let line = c.call(format!("delete {id}\r\n").as_bytes()).await?;
-                if line != "DELETED" {
-                    return Err(unexpected("delete", line));
-                }
-                let _ = h.record(t.elapsed().as_micros() as u64);
-                done += 1;
-            }
-            Ok((done, h))
-        });
+        tasks.spawn(take_jobs(addr, tube.clone()));
     }
     let take_phase = collect("reserve+delete", &mut tasks, started).await?;
     if take_phase.jobs != put_phase.jobs {
-        return Err(CliError::usage(format!(
+        return Err(BenchError::usage(format!(
             "{} jobs were put but {} reserved and deleted",
             put_phase.jobs, take_phase.jobs
         )));
@@ -215,19 +173,70 @@ pub async fn run(addr: SocketAddr, bench: &BeanstalkBench) -> Result<Report, Cli
     })
 }
 
+/// One connection of the put phase: `share` puts of the command `put` into `tube`.
+async fn put_jobs(addr: SocketAddr, tube: String, put: Arc<Vec<u8>>, share: u64) -> Share {
+    let mut c = Conn::open(addr).await?;
+    let line = c.call(format!("use {tube}\r\n").as_bytes()).await?;
+    if !line.starts_with("USING") {
+        return Err(unexpected("use", line));
+    }
+    let mut h = histogram();
+    for _ in 0..share {
+        let t = Instant::now();
+        let line = c.call(&put).await?;
+        if !line.starts_with("INSERTED") {
+            return Err(unexpected("put", line));
+        }
+        let _ = h.record(t.elapsed().as_micros() as u64);
+    }
+    Ok((share, h))
+}
+
+/// One connection of the take phase: reserve + delete from `tube` until it is empty.
+async fn take_jobs(addr: SocketAddr, tube: String) -> Share {
+    let mut c = Conn::open(addr).await?;
+    c.call(format!("watch {tube}\r\n").as_bytes()).await?;
+    let line = c.call(b"ignore default\r\n").await?;
+    if !line.starts_with("WATCHING") {
+        return Err(unexpected("ignore", line));
+    }
+    let mut h = histogram();
+    let mut done = 0;
+    loop {
+        let t = Instant::now();
+        let line = c.call(b"reserve-with-timeout 0\r\n").await?;
+        if line == "TIMED_OUT" {
+            break;
+        }
+        let id = line
+            .strip_prefix("RESERVED ")
+            .and_then(|r| r.split(' ').next())
+            .ok_or_else(|| unexpected("reserve", line))?
+            .to_owned();
+        let line = c.call(format!("delete {id}\r\n").as_bytes()).await?;
+        if line != "DELETED" {
+            return Err(unexpected("delete", line));
+        }
+        let _ = h.record(t.elapsed().as_micros() as u64);
+        done += 1;
+    }
+    Ok((done, h))
+}
+
 fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid bounds")
 }
 
 async fn collect(
     name: &'static str,
-    tasks: &mut tokio::task::JoinSet<Result<(u64, Histogram<u64>), CliError>>,
+    tasks: &mut tokio::task::JoinSet<Share>,
     started: Instant,
-) -> Result<Phase, CliError> {
+) -> Result<Phase, BenchError> {
     let mut jobs = 0;
     let mut all = histogram();
     while let Some(joined) = tasks.join_next().await {
-        let (n, h) = joined.map_err(|e| CliError::usage(format!("a bench task failed: {e}")))??;
+        let (n, h) =
+            joined.map_err(|e| BenchError::usage(format!("a bench task failed: {e}")))??;
         jobs += n;
         all.add(&h).ok();
     }
