@@ -202,3 +202,34 @@ fn instance_id() -> String {
     let x = delayq::core::hash::splitmix64(nanos ^ (u64::from(std::process::id()) << 40));
     format!("{x:016x}")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_command_line_is_counted_under_its_kind() {
+        let table: &[(&str, Option<Cmd>)] = &[
+            ("put 0 0 60 1", Some(Cmd::Put)),
+            // Refused puts count once their numbers could be read.
+            ("put 0 0 60 4294967295", Some(Cmd::Put)),
+            ("put 0 0 60 1 trailing", Some(Cmd::Put)),
+            ("put 0 0 x 1", None),
+            ("reserve", Some(Cmd::Reserve)),
+            ("reserve-with-timeout 1", Some(Cmd::ReserveWithTimeout)),
+            ("reserve-job 1", None),
+            ("kick 1", Some(Cmd::Kick)),
+            ("kick-job 1", Some(Cmd::Kick)),
+            ("peek-buried", Some(Cmd::PeekBuried)),
+            ("stats-tube default", Some(Cmd::StatsTube)),
+            ("pause-tube default 1", Some(Cmd::PauseTube)),
+            ("use -bad", None),
+            ("quit", None),
+            ("bogus", None),
+        ];
+        for (line, want) in table {
+            let parsed = Command::parse(line.as_bytes(), crate::proto::DEFAULT_MAX_JOB_SIZE);
+            assert_eq!(Cmd::of(&parsed, line.as_bytes()), *want, "{line:?}");
+        }
+    }
+}

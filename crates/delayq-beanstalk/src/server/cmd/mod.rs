@@ -11,3 +11,5 @@ mod reserve;
 mod tubes;
 
 pub(crate) use reserve::Wait;
+#[cfg(test)]
+pub(crate) use reserve::WaitEnd;

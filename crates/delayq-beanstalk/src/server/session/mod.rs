@@ -231,3 +231,6 @@ pub(crate) fn internal(op: &str, e: &delayq::Error) -> Reply {
     tracing::warn!(op, error = %e, "beanstalk command failed");
     Reply::InternalError
 }
+
+#[cfg(test)]
+mod tests;
