@@ -207,3 +207,105 @@ where
         let _ = tokio::time::timeout(Duration::from_millis(ms), self.w.shutdown()).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncWriteExt, DuplexStream, ReadHalf, WriteHalf};
+
+    use super::*;
+
+    type Conn = Connection<ReadHalf<DuplexStream>, WriteHalf<DuplexStream>>;
+
+    /// A connection over an in-memory pipe, the client's end, and the listener's close switch.
+    fn connection(options: BeanstalkOptions) -> (Conn, DuplexStream, watch::Sender<bool>) {
+        let (ours, client) = tokio::io::duplex(64 * 1024);
+        let (r, w) = tokio::io::split(ours);
+        let close = watch::Sender::new(false);
+        let conn = Connection::new(r, w, &options, close.subscribe());
+        (conn, client, close)
+    }
+
+    fn line(s: &str) -> Option<LineEvent> {
+        Some(LineEvent::Line(s.as_bytes().to_vec()))
+    }
+
+    #[tokio::test]
+    async fn lines_and_bodies_across_reads() {
+        let (mut conn, mut client, _close) = connection(BeanstalkOptions::default());
+        client.write_all(b"put 0 0 60 5\r\nhel").await.unwrap();
+        assert_eq!(conn.read_frame().await.unwrap(), line("put 0 0 60 5"));
+        client
+            .write_all(b"lo\r\nstats\r\nput 0 0 60 9")
+            .await
+            .unwrap();
+        assert_eq!(conn.read_data(7).await.unwrap().unwrap(), b"hello\r\n");
+        assert_eq!(conn.read_frame().await.unwrap(), line("stats"));
+        client
+            .write_all(b"\r\n123456789\r\nquit\r\n")
+            .await
+            .unwrap();
+        assert_eq!(conn.read_frame().await.unwrap(), line("put 0 0 60 9"));
+        // A refused body is skipped; what follows it stays.
+        assert!(conn.skip_data(11).await.unwrap());
+        assert_eq!(conn.read_frame().await.unwrap(), line("quit"));
+        // The client closes inside a body.
+        client.write_all(b"half").await.unwrap();
+        drop(client);
+        assert_eq!(conn.read_data(10).await.unwrap(), None);
+        assert_eq!(conn.read_frame().await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn replies_go_out_together_before_a_read_waits() {
+        let (mut conn, mut client, _close) = connection(BeanstalkOptions::default());
+        conn.write_reply(&Reply::Deleted);
+        conn.write_reply(&Reply::Watching(2));
+        client.write_all(b"stats\r\n").await.unwrap();
+        // A line already here is handed out without sending anything.
+        assert_eq!(conn.read_frame().await.unwrap(), line("stats"));
+        client.write_all(b"quit\r\n").await.unwrap();
+        assert_eq!(conn.read_frame().await.unwrap(), line("quit"));
+        // With nothing left to hand out, it sends the replies and waits.
+        let waiting = tokio::time::timeout(Duration::from_millis(50), conn.read_frame()).await;
+        assert!(waiting.is_err(), "{waiting:?}");
+        drop(conn);
+        let mut got = Vec::new();
+        client.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got, b"DELETED\r\nWATCHING 2\r\n");
+    }
+
+    #[tokio::test]
+    async fn a_slow_line_or_body_is_cut() {
+        let options = BeanstalkOptions::default().read_timeout_ms(50);
+        let (mut conn, mut client, _close) = connection(options.clone());
+        client.write_all(b"stat").await.unwrap();
+        let e = conn.read_frame().await.unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+        let (mut conn, mut client, _close) = connection(options);
+        client.write_all(b"put 0 0 60 5\r\nhe").await.unwrap();
+        assert_eq!(conn.read_frame().await.unwrap(), line("put 0 0 60 5"));
+        let e = conn.read_data(7).await.unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+    }
+
+    #[tokio::test]
+    async fn a_wait_keeps_reading_and_ends_when_the_client_goes() {
+        let (mut conn, mut client, _close) = connection(BeanstalkOptions::default());
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel::<u8>();
+        client.write_all(b"delete 1\r\n").await.unwrap();
+        let waited = conn.read_while(async { done_rx.await.unwrap() });
+        let (waited, ()) = tokio::join!(waited, async {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            done_tx.send(7).unwrap();
+        });
+        assert_eq!(waited, Some(7));
+        // What came meanwhile waits its turn.
+        assert_eq!(conn.read_frame().await.unwrap(), line("delete 1"));
+        drop(client);
+        assert_eq!(conn.read_while(std::future::pending::<()>()).await, None);
+        // The listener's close ends a read too.
+        let (mut conn, _client, close) = connection(BeanstalkOptions::default());
+        close.send_replace(true);
+        assert_eq!(conn.read_frame().await.unwrap(), None);
+    }
+}

@@ -1,22 +1,22 @@
-//! The beanstalkd listener, in mini-redis's shape: the listener accepts, a [`connection`]
-//! frames bytes, a [`session`] holds one connection's state and runs commands, and
-//! [`handler`] loops between the two.
+//! The beanstalkd listener, in mini-redis's shape: the listener accepts, a `connection`
+//! frames bytes, a `session` holds one connection's state and runs commands, and
+//! `handler` loops between the two.
 //!
 //! - This file: [`BeanstalkServer::bind`] binds a TCP address (sockets get `TCP_NODELAY`, as
 //!   beanstalkd sets it) or a Unix socket (`unix:PATH`), and [`BeanstalkServer::run`] accepts
-//!   connections until it is told to stop, spawning one [`handler`] per connection. It holds
+//!   connections until it is told to stop, spawning one `handler` per connection. It holds
 //!   at most `max_connections` connections: one past the cap is accepted and closed at once.
 //!   With [`BeanstalkServer::with_tls`] every connection is a TLS one (the handshake runs in
 //!   the connection's task, within the read timeout).
-//! - [`connection`]: command lines and job bodies in, replies out, and the timeouts that
+//! - `connection`: command lines and job bodies in, replies out, and the timeouts that
 //!   hold slow clients; nothing about jobs.
-//! - [`session`]: one connection's state (used tube, watch list, held jobs and their
+//! - `session`: one connection's state (used tube, watch list, held jobs and their
 //!   receipts) and `Session::apply`, which runs a command and answers a reply without a
-//!   socket; the commands are in [`cmd`], one file per group, the `stats*` documents and their
-//!   OS probes in [`stats`].
-//! - [`state`]: what every connection shares, `ServerState`: the [`delayq::Queue`], and what
-//!   beanstalkd keeps that delayq's storage does not (the [`tubes`] connections use and
-//!   watch, the command counters of `stats`, the [`jobs`] aliases of tasks whose ids are not
+//!   socket; the commands are in `cmd`, one file per group, the `stats*` documents and their
+//!   OS probes in `stats`.
+//! - `state`: what every connection shares, `ServerState`: the [`delayq::Queue`], and what
+//!   beanstalkd keeps that delayq's storage does not (the `tubes` connections use and
+//!   watch, the command counters of `stats`, the `jobs` aliases of tasks whose ids are not
 //!   numbers), in process memory like beanstalkd's own.
 //!
 //! Shutdown has two steps. [`Control::drain`] puts the server in drain mode (beanstalkd's
