@@ -45,8 +45,9 @@ where
             LineEvent::TooLong => Outcome::Reply(Reply::BadFormat),
             LineEvent::Line(line) => match line_outcome(conn, session, &line).await? {
                 Some(outcome) => outcome,
-                // The connection ended inside a body.
-                None => return Ok(()),
+                // The connection ended inside a body: what earlier commands answered still
+                // goes out (a client may close only its sending side).
+                None => return conn.flush().await,
             },
         };
         match outcome {
