@@ -15,8 +15,11 @@
 //!   `stats-tube`, `stats-job` and `list-tubes*`, with beanstalkd 1.12's keys in its order.
 //!
 //! [`server`] is the listener that maps these commands onto a delayq `Queue` (tubes →
-//! topics, job ids → task ids, reservations held per connection); docs/beanstalk.md
-//! describes it for users.
+//! topics, job ids → task ids, reservations held per connection), in mini-redis's shape: a
+//! connection that frames bytes and holds the timeouts, a session per connection whose
+//! `apply` runs one command and answers a [`proto::Reply`] without a socket (one file per
+//! command group, the `stats*` documents apart), and the state every connection shares.
+//! docs/beanstalk.md describes it for users.
 
 pub mod proto;
 pub mod server;

@@ -9,6 +9,7 @@ use std::time::Duration;
 use delayq::NewTask;
 use delayq_beanstalk::{BeanstalkAddr, BeanstalkOptions, BeanstalkServer};
 use support::{Client, Delayq, Got, Mode};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const WAIT: Duration = Duration::from_secs(5);
 
@@ -263,6 +264,16 @@ async fn bad_input_is_answered_and_loses_nothing() {
     let mut e = Client::connect(server.addr).await;
     e.send(b"put 0 0 10 8\r\n").await;
     drop(e);
+    // A client that closes its sending side inside a body still gets the replies before it.
+    let mut f = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    f.write_all(b"list-tube-used\r\nput 0 0 10 8\r\nhalf")
+        .await
+        .unwrap();
+    f.shutdown().await.unwrap();
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(WAIT, f.read_to_end(&mut got)).await;
+    read.unwrap().unwrap();
+    assert_eq!(got, b"USING default\r\n");
     tokio::time::sleep(Duration::from_millis(200)).await;
     let stats = c.cmd("stats").await;
     assert_eq!(field(&stats, "current-jobs-ready"), "1", "{stats}");

@@ -197,7 +197,6 @@ impl Command {
             .map(|(prefix, name)| (*name, prefix.len()))
             .ok_or(ParseError::UnknownCommand)?;
         let args = Args(&line[prefix..]);
-        let bad = ParseError::BadFormat;
         Ok(match name {
             Name::Put => return parse_put(args, max_job_size),
             Name::PeekJob => Command::Peek(args.last_u64()?),
@@ -209,12 +208,7 @@ impl Command {
             Name::ReserveJob => Command::ReserveJob(args.last_u64()?),
             Name::Reserve => args.none(Command::Reserve)?,
             Name::Delete => Command::Delete(args.last_u64()?),
-            Name::Release => {
-                let (id, rest) = args.u64()?;
-                let (pri, rest) = rest.u32()?;
-                let delay = rest.last_u32()?;
-                Command::Release { id, pri, delay }
-            }
+            Name::Release => parse_release(args)?,
             Name::Bury => {
                 let (id, rest) = args.u64()?;
                 Command::Bury {
@@ -235,17 +229,7 @@ impl Command {
             Name::ListTubeUsed => args.none(Command::ListTubeUsed)?,
             Name::ListTubes => args.none(Command::ListTubes)?,
             Name::Quit => Command::Quit,
-            Name::PauseTube => {
-                let (tube, rest) = args.leading_name()?;
-                let delay = rest.last_u32()?;
-                if !is_valid_tube(tube) {
-                    return Err(bad);
-                }
-                Command::PauseTube {
-                    tube: tube.to_vec(),
-                    delay,
-                }
-            }
+            Name::PauseTube => parse_pause_tube(args)?,
         })
     }
 }
@@ -264,6 +248,25 @@ pub fn counts_as_put(line: &[u8]) -> bool {
         Ok(())
     };
     !line.contains(&0) && read().is_ok()
+}
+
+fn parse_release(args: Args<'_>) -> Result<Command, ParseError> {
+    let (id, rest) = args.u64()?;
+    let (pri, rest) = rest.u32()?;
+    let delay = rest.last_u32()?;
+    Ok(Command::Release { id, pri, delay })
+}
+
+fn parse_pause_tube(args: Args<'_>) -> Result<Command, ParseError> {
+    let (tube, rest) = args.leading_name()?;
+    let delay = rest.last_u32()?;
+    if !is_valid_tube(tube) {
+        return Err(ParseError::BadFormat);
+    }
+    Ok(Command::PauseTube {
+        tube: tube.to_vec(),
+        delay,
+    })
 }
 
 fn parse_put(args: Args<'_>, max_job_size: u32) -> Result<Command, ParseError> {

@@ -1,31 +1,42 @@
-//! The beanstalkd listener: sockets, one task per connection, and the state they share.
+//! The beanstalkd listener, in mini-redis's shape: the listener accepts, a `connection`
+//! frames bytes, a `session` holds one connection's state and runs commands, and
+//! `handler` loops between the two.
 //!
-//! [`BeanstalkServer::bind`] binds a TCP address (sockets get `TCP_NODELAY`, as beanstalkd
-//! sets it) or a Unix socket (`unix:PATH`), and [`BeanstalkServer::run`] accepts connections
-//! until it is told to stop, spawning one [`session`] per connection. Every session drives the
-//! same [`delayq::Queue`]; what beanstalkd keeps that delayq's storage does not (the tubes
-//! connections use and watch, the command counters of `stats`, the job-id aliases of tasks
-//! whose ids are not numbers) lives in [`Shared`], in process memory, like beanstalkd's own.
-//!
-//! The listener holds at most `max_connections` connections: one past the cap is accepted
-//! and closed at once. With [`BeanstalkServer::with_tls`] every connection is a TLS one (the
-//! handshake runs in the connection's task, within the read timeout). The timeouts of a
-//! connection are the [`session`]'s.
+//! - This file: [`BeanstalkServer::bind`] binds a TCP address (sockets get `TCP_NODELAY`, as
+//!   beanstalkd sets it) or a Unix socket (`unix:PATH`), and [`BeanstalkServer::run`] accepts
+//!   connections until it is told to stop, spawning one `handler` per connection. It holds
+//!   at most `max_connections` connections: one past the cap is accepted and closed at once.
+//!   With [`BeanstalkServer::with_tls`] every connection is a TLS one (the handshake runs in
+//!   the connection's task, within the read timeout).
+//! - `connection`: command lines and job bodies in, replies out, and the timeouts that
+//!   hold slow clients; nothing about jobs.
+//! - `session`: one connection's state (used tube, watch list, held jobs and their
+//!   receipts) and `Session::apply`, which runs a command and answers a reply without a
+//!   socket; the commands are in `cmd`, one file per group, the `stats*` documents and their
+//!   OS probes in `stats`.
+//! - `state`: what every connection shares, `ServerState`: the [`delayq::Queue`], and what
+//!   beanstalkd keeps that delayq's storage does not (the `tubes` connections use and
+//!   watch, the command counters of `stats`, the `jobs` aliases of tasks whose ids are not
+//!   numbers), in process memory like beanstalkd's own.
 //!
 //! Shutdown has two steps. [`Control::drain`] puts the server in drain mode (beanstalkd's
 //! SIGUSR1): a `put` is answered `DRAINING`, everything else works, so workers can finish
-//! what they hold. [`Control::close`] then stops accepting, and every session gives back the
-//! jobs its connection still holds (as beanstalkd does when a connection closes) and ends.
+//! what they hold. [`Control::close`] then stops accepting, and every connection gives back
+//! the jobs it still holds (as beanstalkd does when a connection closes) and ends.
 
+mod cmd;
+mod connection;
+mod handler;
 mod jobs;
 mod session;
+mod state;
+mod stats;
 mod tubes;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use delayq::Queue;
 use tokio::net::{TcpListener, UnixListener};
@@ -33,9 +44,10 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::proto::DEFAULT_MAX_JOB_SIZE;
-use crate::proto::stats::CommandCounts;
+use state::ServerState;
 
 pub use jobs::{JobRef, format_job_id, parse_task_id};
+pub use state::SkipTube;
 
 /// Where the listener listens: a TCP address or a Unix socket path.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -145,112 +157,6 @@ pub enum BeanstalkError {
     },
 }
 
-/// Command counters and connection counts of `stats`.
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    pub cmd: [AtomicU64; CMD_COUNT],
-    pub total_jobs: AtomicU64,
-    pub total_connections: AtomicU64,
-    /// Connections closed at once because `max_connections` were open.
-    pub refused_connections: AtomicU64,
-    pub current_connections: AtomicU64,
-    pub current_producers: AtomicU64,
-    pub current_workers: AtomicU64,
-    pub current_waiting: AtomicU64,
-}
-
-/// The commands `stats` counts, in its order.
-#[derive(Debug, Clone, Copy)]
-#[repr(usize)]
-pub(crate) enum Cmd {
-    Put,
-    Peek,
-    PeekReady,
-    PeekDelayed,
-    PeekBuried,
-    Reserve,
-    ReserveWithTimeout,
-    Delete,
-    Release,
-    Use,
-    Watch,
-    Ignore,
-    Bury,
-    Kick,
-    Touch,
-    Stats,
-    StatsJob,
-    StatsTube,
-    ListTubes,
-    ListTubeUsed,
-    ListTubesWatched,
-    PauseTube,
-}
-
-const CMD_COUNT: usize = 22;
-
-impl Counters {
-    pub fn count(&self, cmd: Cmd) {
-        self.cmd[cmd as usize].fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub fn commands(&self) -> CommandCounts {
-        let c = |cmd: Cmd| self.cmd[cmd as usize].load(Ordering::Relaxed);
-        CommandCounts {
-            put: c(Cmd::Put),
-            peek: c(Cmd::Peek),
-            peek_ready: c(Cmd::PeekReady),
-            peek_delayed: c(Cmd::PeekDelayed),
-            peek_buried: c(Cmd::PeekBuried),
-            reserve: c(Cmd::Reserve),
-            reserve_with_timeout: c(Cmd::ReserveWithTimeout),
-            delete: c(Cmd::Delete),
-            release: c(Cmd::Release),
-            use_: c(Cmd::Use),
-            watch: c(Cmd::Watch),
-            ignore: c(Cmd::Ignore),
-            bury: c(Cmd::Bury),
-            kick: c(Cmd::Kick),
-            touch: c(Cmd::Touch),
-            stats: c(Cmd::Stats),
-            stats_job: c(Cmd::StatsJob),
-            stats_tube: c(Cmd::StatsTube),
-            list_tubes: c(Cmd::ListTubes),
-            list_tube_used: c(Cmd::ListTubeUsed),
-            list_tubes_watched: c(Cmd::ListTubesWatched),
-            pause_tube: c(Cmd::PauseTube),
-        }
-    }
-}
-
-/// What every session of one listener shares.
-pub(crate) struct Shared {
-    pub queue: Queue,
-    pub options: BeanstalkOptions,
-    pub draining: Arc<AtomicBool>,
-    pub counters: Counters,
-    pub tubes: tubes::Tubes,
-    pub jobs: jobs::Jobs,
-    pub started: Instant,
-    /// A random id of this instance, as `stats` shows it.
-    pub instance: String,
-    /// Tubes that `reserve` skips: those delayq delivers itself (push targets).
-    pub skip: std::sync::OnceLock<SkipTube>,
-}
-
-/// Whether `reserve` must skip a tube (see [`BeanstalkServer::skip_tubes`]).
-pub type SkipTube = Arc<dyn Fn(&str) -> bool + Send + Sync>;
-
-impl Shared {
-    /// The watched tubes `reserve` may take from.
-    pub(crate) fn reservable(&self, watch: &[String]) -> Vec<String> {
-        match self.skip.get() {
-            Some(skip) => watch.iter().filter(|t| !skip(t)).cloned().collect(),
-            None => watch.to_vec(),
-        }
-    }
-}
-
 /// Tells a running listener to drain or to close.
 #[derive(Debug, Clone)]
 pub struct Control {
@@ -285,7 +191,7 @@ enum Sockets {
 /// A bound beanstalkd listener.
 pub struct BeanstalkServer {
     sockets: Sockets,
-    shared: Arc<Shared>,
+    state: Arc<ServerState>,
     control: Control,
     tls: Option<tokio_rustls::TlsAcceptor>,
     slots: Arc<tokio::sync::Semaphore>,
@@ -330,21 +236,11 @@ impl BeanstalkServer {
 
     fn from_sockets(sockets: Sockets, queue: Queue, options: BeanstalkOptions) -> Self {
         let draining = Arc::new(AtomicBool::new(false));
-        let shared = Arc::new(Shared {
-            queue,
-            options,
-            draining: Arc::clone(&draining),
-            counters: Counters::default(),
-            tubes: tubes::Tubes::new(),
-            jobs: jobs::Jobs::default(),
-            started: Instant::now(),
-            instance: instance_id(),
-            skip: std::sync::OnceLock::new(),
-        });
-        let slots = Arc::new(tokio::sync::Semaphore::new(shared.options.max_connections));
+        let state = ServerState::new(queue, options, Arc::clone(&draining));
+        let slots = Arc::new(tokio::sync::Semaphore::new(state.options.max_connections));
         BeanstalkServer {
             sockets,
-            shared,
+            state: Arc::new(state),
             control: Control {
                 draining,
                 close: watch::Sender::new(false),
@@ -366,7 +262,7 @@ impl BeanstalkServer {
     /// waits (and times out) as if none had a ready job; beanstalkd has no reply for
     /// "refused".
     pub fn skip_tubes(self, skip: SkipTube) -> Self {
-        let _ = self.shared.skip.set(skip);
+        let _ = self.state.skip.set(skip);
         self
     }
 
@@ -409,22 +305,22 @@ impl BeanstalkServer {
             // beanstalkd has no "busy" reply, and a client sees a closed connection at once
             // (and may try again) where a connection waiting in the backlog looks open.
             let Ok(permit) = Arc::clone(&self.slots).try_acquire_owned() else {
-                self.shared
+                self.state
                     .counters
                     .refused_connections
                     .fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(
-                    max = self.shared.options.max_connections,
+                    max = self.state.options.max_connections,
                     "beanstalk connection refused: too many open"
                 );
                 drop(conn);
                 continue;
             };
-            let shared = Arc::clone(&self.shared);
+            let state = Arc::clone(&self.state);
             let close = self.control.close.subscribe();
             let tls = self.tls.clone();
             sessions.spawn(async move {
-                serve_conn(shared, conn, tls, close).await;
+                serve_conn(state, conn, tls, close).await;
                 drop(permit);
             });
         }
@@ -437,7 +333,7 @@ impl BeanstalkServer {
 
 /// Runs one session on `conn`, after a TLS handshake when `tls` is set.
 async fn serve_conn(
-    shared: Arc<Shared>,
+    state: Arc<ServerState>,
     conn: Conn,
     tls: Option<tokio_rustls::TlsAcceptor>,
     close: watch::Receiver<bool>,
@@ -452,31 +348,31 @@ async fn serve_conn(
     match (conn, tls) {
         (Conn::Tcp(stream), None) => {
             let (r, w) = stream.into_split();
-            session::run(shared, r, w, close).await;
+            handler::run(state, r, w, close).await;
         }
         (Conn::Unix(stream), None) => {
             let (r, w) = stream.into_split();
-            session::run(shared, r, w, close).await;
+            handler::run(state, r, w, close).await;
         }
-        (Conn::Tcp(stream), Some(tls)) => tls_session(shared, stream, tls, close).await,
-        (Conn::Unix(stream), Some(tls)) => tls_session(shared, stream, tls, close).await,
+        (Conn::Tcp(stream), Some(tls)) => tls_session(state, stream, tls, close).await,
+        (Conn::Unix(stream), Some(tls)) => tls_session(state, stream, tls, close).await,
     }
 }
 
 async fn tls_session<S>(
-    shared: Arc<Shared>,
+    state: Arc<ServerState>,
     stream: S,
     tls: tokio_rustls::TlsAcceptor,
     close: watch::Receiver<bool>,
 ) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send,
 {
-    let ms = shared.options.read_timeout_ms;
+    let ms = state.options.read_timeout_ms;
     let limit = std::time::Duration::from_millis(ms);
     match tokio::time::timeout(limit, tls.accept(stream)).await {
         Ok(Ok(stream)) => {
             let (r, w) = tokio::io::split(stream);
-            session::run(shared, r, w, close).await;
+            handler::run(state, r, w, close).await;
         }
         Ok(Err(e)) => tracing::debug!(error = %e, "beanstalk TLS handshake failed"),
         Err(_) => tracing::debug!(
@@ -496,14 +392,4 @@ async fn accept(sockets: &Sockets) -> std::io::Result<Conn> {
         Sockets::Tcp(l) => l.accept().await.map(|(s, _)| Conn::Tcp(s)),
         Sockets::Unix(l, _) => l.accept().await.map(|(s, _)| Conn::Unix(s)),
     }
-}
-
-/// 16 hex digits that differ between processes and runs (beanstalkd's `id` is random too).
-fn instance_id() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    let x = delayq::core::hash::splitmix64(nanos ^ (u64::from(std::process::id()) << 40));
-    format!("{x:016x}")
 }
