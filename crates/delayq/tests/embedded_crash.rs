@@ -141,8 +141,8 @@ fn check(dir: &std::path::Path, seen: &Seen, round: u32) {
             assert_eq!(t.state, State::Dead, "round {round}: bury of {id} lost");
         }
         let meta: BTreeSet<String> = queue
-            .storage()
-            .list_meta("crash")
+            .settings()
+            .list("crash")
             .await
             .unwrap()
             .into_iter()

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use delayq::storage::embedded::{self, EmbeddedOptions, EmbeddedStorage};
 use delayq::{
     Backoff, BuryOptions, Clock, DEFAULT_PRIORITY, ManualClock, MaxRetries, NewTask, OnDuplicate,
-    PopOptions, Queue, ReleaseOptions, State, Storage, StorageContext, TaskInfo,
+    PopOptions, Queue, ReleaseOptions, SettingsStore, State, StorageContext, TaskInfo,
 };
 use delayq_log::FsyncPolicy;
 use serde_json::{Value, json};
@@ -315,9 +315,9 @@ async fn a_format_2_directory_opens_with_the_same_tasks() {
                 .is_empty()
         );
     }
-    let storage = q.storage();
-    let meta: Vec<Value> = storage
-        .list_meta("push")
+    let meta: Vec<Value> = q
+        .settings()
+        .list("push")
         .await
         .unwrap()
         .into_iter()
@@ -364,11 +364,11 @@ async fn write_v2_extras(q: &Queue, storage: &EmbeddedStorage) -> u64 {
     add(NewTask::new("paused", "held").body("p")).await;
     q.pause("paused", None).await.unwrap();
     q.pause("paused-until", Some(3_600_000)).await.unwrap();
-    let s: &dyn Storage = storage;
-    s.put_meta("push", "target-1", b"{\"url\":\"http://x\"}".to_vec())
+    let s: &dyn SettingsStore = storage;
+    s.put("push", "target-1", b"{\"url\":\"http://x\"}".to_vec())
         .await
         .unwrap();
-    s.put_meta("push", "gone", b"x".to_vec()).await.unwrap();
+    s.put("push", "gone", b"x".to_vec()).await.unwrap();
     let mut last = 0;
     for _ in 0..3 {
         last = q.next_job_id().await.unwrap();
@@ -377,10 +377,8 @@ async fn write_v2_extras(q: &Queue, storage: &EmbeddedStorage) -> u64 {
         embedded::snapshot_shard(storage, i, true).await.unwrap();
     }
     // After the snapshots: log records of every new kind.
-    s.put_meta("push", "target-2", vec![1, 2, 255])
-        .await
-        .unwrap();
-    s.delete_meta("push", "gone").await.unwrap();
+    s.put("push", "target-2", vec![1, 2, 255]).await.unwrap();
+    s.delete("push", "gone").await.unwrap();
     add(NewTask::new("paused", "held-2").body("p2").priority(2)).await;
     for _ in 0..2 {
         last = q.next_job_id().await.unwrap();
@@ -405,8 +403,7 @@ async fn write_fixture(fixture: &Path) {
     }
     let tasks = all_views_v2(&q, &all_topics()).await;
     let first_buried = q.peek("tube-a", State::Dead).await.unwrap().unwrap().id;
-    let meta: Vec<Value> = storage
-        .list_meta("push")
+    let meta: Vec<Value> = SettingsStore::list(&*storage, "push")
         .await
         .unwrap()
         .into_iter()

@@ -1,4 +1,5 @@
-//! [`RedisStorage`]: the [`Storage`] trait over Redis, one Lua script per transition.
+//! [`RedisStorage`]: delayq's storage traits over Redis ([`TaskStore`], [`SettingsStore`],
+//! [`JobIds`], [`BeanstalkOps`]), one Lua script per transition.
 //!
 //! Every operation on a task finds its partition (a stable hash of its id, over the topic's
 //! partition count recorded in the registry), reads `now` from the queue's clock and runs
@@ -43,8 +44,8 @@ use async_trait::async_trait;
 use std::collections::HashMap;
 
 use delayq::{
-    AddResult, BuryOptions, Delivery, Error, Millis, Page, ReleaseOptions, Result, State, Storage,
-    StorageContext, TaskInfo, TaskSpec, TopicStats,
+    AddResult, BeanstalkOps, BuryOptions, Delivery, Error, JobIds, Millis, Page, ReleaseOptions,
+    Result, SettingsStore, State, StorageContext, TaskInfo, TaskSpec, TaskStore, TopicStats,
 };
 use delayq_core::hash::splitmix64;
 use parking_lot::Mutex;
@@ -177,7 +178,7 @@ impl Shared {
 
 /// The Redis backend. See the crate doc.
 ///
-/// Dropping it without [`Storage::shutdown`] stops its background tasks at once without
+/// Dropping it without [`TaskStore::shutdown`] stops its background tasks at once without
 /// giving up its leases, as a crash would; other instances take its partitions over when
 /// the leases run out.
 pub struct RedisStorage {
@@ -221,7 +222,7 @@ impl Drop for RedisStorage {
 /// subscriber. Must be called inside a tokio runtime.
 ///
 /// Redis need not be reachable yet: operations fail with [`Error::Unavailable`] (and
-/// [`Storage::check_ready`] fails) until it is, and the background tasks keep trying. A bad
+/// [`TaskStore::check_ready`] fails) until it is, and the background tasks keep trying. A bad
 /// option or URL is an [`Error::Invalid`] naming it.
 pub async fn start(ctx: StorageContext, options: RedisOptions) -> Result<Arc<RedisStorage>, Error> {
     let link = options.open_link().await?;
@@ -268,7 +269,7 @@ pub async fn start(ctx: StorageContext, options: RedisOptions) -> Result<Arc<Red
 }
 
 #[async_trait]
-impl Storage for RedisStorage {
+impl TaskStore for RedisStorage {
     async fn add(&self, tasks: Vec<TaskSpec>) -> Result<Vec<AddResult>> {
         self.shared.add(tasks).await
     }
@@ -295,48 +296,12 @@ impl Storage for RedisStorage {
         self.shared.reschedule(topic, id, due_ms).await
     }
 
-    async fn kick(&self, topic: &str, max: u64) -> Result<u64> {
-        self.shared.kick(topic, max).await
-    }
-
-    async fn kick_job(&self, topic: &str, id: &str) -> Result<()> {
-        self.shared.kick_job(topic, id).await
-    }
-
-    async fn take(&self, topic: &str, id: &str) -> Result<Delivery> {
-        self.shared.take(topic, id).await
-    }
-
     async fn pause(&self, topic: &str, until_ms: Option<Millis>) -> Result<()> {
         self.shared.pause(topic, until_ms).await
     }
 
     async fn resume(&self, topic: &str) -> Result<()> {
         self.shared.resume(topic).await
-    }
-
-    async fn peek(&self, topic: &str, state: State) -> Result<Option<TaskInfo>> {
-        self.shared.peek(topic, state).await
-    }
-
-    async fn locate(&self, id: &str) -> Result<Vec<String>> {
-        self.shared.locate(id).await
-    }
-
-    async fn next_job_id(&self) -> Result<u64> {
-        self.shared.next_job_id().await
-    }
-
-    async fn put_meta(&self, namespace: &str, key: &str, value: Vec<u8>) -> Result<()> {
-        self.shared.put_meta(namespace, key, value).await
-    }
-
-    async fn list_meta(&self, namespace: &str) -> Result<Vec<(String, Vec<u8>)>> {
-        self.shared.list_meta(namespace).await
-    }
-
-    async fn delete_meta(&self, namespace: &str, key: &str) -> Result<bool> {
-        self.shared.delete_meta(namespace, key).await
     }
 
     async fn finish(&self, topic: &str, id: &str, receipt: Option<&str>) -> Result<()> {
@@ -413,5 +378,50 @@ impl Storage for RedisStorage {
             let _ = task.await;
         }
         Ok(())
+    }
+}
+
+#[async_trait]
+impl SettingsStore for RedisStorage {
+    async fn put(&self, namespace: &str, key: &str, value: Vec<u8>) -> Result<()> {
+        self.shared.put_meta(namespace, key, value).await
+    }
+
+    async fn list(&self, namespace: &str) -> Result<Vec<(String, Vec<u8>)>> {
+        self.shared.list_meta(namespace).await
+    }
+
+    async fn delete(&self, namespace: &str, key: &str) -> Result<bool> {
+        self.shared.delete_meta(namespace, key).await
+    }
+}
+
+#[async_trait]
+impl JobIds for RedisStorage {
+    async fn next_id(&self) -> Result<u64> {
+        self.shared.next_job_id().await
+    }
+}
+
+#[async_trait]
+impl BeanstalkOps for RedisStorage {
+    async fn kick(&self, topic: &str, max: u64) -> Result<u64> {
+        self.shared.kick(topic, max).await
+    }
+
+    async fn kick_job(&self, topic: &str, id: &str) -> Result<()> {
+        self.shared.kick_job(topic, id).await
+    }
+
+    async fn take(&self, topic: &str, id: &str) -> Result<Delivery> {
+        self.shared.take(topic, id).await
+    }
+
+    async fn peek(&self, topic: &str, state: State) -> Result<Option<TaskInfo>> {
+        self.shared.peek(topic, state).await
+    }
+
+    async fn locate(&self, id: &str) -> Result<Vec<String>> {
+        self.shared.locate(id).await
     }
 }

@@ -66,8 +66,8 @@ fn main() {
             if i % 10 == 0 {
                 let key = format!("r{round}-k{i}");
                 queue
-                    .storage()
-                    .put_meta("crash", &key, key.as_bytes().to_vec())
+                    .settings()
+                    .put("crash", &key, key.as_bytes().to_vec())
                     .await
                     .expect("put meta");
                 writeln!(out, "M {key}")

@@ -37,7 +37,9 @@ use tokio::task::{AbortHandle, JoinHandle};
 
 pub(crate) use self::record::Record;
 pub(crate) use self::shard::Shard;
-use super::{AddResult, ReleaseOptions, Storage, StorageContext};
+use super::{
+    AddResult, BeanstalkOps, JobIds, ReleaseOptions, SettingsStore, StorageContext, TaskStore,
+};
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 
@@ -391,7 +393,7 @@ async fn drive<J: Journal>(
 }
 
 #[async_trait]
-impl<J: Journal> Storage for Engine<J> {
+impl<J: Journal> TaskStore for Engine<J> {
     async fn add(&self, tasks: Vec<TaskSpec>) -> Result<Vec<AddResult>> {
         self.check_open()?;
         // Group by shard, one lock and one durable write per shard, results in input order.
@@ -525,22 +527,6 @@ impl<J: Journal> Storage for Engine<J> {
             .await
     }
 
-    async fn kick(&self, topic: &str, max: u64) -> Result<u64> {
-        self.with_shard(topic, |s, now| Ok(s.kick(topic, max, now)))
-            .await
-    }
-
-    async fn kick_job(&self, topic: &str, id: &str) -> Result<()> {
-        self.with_shard(topic, |s, now| s.kick_job(topic, id, now))
-            .await
-    }
-
-    async fn take(&self, topic: &str, id: &str) -> Result<Delivery> {
-        let clock = &*self.ctx.clock;
-        self.with_shard(topic, |s, now| s.take(topic, id, window_start(clock, now)))
-            .await
-    }
-
     async fn pause(&self, topic: &str, until_ms: Option<Millis>) -> Result<()> {
         self.with_shard(topic, |s, _| {
             s.pause(topic, until_ms);
@@ -563,51 +549,6 @@ impl<J: Journal> Storage for Engine<J> {
             self.ctx.waiters.notify(topic, usize::MAX);
         }
         Ok(())
-    }
-
-    async fn peek(&self, topic: &str, state: State) -> Result<Option<TaskInfo>> {
-        self.read(topic, |s| s.peek(topic, state))
-    }
-
-    async fn locate(&self, id: &str) -> Result<Vec<String>> {
-        self.check_open()?;
-        let mut all = Vec::new();
-        for cell in self.shards.iter() {
-            all.extend(cell.state.lock().locate(id));
-        }
-        all.sort();
-        Ok(all)
-    }
-
-    async fn next_job_id(&self) -> Result<u64> {
-        let (id, reserved) = self.with_shard_index(0, |s, _| Ok(s.next_job_id())).await?;
-        self.shards[0].state.lock().job_ids_durable(reserved);
-        Ok(id)
-    }
-
-    async fn put_meta(&self, namespace: &str, key: &str, value: Vec<u8>) -> Result<()> {
-        self.with_shard_index(0, |s, _| {
-            s.put_meta(namespace, key, value);
-            Ok(())
-        })
-        .await?;
-        self.context().settings.notify(namespace);
-        Ok(())
-    }
-
-    async fn list_meta(&self, namespace: &str) -> Result<Vec<(String, Vec<u8>)>> {
-        self.check_open()?;
-        Ok(self.shards[0].state.lock().list_meta(namespace))
-    }
-
-    async fn delete_meta(&self, namespace: &str, key: &str) -> Result<bool> {
-        let removed = self
-            .with_shard_index(0, |s, _| Ok(s.delete_meta(namespace, key)))
-            .await?;
-        if removed {
-            self.context().settings.notify(namespace);
-        }
-        Ok(removed)
     }
 
     async fn finish(&self, topic: &str, id: &str, receipt: Option<&str>) -> Result<()> {
@@ -713,6 +654,76 @@ impl<J: Journal> Storage for Engine<J> {
             }
         }
         first_error
+    }
+}
+
+#[async_trait]
+impl<J: Journal> SettingsStore for Engine<J> {
+    async fn put(&self, namespace: &str, key: &str, value: Vec<u8>) -> Result<()> {
+        self.with_shard_index(0, |s, _| {
+            s.put_meta(namespace, key, value);
+            Ok(())
+        })
+        .await?;
+        self.context().settings.notify(namespace);
+        Ok(())
+    }
+
+    async fn list(&self, namespace: &str) -> Result<Vec<(String, Vec<u8>)>> {
+        self.check_open()?;
+        Ok(self.shards[0].state.lock().list_meta(namespace))
+    }
+
+    async fn delete(&self, namespace: &str, key: &str) -> Result<bool> {
+        let removed = self
+            .with_shard_index(0, |s, _| Ok(s.delete_meta(namespace, key)))
+            .await?;
+        if removed {
+            self.context().settings.notify(namespace);
+        }
+        Ok(removed)
+    }
+}
+
+#[async_trait]
+impl<J: Journal> JobIds for Engine<J> {
+    async fn next_id(&self) -> Result<u64> {
+        let (id, reserved) = self.with_shard_index(0, |s, _| Ok(s.next_job_id())).await?;
+        self.shards[0].state.lock().job_ids_durable(reserved);
+        Ok(id)
+    }
+}
+
+#[async_trait]
+impl<J: Journal> BeanstalkOps for Engine<J> {
+    async fn kick(&self, topic: &str, max: u64) -> Result<u64> {
+        self.with_shard(topic, |s, now| Ok(s.kick(topic, max, now)))
+            .await
+    }
+
+    async fn kick_job(&self, topic: &str, id: &str) -> Result<()> {
+        self.with_shard(topic, |s, now| s.kick_job(topic, id, now))
+            .await
+    }
+
+    async fn take(&self, topic: &str, id: &str) -> Result<Delivery> {
+        let clock = &*self.ctx.clock;
+        self.with_shard(topic, |s, now| s.take(topic, id, window_start(clock, now)))
+            .await
+    }
+
+    async fn peek(&self, topic: &str, state: State) -> Result<Option<TaskInfo>> {
+        self.read(topic, |s| s.peek(topic, state))
+    }
+
+    async fn locate(&self, id: &str) -> Result<Vec<String>> {
+        self.check_open()?;
+        let mut all = Vec::new();
+        for cell in self.shards.iter() {
+            all.extend(cell.state.lock().locate(id));
+        }
+        all.sort();
+        Ok(all)
     }
 }
 
