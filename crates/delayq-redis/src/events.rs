@@ -25,7 +25,7 @@ use futures_util::StreamExt;
 use tokio::sync::watch;
 
 use crate::promoter::Event;
-use crate::storage::Shared;
+use crate::storage::InstanceState;
 
 /// One message of the events channel.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,7 +96,7 @@ impl<'a> Message<'a> {
 }
 
 /// Runs the subscription until `stop` turns true, resubscribing with backoff when it drops.
-pub(crate) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+pub(crate) async fn run(shared: Arc<InstanceState>, mut stop: watch::Receiver<bool>) {
     let mut failures: u32 = 0;
     // Whether a subscription was up before: only a resubscription may have missed notices.
     let mut subscribed_before = false;
@@ -171,7 +171,7 @@ pub(crate) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     }
 }
 
-fn handle(shared: &Shared, payload: &[u8]) {
+fn handle(shared: &InstanceState, payload: &[u8]) {
     let Some(msg) = std::str::from_utf8(payload).ok().and_then(Message::parse) else {
         tracing::debug!(?payload, "ignoring an unknown event");
         return;

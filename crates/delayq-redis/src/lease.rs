@@ -26,10 +26,10 @@ use crate::error::BackendError;
 use crate::keys::LEASE_BUCKETS;
 use crate::promoter::Event;
 use crate::scripts::{SCRIPTS, int};
-use crate::storage::{Shared, random_u64};
+use crate::storage::{InstanceState, random_u64};
 
 /// Runs the lease keeper until `stop` turns true, then gives the leases up.
-pub(crate) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+pub(crate) async fn run(shared: Arc<InstanceState>, mut stop: watch::Receiver<bool>) {
     let lease = Duration::from_millis(shared.options.lease_ms);
     let interval = lease / 3;
     let offset = random_u64() % u64::from(LEASE_BUCKETS);
@@ -73,7 +73,7 @@ pub(crate) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
 
 /// One run of the lease script. Returns the buckets held and their tokens.
 async fn round(
-    shared: &Shared,
+    shared: &InstanceState,
     mode: &str,
     offset: u64,
 ) -> Result<HashMap<u32, u64>, BackendError> {

@@ -23,7 +23,7 @@ use tokio::sync::{mpsc, watch};
 use crate::error::BackendError;
 use crate::keys::bucket_of;
 use crate::scripts::{Reply, SCRIPTS, Status, int};
-use crate::storage::Shared;
+use crate::storage::InstanceState;
 
 /// What the promoter is told.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,7 +46,7 @@ pub(crate) enum Event {
 const TICK_PIPELINE: usize = 64;
 
 struct Promoter {
-    shared: Arc<Shared>,
+    shared: Arc<InstanceState>,
     leases: HashMap<u32, u64>,
     topics: HashMap<String, u32>,
     /// Held partitions and their next timer (`Millis::MAX`: none).
@@ -56,7 +56,7 @@ struct Promoter {
 
 /// Runs the promoter until `stop` turns true.
 pub(crate) async fn run(
-    shared: Arc<Shared>,
+    shared: Arc<InstanceState>,
     mut events: mpsc::UnboundedReceiver<Event>,
     mut stop: watch::Receiver<bool>,
 ) {

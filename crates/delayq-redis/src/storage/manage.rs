@@ -23,7 +23,7 @@ use std::collections::HashMap;
 
 use delayq::{Error, Millis, Result, State, TaskInfo};
 
-use super::Shared;
+use super::InstanceState;
 use super::pop::Part;
 use crate::error::{BackendError, maybe_applied};
 use crate::keys::{PartitionKeys, partition_of};
@@ -33,7 +33,7 @@ use crate::scripts::{Reply, SCRIPTS, int};
 /// Most tasks one round of kick moves.
 const KICK_CHUNK: usize = 1_000;
 
-impl Shared {
+impl InstanceState {
     /// beanstalkd's kick: up to `max` DEAD tasks → READY, or if there are none, up to `max`
     /// DELAYED tasks. Returns how many moved.
     pub(super) async fn kick(&self, topic: &str, max: u64) -> Result<u64> {

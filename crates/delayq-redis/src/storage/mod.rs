@@ -8,12 +8,12 @@
 //! errors the in-memory engine gives. Operations over a whole topic (pop, list, stats,
 //! requeue-all) pipeline one command or script per partition.
 //!
-//! The effects a script reports are handled right after it returns ([`Shared::effects`]):
+//! The effects a script reports are handled right after it returns ([`InstanceState::effects`]):
 //! consumers of this instance parked in long-polls are woken for the tasks it made ready,
 //! and this instance's promoter is told of an earlier timer. Other instances learn the same
 //! from the events the script published.
 //!
-//! The parts, by job; each is a set of methods on [`Shared`], what the backend's parts
+//! The parts, by job; each is a set of methods on [`InstanceState`], what the backend's parts
 //! (these, the lease keeper, the promoter, the event subscriber) share:
 //!
 //! - [`pipeline`]: the connection, timeouts, script pipelines, `WAIT` for replicas.
@@ -61,9 +61,10 @@ use crate::scripts::{Header, Reply};
 pub(crate) use self::pipeline::Redis;
 pub(crate) use self::registry::Fencing;
 
-/// What the backend's parts share: the settings, the connection, the instance's identity,
+/// What one instance of the backend holds, shared by its parts (the operations, the lease
+/// keeper, the promoter, the event subscriber): the settings, the connection, its identity,
 /// the topic cache and the channels to the background tasks.
-pub(crate) struct Shared {
+pub(crate) struct InstanceState {
     pub ctx: StorageContext,
     pub options: RedisOptions,
     pub redis: Redis,
@@ -77,7 +78,7 @@ pub(crate) struct Shared {
     pub fencing: Fencing,
     topics: registry::Topics,
     receipts: pop::Receipts,
-    /// The last insertion number this instance gave (see [`Shared::next_seq`]).
+    /// The last insertion number this instance gave (see [`InstanceState::next_seq`]).
     last_seq: AtomicU64,
     /// The pause ends at which this instance's parked consumers will be woken, by topic.
     pause_wakes: Arc<Mutex<HashMap<String, Millis>>>,
@@ -98,7 +99,7 @@ pub(crate) fn random_u64() -> u64 {
     h.finish()
 }
 
-impl Shared {
+impl InstanceState {
     fn check_open(&self) -> Result<()> {
         if self.closed.load(Ordering::Acquire) {
             Err(Error::ShuttingDown)
@@ -182,7 +183,7 @@ impl Shared {
 /// giving up its leases, as a crash would; other instances take its partitions over when
 /// the leases run out.
 pub struct RedisStorage {
-    shared: Arc<Shared>,
+    shared: Arc<InstanceState>,
     stop: watch::Sender<bool>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
 }
@@ -229,7 +230,7 @@ pub async fn start(ctx: StorageContext, options: RedisOptions) -> Result<Arc<Red
     let (promoter_tx, promoter_rx) = mpsc::unbounded_channel();
     let keys = Keys::new(&options.key_prefix);
     let seed = random_u64();
-    let shared = Arc::new(Shared {
+    let shared = Arc::new(InstanceState {
         ctx,
         redis: Redis::new(link, &options),
         channel: keys.channel(),
