@@ -19,7 +19,7 @@ pub trait TaskStore: Send + Sync + 'static {
     ///
     /// A batch is not one transaction: its tasks are spread over shards (embedded) or
     /// partitions (Redis), each written on its own, so a batch can be partly applied. Each
-    /// task's result says what happened to it: `Ok` with its [`AddOutcome`], or its own error
+    /// task's result says what happened to it: `Ok` with its [`AddOutcome`](delayq_core::AddOutcome), or its own error
     /// (a duplicate, or the storage failure of its shard or partition, whose
     /// [`Outcome`](crate::Outcome) says whether the task may be there anyway).
     ///
@@ -28,7 +28,7 @@ pub trait TaskStore: Send + Sync + 'static {
     /// [`Outcome::Unknown`](crate::Outcome::Unknown) any of them may have been (Redis stopped
     /// answering part way through, replicas did not confirm). A caller that must know adds the
     /// same tasks again with [`OnDuplicate::Keep`](delayq_core::OnDuplicate::Keep): the ones
-    /// already there answer [`AddOutcome::Existed`].
+    /// already there answer [`AddOutcome::Existed`](delayq_core::AddOutcome::Existed).
     async fn add(&self, tasks: Vec<TaskSpec>) -> Result<Vec<AddResult>>;
 
     /// Takes up to `max` READY tasks of `topic` in the order of docs/design.md §2 rule 11

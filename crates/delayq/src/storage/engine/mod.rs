@@ -19,6 +19,7 @@
 #[cfg(test)]
 mod model_tests;
 pub(crate) mod record;
+pub(crate) mod settings;
 pub(crate) mod shard;
 pub(crate) mod slab;
 
@@ -36,6 +37,7 @@ use tokio::sync::{Notify, watch};
 use tokio::task::{AbortHandle, JoinHandle};
 
 pub(crate) use self::record::Record;
+pub(crate) use self::settings::{Settings, SettingsMap};
 pub(crate) use self::shard::Shard;
 use super::{
     AddResult, BeanstalkOps, JobIds, ReleaseOptions, SettingsStore, StorageContext, TaskStore,
@@ -134,12 +136,18 @@ pub struct Engine<J: Journal> {
     /// The task that wakes a topic's parked consumers when its pause ends, one per topic: a new
     /// pause or a resume replaces it, so repeated pauses do not pile up sleeping tasks.
     pause_wakers: Arc<Mutex<HashMap<String, AbortHandle>>>,
+    /// The settings store, apart from the task shards.
+    settings: Settings<J>,
 }
 
 impl<J: Journal> Engine<J> {
-    /// Builds an engine over ready-made shards (empty, or restored from disk) and starts one
-    /// driver per shard. Must be called inside a tokio runtime.
-    pub(crate) fn start(ctx: StorageContext, mut shards: Vec<Shard<J>>) -> Arc<Self> {
+    /// Builds an engine over ready-made shards and settings (empty, or restored from disk) and
+    /// starts one driver per shard. Must be called inside a tokio runtime.
+    pub(crate) fn start(
+        ctx: StorageContext,
+        mut shards: Vec<Shard<J>>,
+        settings: Settings<J>,
+    ) -> Arc<Self> {
         assert!(!shards.is_empty(), "an engine needs at least one shard");
         // One insertion counter for every shard, past every sequence restored, so pops over
         // topics of several shards compare insertion across them.
@@ -170,6 +178,7 @@ impl<J: Journal> Engine<J> {
             stop,
             drivers: Mutex::new(Vec::new()),
             pause_wakers: Arc::default(),
+            settings,
         });
         let drivers = engine
             .shards
@@ -223,6 +232,11 @@ impl<J: Journal> Engine<J> {
     /// The context the engine runs with.
     pub fn context(&self) -> &StorageContext {
         &self.ctx
+    }
+
+    /// The settings store.
+    pub(crate) fn settings(&self) -> &Settings<J> {
+        &self.settings
     }
 
     /// The number of shards.
@@ -641,12 +655,12 @@ impl<J: Journal> TaskStore for Engine<J> {
         for cell in self.shards.iter() {
             cell.state.lock().journal.check()?;
         }
-        Ok(())
+        self.settings.check()
     }
 
     async fn shutdown(&self) -> Result<()> {
         self.stop().await;
-        let mut first_error = Ok(());
+        let mut first_error = self.settings.close();
         for cell in self.shards.iter() {
             let closed = cell.state.lock().journal.close();
             if first_error.is_ok() {
@@ -660,28 +674,18 @@ impl<J: Journal> TaskStore for Engine<J> {
 #[async_trait]
 impl<J: Journal> SettingsStore for Engine<J> {
     async fn put(&self, namespace: &str, key: &str, value: Vec<u8>) -> Result<()> {
-        self.with_shard_index(0, |s, _| {
-            s.put_meta(namespace, key, value);
-            Ok(())
-        })
-        .await?;
-        self.context().settings.notify(namespace);
-        Ok(())
+        self.check_open()?;
+        self.settings.put(namespace, key, value).await
     }
 
     async fn list(&self, namespace: &str) -> Result<Vec<(String, Vec<u8>)>> {
         self.check_open()?;
-        Ok(self.shards[0].state.lock().list_meta(namespace))
+        Ok(self.settings.list(namespace))
     }
 
     async fn delete(&self, namespace: &str, key: &str) -> Result<bool> {
-        let removed = self
-            .with_shard_index(0, |s, _| Ok(s.delete_meta(namespace, key)))
-            .await?;
-        if removed {
-            self.context().settings.notify(namespace);
-        }
-        Ok(removed)
+        self.check_open()?;
+        self.settings.delete(namespace, key).await
     }
 }
 
