@@ -46,7 +46,7 @@ pub(crate) enum Event {
 const TICK_PIPELINE: usize = 64;
 
 struct Promoter {
-    shared: Arc<InstanceState>,
+    state: Arc<InstanceState>,
     leases: HashMap<u32, u64>,
     topics: HashMap<String, u32>,
     /// Held partitions and their next timer (`Millis::MAX`: none).
@@ -56,12 +56,12 @@ struct Promoter {
 
 /// Runs the promoter until `stop` turns true.
 pub(crate) async fn run(
-    shared: Arc<InstanceState>,
+    state: Arc<InstanceState>,
     mut events: mpsc::UnboundedReceiver<Event>,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut p = Promoter {
-        shared,
+        state,
         leases: HashMap::new(),
         topics: HashMap::new(),
         next: HashMap::new(),
@@ -78,7 +78,7 @@ pub(crate) async fn run(
         let result = if p.need_registry {
             p.load_registry().await
         } else {
-            let now = p.shared.ctx.clock.now_ms();
+            let now = p.state.ctx.clock.now_ms();
             let due = p.due(now);
             if due.is_empty() {
                 if !p.sleep(&mut events, &mut stop).await {
@@ -138,7 +138,7 @@ impl Promoter {
             .copied()
             .min()
             .filter(|&at| at < Millis::MAX);
-        let clock = Arc::clone(&self.shared.ctx.clock);
+        let clock = Arc::clone(&self.state.ctx.clock);
         let sleep = async move {
             match earliest {
                 Some(at) => clock.sleep_until(at).await,
@@ -213,7 +213,7 @@ impl Promoter {
     }
 
     async fn load_registry(&mut self) -> Result<(), BackendError> {
-        let s = &self.shared;
+        let s = &self.state;
         let topics: HashMap<String, u32> = s
             .redis
             .io(
@@ -238,7 +238,7 @@ impl Promoter {
 
     /// Runs the tick script of each partition in `due`, in one pipeline.
     async fn tick(&mut self, due: &[(String, u32)], now: Millis) -> Result<(), BackendError> {
-        let s = Arc::clone(&self.shared);
+        let s = Arc::clone(&self.state);
         let what = "promoting due tasks";
         let batch = s.options.promote_batch.to_string();
         let keys: Vec<_> = due.iter().map(|(t, p)| s.keys.partition(t, *p)).collect();

@@ -183,7 +183,7 @@ impl InstanceState {
 /// giving up its leases, as a crash would; other instances take its partitions over when
 /// the leases run out.
 pub struct RedisStorage {
-    shared: Arc<InstanceState>,
+    state: Arc<InstanceState>,
     stop: watch::Sender<bool>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
 }
@@ -191,8 +191,8 @@ pub struct RedisStorage {
 impl std::fmt::Debug for RedisStorage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisStorage")
-            .field("instance", &self.shared.instance)
-            .field("redis", &self.shared.redis.link.addr())
+            .field("instance", &self.state.instance)
+            .field("redis", &self.state.redis.link.addr())
             .finish_non_exhaustive()
     }
 }
@@ -200,7 +200,7 @@ impl std::fmt::Debug for RedisStorage {
 impl RedisStorage {
     /// This instance's id, as it appears in leases and events.
     pub fn instance_id(&self) -> &str {
-        &self.shared.instance
+        &self.state.instance
     }
 
     /// Stops the background tasks at once, without releasing leases or flushing anything:
@@ -230,7 +230,7 @@ pub async fn start(ctx: StorageContext, options: RedisOptions) -> Result<Arc<Red
     let (promoter_tx, promoter_rx) = mpsc::unbounded_channel();
     let keys = Keys::new(&options.key_prefix);
     let seed = random_u64();
-    let shared = Arc::new(InstanceState {
+    let state = Arc::new(InstanceState {
         ctx,
         redis: Redis::new(link, &options),
         channel: keys.channel(),
@@ -246,24 +246,24 @@ pub async fn start(ctx: StorageContext, options: RedisOptions) -> Result<Arc<Red
         closed: AtomicBool::new(false),
         options,
     });
-    if let Err(e) = shared.redis.ping().await {
+    if let Err(e) = state.redis.ping().await {
         tracing::warn!(error = %e, "Redis is not reachable yet; delayq keeps trying");
     }
     let (stop, _) = watch::channel(false);
     let mut tasks = vec![
-        tokio::spawn(crate::lease::run(Arc::clone(&shared), stop.subscribe())),
+        tokio::spawn(crate::lease::run(Arc::clone(&state), stop.subscribe())),
         tokio::spawn(crate::promoter::run(
-            Arc::clone(&shared),
+            Arc::clone(&state),
             promoter_rx,
             stop.subscribe(),
         )),
-        tokio::spawn(crate::events::run(Arc::clone(&shared), stop.subscribe())),
+        tokio::spawn(crate::events::run(Arc::clone(&state), stop.subscribe())),
     ];
-    if let Some(follow) = shared.redis.link.background(stop.subscribe()) {
+    if let Some(follow) = state.redis.link.background(stop.subscribe()) {
         tasks.push(tokio::spawn(follow));
     }
     Ok(Arc::new(RedisStorage {
-        shared,
+        state,
         stop,
         tasks: Mutex::new(tasks),
     }))
@@ -272,11 +272,11 @@ pub async fn start(ctx: StorageContext, options: RedisOptions) -> Result<Arc<Red
 #[async_trait]
 impl TaskStore for RedisStorage {
     async fn add(&self, tasks: Vec<TaskSpec>) -> Result<Vec<AddResult>> {
-        self.shared.add(tasks).await
+        self.state.add(tasks).await
     }
 
     async fn pop(&self, topic: &str, max: usize, auto_finish: bool) -> Result<Vec<Delivery>> {
-        self.shared.pop(&[topic], max, auto_finish).await
+        self.state.pop(&[topic], max, auto_finish).await
     }
 
     async fn pop_any(
@@ -286,55 +286,55 @@ impl TaskStore for RedisStorage {
         auto_finish: bool,
     ) -> Result<Vec<Delivery>> {
         let topics: Vec<&str> = topics.iter().map(String::as_str).collect();
-        self.shared.pop(&topics, max, auto_finish).await
+        self.state.pop(&topics, max, auto_finish).await
     }
 
     async fn bury(&self, topic: &str, id: &str, options: BuryOptions) -> Result<()> {
-        self.shared.bury(topic, id, options).await
+        self.state.bury(topic, id, options).await
     }
 
     async fn reschedule(&self, topic: &str, id: &str, due_ms: Millis) -> Result<State> {
-        self.shared.reschedule(topic, id, due_ms).await
+        self.state.reschedule(topic, id, due_ms).await
     }
 
     async fn pause(&self, topic: &str, until_ms: Option<Millis>) -> Result<()> {
-        self.shared.pause(topic, until_ms).await
+        self.state.pause(topic, until_ms).await
     }
 
     async fn resume(&self, topic: &str) -> Result<()> {
-        self.shared.resume(topic).await
+        self.state.resume(topic).await
     }
 
     async fn finish(&self, topic: &str, id: &str, receipt: Option<&str>) -> Result<()> {
-        self.shared.finish(topic, id, receipt).await
+        self.state.finish(topic, id, receipt).await
     }
 
     async fn release(&self, topic: &str, id: &str, options: ReleaseOptions) -> Result<State> {
-        self.shared.release(topic, id, options).await
+        self.state.release(topic, id, options).await
     }
 
     async fn touch(&self, topic: &str, id: &str, receipt: Option<&str>) -> Result<Millis> {
-        self.shared.touch(topic, id, receipt).await
+        self.state.touch(topic, id, receipt).await
     }
 
     async fn cancel(&self, topic: &str, id: &str) -> Result<()> {
-        self.shared.cancel(topic, id).await
+        self.state.cancel(topic, id).await
     }
 
     async fn requeue(&self, topic: &str, id: &str) -> Result<()> {
-        self.shared.requeue(topic, id).await
+        self.state.requeue(topic, id).await
     }
 
     async fn requeue_all(&self, topic: &str) -> Result<u64> {
-        self.shared.requeue_all(topic).await
+        self.state.requeue_all(topic).await
     }
 
     async fn delete(&self, topic: &str, id: &str) -> Result<()> {
-        self.shared.delete(topic, id).await
+        self.state.delete(topic, id).await
     }
 
     async fn get(&self, topic: &str, id: &str) -> Result<TaskInfo> {
-        self.shared.get(topic, id).await
+        self.state.get(topic, id).await
     }
 
     async fn list(
@@ -344,33 +344,33 @@ impl TaskStore for RedisStorage {
         page: u64,
         page_size: u64,
     ) -> Result<Page<TaskInfo>> {
-        self.shared.list(topic, state, page, page_size).await
+        self.state.list(topic, state, page, page_size).await
     }
 
     async fn stats(&self, topic: &str) -> Result<TopicStats> {
-        self.shared.stats(topic).await
+        self.state.stats(topic).await
     }
 
     async fn topics(&self) -> Result<Vec<(String, TopicStats)>> {
-        self.shared.topics().await
+        self.state.topics().await
     }
 
     async fn due_counts(&self, topic: &str, bounds: &[Millis]) -> Result<Vec<u64>> {
-        self.shared.due_counts(topic, bounds).await
+        self.state.due_counts(topic, bounds).await
     }
 
     fn instance(&self) -> Option<String> {
-        Some(self.shared.instance.clone())
+        Some(self.state.instance.clone())
     }
 
     async fn check_ready(&self) -> Result<()> {
-        self.shared.check_open()?;
-        self.shared.redis.ping().await?;
+        self.state.check_open()?;
+        self.state.redis.ping().await?;
         Ok(())
     }
 
     async fn shutdown(&self) -> Result<()> {
-        if self.shared.closed.swap(true, Ordering::AcqRel) {
+        if self.state.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
         let _ = self.stop.send(true);
@@ -385,44 +385,44 @@ impl TaskStore for RedisStorage {
 #[async_trait]
 impl SettingsStore for RedisStorage {
     async fn put(&self, namespace: &str, key: &str, value: Vec<u8>) -> Result<()> {
-        self.shared.put_meta(namespace, key, value).await
+        self.state.put_meta(namespace, key, value).await
     }
 
     async fn list(&self, namespace: &str) -> Result<Vec<(String, Vec<u8>)>> {
-        self.shared.list_meta(namespace).await
+        self.state.list_meta(namespace).await
     }
 
     async fn delete(&self, namespace: &str, key: &str) -> Result<bool> {
-        self.shared.delete_meta(namespace, key).await
+        self.state.delete_meta(namespace, key).await
     }
 }
 
 #[async_trait]
 impl JobIds for RedisStorage {
     async fn next_id(&self) -> Result<u64> {
-        self.shared.next_job_id().await
+        self.state.next_job_id().await
     }
 }
 
 #[async_trait]
 impl BeanstalkOps for RedisStorage {
     async fn kick(&self, topic: &str, max: u64) -> Result<u64> {
-        self.shared.kick(topic, max).await
+        self.state.kick(topic, max).await
     }
 
     async fn kick_job(&self, topic: &str, id: &str) -> Result<()> {
-        self.shared.kick_job(topic, id).await
+        self.state.kick_job(topic, id).await
     }
 
     async fn take(&self, topic: &str, id: &str) -> Result<Delivery> {
-        self.shared.take(topic, id).await
+        self.state.take(topic, id).await
     }
 
     async fn peek(&self, topic: &str, state: State) -> Result<Option<TaskInfo>> {
-        self.shared.peek(topic, state).await
+        self.state.peek(topic, state).await
     }
 
     async fn locate(&self, id: &str) -> Result<Vec<String>> {
-        self.shared.locate(id).await
+        self.state.locate(id).await
     }
 }
