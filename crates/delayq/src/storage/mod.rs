@@ -21,8 +21,8 @@
 //! Backends:
 //! - [`memory`]: all state in process memory, nothing durable.
 //! - [`embedded`]: the same [`engine`], with every change written to a log per shard on disk
-//!   and compacted by snapshots.
-//! - Redis lives in its own crate (`delayq-redis`), behind the same trait.
+//!   (and the settings to a log of their own), compacted by snapshots.
+//! - Redis lives in its own crate (`delayq-redis`), behind the same traits.
 //!
 //! A failure's [`Outcome`](crate::Outcome) is part of the contract: a backend reports
 //! [`Outcome::Unknown`](crate::Outcome::Unknown) whenever the operation may have happened
