@@ -1,8 +1,13 @@
-//! The conformance suite: every rule of docs/design.md §2 and every operation of §3 as one test, run
-//! against any [`Storage`] backend. [`cases`] holds rules 1–12, [`cases11`] rules 11–15 and the
-//! operations that came with the beanstalkd protocol, [`cases12`] what the dashboard reads
-//! (due-time range counts, per-topic activity).
-//! operations that came with the beanstalkd protocol, [`schedules`] the recurring schedules of §9.
+//! The conformance suite: every rule of docs/design.md §2 and every operation of §3 as one
+//! test, run against any [`Backend`]. The cases are grouped by the storage concern they check:
+//! - [`tasks`]: rules 1–10 of the task core ([`delayq::TaskStore`]) and callbacks;
+//! - [`priority_pause_bury`]: rules 11–15 (priorities, pop over several topics, bury, pause,
+//!   reschedule);
+//! - [`dashboard_reads`]: what the dashboard reads (due-time range counts, per-topic activity);
+//! - [`beanstalk`]: the beanstalkd extras ([`delayq::BeanstalkOps`]);
+//! - [`job_ids`]: the job id counter ([`delayq::JobIds`]);
+//! - [`settings`]: the settings store ([`delayq::SettingsStore`]);
+//! - [`schedules`]: the recurring schedules of §9, over the task core and the settings store.
 //!
 //! A backend crate adds one line to an integration test file:
 //!
@@ -16,17 +21,21 @@
 //! backend's own timers (promotion, ttr expiry) happen asynchronously after the clock moves,
 //! so tests wait for them with [`Harness::eventually`], bounded in real time.
 
-pub mod cases;
-pub mod cases11;
-pub mod cases12;
+pub mod beanstalk;
+pub mod dashboard_reads;
+pub mod job_ids;
+pub mod priority_pause_bury;
 pub mod schedules;
+pub mod settings;
+mod support;
+pub mod tasks;
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use delayq::{
-    Clock, Delivery, Limits, ManualClock, NewTask, PopOptions, Queue, State, Storage,
+    Backend, Clock, Delivery, Limits, ManualClock, NewTask, PopOptions, Queue, State,
     StorageContext, TaskDefaults,
 };
 
@@ -47,17 +56,17 @@ pub struct Harness {
 impl Harness {
     /// Starts a backend with `make` on a fresh context (manual clock at [`START_MS`], default
     /// limits, retention 60 s) and wraps it in a [`Queue`].
-    pub async fn new<F, Fut, S>(make: F) -> Harness
+    pub async fn new<F, Fut, B>(make: F) -> Harness
     where
         F: FnOnce(StorageContext) -> Fut,
-        Fut: Future<Output = Arc<S>>,
-        S: Storage,
+        Fut: Future<Output = B>,
+        B: Into<Backend>,
     {
         let clock = ManualClock::new(START_MS);
         let ctx = StorageContext::new(Arc::new(clock.clone()))
             .with_defaults(TaskDefaults::default())
             .with_limits(Limits::default());
-        let storage: Arc<dyn Storage> = make(ctx.clone()).await;
+        let storage = make(ctx.clone()).await;
         Harness {
             queue: Queue::new(storage, ctx),
             clock,
@@ -133,12 +142,12 @@ impl Harness {
     }
 }
 
-/// Generates one `#[tokio::test]` per case of [`cases`] for the backend built by `$make`, a
-/// closure `|ctx: StorageContext| async move { Arc<impl Storage> }`.
+/// Generates one `#[tokio::test]` per case of every module of the suite for the backend built
+/// by `$make`, a closure `|ctx: StorageContext| async move { impl Into<Backend> }`.
 #[macro_export]
 macro_rules! suite {
     ($make:expr) => {
-        $crate::suite!(@cases $make;
+        $crate::suite!(@in tasks $make;
             add_then_get, due_is_absolute, never_early, prompt_without_other_activity,
             long_poll_wakes_when_due, long_poll_times_out_empty, pop_order_is_earliest_due_first,
             pop_count_and_auto_finish, ttr_expiry_redelivers, touch_restarts_ttr,
@@ -153,45 +162,31 @@ macro_rules! suite {
             far_future_task_fires_on_time, callbacks_finish_and_release,
             callback_past_ttr_is_redelivered, callbacks_respect_concurrency, shutdown_refuses_work
         );
-        $crate::suite!(@cases11 $make;
+        $crate::suite!(@in priority_pause_bury $make;
             pop_order_is_priority_then_due_then_added, equal_tasks_come_out_in_added_order,
             release_priority_reorders, pop_any_orders_across_topics,
             pop_any_long_poll_wakes_on_any_topic, bury_moves_active_to_dead,
-            bury_refuses_stale_receipt_and_wrong_state, kick_buried_first_then_delayed,
-            kick_job_moves_one_task, kicked_task_gets_its_retries_again, pause_holds_ready_tasks,
+            bury_refuses_stale_receipt_and_wrong_state, pause_holds_ready_tasks,
             resume_wakes_a_waiting_pop, pause_with_end_ends_by_itself,
             pause_keeps_ttr_of_active_tasks, pause_of_an_empty_topic_is_listed,
             reschedule_delayed_task, reschedule_ready_task_keeps_body_and_retries,
-            reschedule_refuses_active, binary_bodies_round_trip, peek_shows_next_without_taking,
-            next_job_id_starts_at_one, meta_put_list_delete, take_hands_out_one_named_task,
-            take_ignores_pause_and_renews_receipt, delayed_ties_come_out_in_added_order
+            reschedule_refuses_active, binary_bodies_round_trip,
+            delayed_ties_come_out_in_added_order
         );
-        $crate::suite!(@cases12 $make;
+        $crate::suite!(@in dashboard_reads $make;
             due_counts_count_delayed_tasks_by_range, activity_counts_each_topic
         );
-        $crate::suite!(@schedules $make;
+        $crate::suite!(@in beanstalk $make;
+            kick_buried_first_then_delayed, kick_job_moves_one_task,
+            kicked_task_gets_its_retries_again, peek_shows_next_without_taking,
+            take_hands_out_one_named_task, take_ignores_pause_and_renews_receipt
+        );
+        $crate::suite!(@in job_ids $make; next_job_id_starts_at_one);
+        $crate::suite!(@in settings $make; settings_put_list_delete);
+        $crate::suite!(@in schedules $make;
             schedule_occurrences_fire_once_on_time, schedule_delete_stops_it,
             schedule_pause_skips_occurrences, schedule_restart_loses_and_doubles_nothing
         );
-    };
-    (@schedules $make:expr; $($case:ident),* $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $case() {
-                let harness = $crate::Harness::new($make).await;
-                $crate::schedules::$case(&harness).await;
-                let _ = harness.queue.shutdown().await;
-            }
-        )*
-    };
-    (@cases $make:expr; $($case:ident),* $(,)?) => {
-        $crate::suite!(@in cases $make; $($case),*);
-    };
-    (@cases11 $make:expr; $($case:ident),* $(,)?) => {
-        $crate::suite!(@in cases11 $make; $($case),*);
-    };
-    (@cases12 $make:expr; $($case:ident),* $(,)?) => {
-        $crate::suite!(@in cases12 $make; $($case),*);
     };
     // One test per case of module `$module`, on a fresh backend each.
     (@in $module:ident $make:expr; $($case:ident),* $(,)?) => {

@@ -102,15 +102,24 @@ async fn main() {
     queue.add(NewTask::new("bench", "warmup")).await.unwrap();
     queue.delete("bench", "warmup").await.unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let before = used_memory(&server);
+    let added = batched_add(&queue, &server, tasks).await;
+    fire_lateness(&queue).await;
+    idle_commands(&server, added).await;
+    queue.shutdown().await.unwrap();
+}
+
+/// Parts 1 and 2: adds about `tasks` tasks due in an hour and reports the throughput, the CPU
+/// it took and the memory per task. Returns how many were added.
+async fn batched_add(queue: &Queue, server: &RedisServer, tasks: usize) -> usize {
+    let before = used_memory(server);
     server.command("CONFIG RESETSTAT").unwrap();
-    let redis_cpu_before = redis_cpu(&server);
+    let redis_cpu_before = redis_cpu(server);
     let own_cpu_before = own_cpu();
 
     let started = Instant::now();
     let per_producer = tasks / PRODUCERS;
     support::add_concurrently(
-        &queue,
+        queue,
         "bench",
         PRODUCERS,
         per_producer,
@@ -125,9 +134,9 @@ async fn main() {
         took.as_secs_f64(),
         added as f64 / took.as_secs_f64()
     );
-    let redis_cpu = redis_cpu(&server) - redis_cpu_before;
+    let redis_cpu = redis_cpu(server) - redis_cpu_before;
     let own_cpu = own_cpu() - own_cpu_before;
-    let (_, _, lines) = command_calls(&server);
+    let (_, _, lines) = command_calls(server);
     println!(
         "  CPU during the adds: redis-server {redis_cpu:.2} s ({:.2} µs per task), this process {own_cpu:.2} s ({:.2} µs per task)",
         redis_cpu * 1e6 / added as f64,
@@ -139,14 +148,17 @@ async fn main() {
     let stats = queue.stats("bench").await.unwrap();
     assert_eq!(stats.delayed as usize, added);
 
-    let after = used_memory(&server);
+    let after = used_memory(server);
     let per_task = (after - before) as f64 / added as f64;
     println!(
         "memory: used_memory {before} -> {after} B: {per_task:.1} B per delayed task, {:.1} B beyond the 100-byte body (ids like \"task-0-0000001\", 14 bytes)",
         per_task - 100.0
     );
+    added
+}
 
-    // Fire lateness at 10 000 tasks/s due.
+/// Part 3: the promoter's lateness for 50 000 tasks due at 10 000 per second.
+async fn fire_lateness(queue: &Queue) {
     let clock = SystemClock::new();
     let start = clock.now_ms() + 2_000;
     let late: Vec<NewTask> = (0..50_000u64)
@@ -185,11 +197,14 @@ async fn main() {
         quantile(0.99),
         quantile(0.999)
     );
+}
 
+/// Part 4: the commands of an idle instance over 10 s, with `added` tasks due in an hour.
+async fn idle_commands(server: &RedisServer, added: usize) {
     server.command("CONFIG RESETSTAT").unwrap();
     let window = Duration::from_secs(10);
     tokio::time::sleep(window).await;
-    let (sent, all, lines) = command_calls(&server);
+    let (sent, all, lines) = command_calls(server);
     println!(
         "idle, {added} tasks due in an hour: {:.1} commands/s sent by the instance, {:.1} commands/s run by Redis including inside scripts",
         sent as f64 / window.as_secs_f64(),
@@ -198,5 +213,4 @@ async fn main() {
     for line in lines {
         println!("  {line}");
     }
-    queue.shutdown().await.unwrap();
 }

@@ -25,7 +25,7 @@ use futures_util::StreamExt;
 use tokio::sync::watch;
 
 use crate::promoter::Event;
-use crate::storage::Shared;
+use crate::storage::InstanceState;
 
 /// One message of the events channel.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,14 +96,14 @@ impl<'a> Message<'a> {
 }
 
 /// Runs the subscription until `stop` turns true, resubscribing with backoff when it drops.
-pub(crate) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+pub(crate) async fn run(state: Arc<InstanceState>, mut stop: watch::Receiver<bool>) {
     let mut failures: u32 = 0;
     // Whether a subscription was up before: only a resubscription may have missed notices.
     let mut subscribed_before = false;
     loop {
         // Any node will do (a cluster broadcasts PUBLISH to all of them): take the next one
         // after each failure.
-        let clients = shared.redis.link.pubsub_clients();
+        let clients = state.redis.link.pubsub_clients();
         let client = clients
             .get(failures as usize % clients.len().max(1))
             .cloned();
@@ -115,12 +115,12 @@ pub(crate) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                 )));
             };
             let mut pubsub = client.get_async_pubsub().await?;
-            pubsub.subscribe(&shared.channel).await?;
+            pubsub.subscribe(&state.channel).await?;
             Ok::<_, redis::RedisError>(pubsub)
         };
         let connected = tokio::select! {
             _ = stop.changed() => return,
-            r = tokio::time::timeout(shared.options.connect_timeout * 2, connect) => r,
+            r = tokio::time::timeout(state.options.connect_timeout * 2, connect) => r,
         };
         match connected {
             Ok(Ok(pubsub)) => {
@@ -130,12 +130,12 @@ pub(crate) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                 failures = 0;
                 // The shared connection may still hold the broken connection of before (it
                 // notices only when used): make it reconnect now, before consumers are woken.
-                shared.redis.probe().await;
-                let _ = shared.promoter.send(Event::Resync);
+                state.redis.probe().await;
+                let _ = state.promoter.send(Event::Resync);
                 // Settings readers read at their start; only a gap between two
                 // subscriptions can hide a change from them.
                 if subscribed_before {
-                    shared.ctx.settings.notify_all();
+                    state.ctx.settings.notify_all();
                 }
                 subscribed_before = true;
                 let mut stream = pubsub.into_on_message();
@@ -143,7 +143,7 @@ pub(crate) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                     tokio::select! {
                         _ = stop.changed() => return,
                         msg = stream.next() => match msg {
-                            Some(msg) => handle(&shared, msg.get_payload_bytes()),
+                            Some(msg) => handle(&state, msg.get_payload_bytes()),
                             None => break,
                         },
                     }
@@ -171,23 +171,23 @@ pub(crate) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     }
 }
 
-fn handle(shared: &Shared, payload: &[u8]) {
+fn handle(state: &InstanceState, payload: &[u8]) {
     let Some(msg) = std::str::from_utf8(payload).ok().and_then(Message::parse) else {
         tracing::debug!(?payload, "ignoring an unknown event");
         return;
     };
-    if msg.origin() == shared.instance {
+    if msg.origin() == state.instance {
         return;
     }
     match msg {
-        Message::Ready { topic, count, .. } => shared.ctx.waiters.notify(topic, count),
+        Message::Ready { topic, count, .. } => state.ctx.waiters.notify(topic, count),
         Message::Wake {
             topic,
             partition,
             at,
             ..
         } => {
-            let _ = shared.promoter.send(Event::Wake {
+            let _ = state.promoter.send(Event::Wake {
                 topic: topic.to_owned(),
                 partition,
                 at,
@@ -196,11 +196,11 @@ fn handle(shared: &Shared, payload: &[u8]) {
         Message::Topic {
             topic, partitions, ..
         } => {
-            let _ = shared
+            let _ = state
                 .promoter
                 .send(Event::Topic(topic.to_owned(), partitions));
         }
-        Message::Settings { namespace, .. } => shared.ctx.settings.notify(namespace),
+        Message::Settings { namespace, .. } => state.ctx.settings.notify(namespace),
     }
 }
 

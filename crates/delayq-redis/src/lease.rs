@@ -26,18 +26,18 @@ use crate::error::BackendError;
 use crate::keys::LEASE_BUCKETS;
 use crate::promoter::Event;
 use crate::scripts::{SCRIPTS, int};
-use crate::storage::{Shared, random_u64};
+use crate::storage::{InstanceState, random_u64};
 
 /// Runs the lease keeper until `stop` turns true, then gives the leases up.
-pub(crate) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
-    let lease = Duration::from_millis(shared.options.lease_ms);
+pub(crate) async fn run(state: Arc<InstanceState>, mut stop: watch::Receiver<bool>) {
+    let lease = Duration::from_millis(state.options.lease_ms);
     let interval = lease / 3;
     let offset = random_u64() % u64::from(LEASE_BUCKETS);
     let mut held: HashMap<u32, u64> = HashMap::new();
     let mut last_ok = Instant::now();
     let mut failures: u32 = 0;
     loop {
-        match round(&shared, "tick", offset).await {
+        match round(&state, "tick", offset).await {
             Ok(now_held) => {
                 if failures > 0 {
                     tracing::info!(buckets = now_held.len(), "lease keeper reaches Redis again");
@@ -47,7 +47,7 @@ pub(crate) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                 if now_held != held {
                     tracing::debug!(buckets = now_held.len(), "leases changed");
                     held = now_held;
-                    let _ = shared.promoter.send(Event::Leases(held.clone()));
+                    let _ = state.promoter.send(Event::Leases(held.clone()));
                 }
             }
             Err(e) => {
@@ -57,7 +57,7 @@ pub(crate) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                 }
                 if last_ok.elapsed() >= lease && !held.is_empty() {
                     held.clear();
-                    let _ = shared.promoter.send(Event::Leases(HashMap::new()));
+                    let _ = state.promoter.send(Event::Leases(HashMap::new()));
                 }
             }
         }
@@ -66,26 +66,26 @@ pub(crate) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             _ = stop.changed() => break,
         }
     }
-    if let Err(e) = round(&shared, "release", offset).await {
+    if let Err(e) = round(&state, "release", offset).await {
         tracing::warn!(error = %e, "releasing leases failed; they run out by themselves");
     }
 }
 
 /// One run of the lease script. Returns the buckets held and their tokens.
 async fn round(
-    shared: &Shared,
+    state: &InstanceState,
     mode: &str,
     offset: u64,
 ) -> Result<HashMap<u32, u64>, BackendError> {
-    let keys = &shared.keys;
-    let (floor, fenced) = shared.fencing.take();
+    let keys = &state.keys;
+    let (floor, fenced) = state.fencing.take();
     let mut inv = SCRIPTS.lease.prepare_invoke();
     inv.key(keys.lease_instances()).key(keys.lease_token());
     for b in 0..LEASE_BUCKETS {
         inv.key(keys.lease_bucket(b));
     }
-    inv.arg(&shared.instance)
-        .arg(shared.options.lease_ms)
+    inv.arg(&state.instance)
+        .arg(state.options.lease_ms)
         .arg(offset)
         .arg(mode)
         .arg(floor);
@@ -93,15 +93,15 @@ async fn round(
         inv.arg(*b);
     }
     let what = "renewing promotion leases";
-    let values: Vec<redis::Value> = match shared
+    let values: Vec<redis::Value> = match state
         .redis
-        .io(what, inv.invoke_async(&mut shared.redis.conn()))
+        .io(what, inv.invoke_async(&mut state.redis.conn()))
         .await
     {
         Ok(v) => v,
         Err(e) => {
             // Try again next round.
-            shared.fencing.report(floor, &fenced);
+            state.fencing.report(floor, &fenced);
             return Err(e);
         }
     };

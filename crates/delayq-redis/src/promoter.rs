@@ -23,7 +23,7 @@ use tokio::sync::{mpsc, watch};
 use crate::error::BackendError;
 use crate::keys::bucket_of;
 use crate::scripts::{Reply, SCRIPTS, Status, int};
-use crate::storage::Shared;
+use crate::storage::InstanceState;
 
 /// What the promoter is told.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,7 +46,7 @@ pub(crate) enum Event {
 const TICK_PIPELINE: usize = 64;
 
 struct Promoter {
-    shared: Arc<Shared>,
+    state: Arc<InstanceState>,
     leases: HashMap<u32, u64>,
     topics: HashMap<String, u32>,
     /// Held partitions and their next timer (`Millis::MAX`: none).
@@ -56,12 +56,12 @@ struct Promoter {
 
 /// Runs the promoter until `stop` turns true.
 pub(crate) async fn run(
-    shared: Arc<Shared>,
+    state: Arc<InstanceState>,
     mut events: mpsc::UnboundedReceiver<Event>,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut p = Promoter {
-        shared,
+        state,
         leases: HashMap::new(),
         topics: HashMap::new(),
         next: HashMap::new(),
@@ -78,44 +78,15 @@ pub(crate) async fn run(
         let result = if p.need_registry {
             p.load_registry().await
         } else {
-            let now = p.shared.ctx.clock.now_ms();
-            let due: Vec<(String, u32)> = p
-                .next
-                .iter()
-                .filter(|&(_, &at)| at <= now)
-                .map(|(k, _)| k.clone())
-                .collect();
+            let now = p.state.ctx.clock.now_ms();
+            let due = p.due(now);
             if due.is_empty() {
-                let earliest = p
-                    .next
-                    .values()
-                    .copied()
-                    .min()
-                    .filter(|&at| at < Millis::MAX);
-                let clock = Arc::clone(&p.shared.ctx.clock);
-                let sleep = async move {
-                    match earliest {
-                        Some(at) => clock.sleep_until(at).await,
-                        None => std::future::pending().await,
-                    }
-                };
-                tokio::select! {
-                    _ = stop.changed() => return,
-                    ev = events.recv() => match ev {
-                        Some(ev) => p.apply(ev),
-                        None => return,
-                    },
-                    _ = sleep => {}
+                if !p.sleep(&mut events, &mut stop).await {
+                    return;
                 }
                 continue;
             }
-            let mut result = Ok(());
-            for chunk in due.chunks(TICK_PIPELINE) {
-                if let Err(e) = p.tick(chunk, now).await {
-                    result = Err(e);
-                    break;
-                }
-            }
+            let result = p.tick_all(&due, now).await;
             tokio::task::yield_now().await;
             result
         };
@@ -123,21 +94,78 @@ pub(crate) async fn run(
             Ok(()) => failures = 0,
             Err(e) => {
                 failures = failures.saturating_add(1);
-                if failures == 1 || failures.is_multiple_of(50) {
-                    tracing::warn!(error = %e, failures, "promotion failed; retrying");
-                }
-                let backoff =
-                    Duration::from_millis(50 << failures.min(5)).min(Duration::from_secs(2));
-                tokio::select! {
-                    _ = stop.changed() => return,
-                    _ = tokio::time::sleep(backoff) => {}
+                if !back_off(&e, failures, &mut stop).await {
+                    return;
                 }
             }
         }
     }
 }
 
+/// Waits after the `failures`-th failure in a row (50 ms doubling up to 2 s), logging the
+/// first and every 50th. False when `stop` changed meanwhile.
+async fn back_off(e: &BackendError, failures: u32, stop: &mut watch::Receiver<bool>) -> bool {
+    if failures == 1 || failures.is_multiple_of(50) {
+        tracing::warn!(error = %e, failures, "promotion failed; retrying");
+    }
+    let backoff = Duration::from_millis(50 << failures.min(5)).min(Duration::from_secs(2));
+    tokio::select! {
+        _ = stop.changed() => false,
+        _ = tokio::time::sleep(backoff) => true,
+    }
+}
+
 impl Promoter {
+    /// The held partitions whose timer is at or before `now`.
+    fn due(&self, now: Millis) -> Vec<(String, u32)> {
+        self.next
+            .iter()
+            .filter(|&(_, &at)| at <= now)
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    /// Sleeps until the earliest timer, an event (applied) or `stop`. False when the
+    /// promoter is to end (`stop` changed or the event channel closed).
+    async fn sleep(
+        &mut self,
+        events: &mut mpsc::UnboundedReceiver<Event>,
+        stop: &mut watch::Receiver<bool>,
+    ) -> bool {
+        let earliest = self
+            .next
+            .values()
+            .copied()
+            .min()
+            .filter(|&at| at < Millis::MAX);
+        let clock = Arc::clone(&self.state.ctx.clock);
+        let sleep = async move {
+            match earliest {
+                Some(at) => clock.sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = stop.changed() => false,
+            ev = events.recv() => match ev {
+                Some(ev) => {
+                    self.apply(ev);
+                    true
+                }
+                None => false,
+            },
+            _ = sleep => true,
+        }
+    }
+
+    /// Ticks the `due` partitions, [`TICK_PIPELINE`] at a time, up to the first failure.
+    async fn tick_all(&mut self, due: &[(String, u32)], now: Millis) -> Result<(), BackendError> {
+        for chunk in due.chunks(TICK_PIPELINE) {
+            self.tick(chunk, now).await?;
+        }
+        Ok(())
+    }
+
     fn apply(&mut self, ev: Event) {
         match ev {
             Event::Leases(leases) => {
@@ -185,7 +213,7 @@ impl Promoter {
     }
 
     async fn load_registry(&mut self) -> Result<(), BackendError> {
-        let s = &self.shared;
+        let s = &self.state;
         let topics: HashMap<String, u32> = s
             .redis
             .io(
@@ -210,7 +238,7 @@ impl Promoter {
 
     /// Runs the tick script of each partition in `due`, in one pipeline.
     async fn tick(&mut self, due: &[(String, u32)], now: Millis) -> Result<(), BackendError> {
-        let s = Arc::clone(&self.shared);
+        let s = Arc::clone(&self.state);
         let what = "promoting due tasks";
         let batch = s.options.promote_batch.to_string();
         let keys: Vec<_> = due.iter().map(|(t, p)| s.keys.partition(t, *p)).collect();

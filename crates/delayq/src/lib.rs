@@ -19,7 +19,8 @@
 //! Layout:
 //! - [`delayq_core`] (re-exported): task model, lifecycle rules, backoff, validation, the
 //!   timing wheel. Pure, no IO.
-//! - [`storage`]: the [`Storage`] trait and its backends.
+//! - [`storage`]: the storage traits by concern ([`TaskStore`], [`SettingsStore`], [`JobIds`],
+//!   [`BeanstalkOps`]), the [`Backend`] that holds one of each, and the built-in backends.
 //! - [`Queue`]: validation, long-poll, callbacks ([`Queue::on_expire`]).
 //! - [`schedule`]: recurring schedules, each occurrence an ordinary task ([`Scheduler`]).
 //! - [`clock`], [`waiters`], [`metrics`]: what the pieces share.
@@ -41,6 +42,7 @@ pub use metrics::TopicActivity;
 pub use queue::{PopOptions, Queue};
 pub use schedule::{PutOutcome, ScheduleInfo, Scheduler, SchedulerOptions, TickReport};
 pub use storage::{
-    AddResult, MAX_DUE_BOUNDS, ReleaseOptions, SettingsChanges, Storage, StorageContext,
+    AddResult, Backend, BeanstalkOps, JobIds, MAX_DUE_BOUNDS, ReleaseOptions, SettingsChanges,
+    SettingsStore, StorageContext, TaskStore,
 };
 pub use workers::{WorkerOptions, Workers};

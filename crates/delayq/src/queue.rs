@@ -3,7 +3,7 @@
 //! A queue validates every input against its limits (so no backend ever sees an invalid
 //! value), turns relative delays into absolute due times with its clock, parks long-polling
 //! consumers until their topic has ready tasks, and runs callback workers
-//! ([`Queue::on_expire`]). The state itself lives in a [`Storage`] backend.
+//! ([`Queue::on_expire`]). The state itself lives in a [`Backend`].
 //!
 //! A delay becomes a due with [`Clock::due_after`] (now rounded up), never `now_ms() + delay`
 //! (now rounded down), so a task is never handed out before the producer's send time plus its
@@ -26,7 +26,7 @@ use tokio::sync::watch;
 use crate::clock::{Clock, ClockUnavailable, SystemClock};
 use crate::error::{Error, ErrorKind, Result};
 use crate::metrics::{TopicActivity, TopicCounters};
-use crate::storage::{AddResult, MAX_DUE_BOUNDS, ReleaseOptions, Storage, StorageContext, memory};
+use crate::storage::{AddResult, Backend, MAX_DUE_BOUNDS, ReleaseOptions, StorageContext, memory};
 use crate::workers::{WorkerOptions, Workers};
 
 /// How often a parked long-poll looks again while storage is unavailable.
@@ -75,7 +75,7 @@ impl PopOptions {
 }
 
 struct Inner {
-    storage: Arc<dyn Storage>,
+    storage: Backend,
     ctx: StorageContext,
     closing: AtomicBool,
     closed_tx: watch::Sender<bool>,
@@ -97,11 +97,12 @@ impl std::fmt::Debug for Queue {
 }
 
 impl Queue {
-    /// A queue over `storage`, which must have been started with the same `ctx`.
-    pub fn new(storage: Arc<dyn Storage>, ctx: StorageContext) -> Self {
+    /// A queue over `storage` (a [`Backend`], or a built-in backend's `Arc`), which must have
+    /// been started with the same `ctx`.
+    pub fn new(storage: impl Into<Backend>, ctx: StorageContext) -> Self {
         Queue {
             inner: Arc::new(Inner {
-                storage,
+                storage: storage.into(),
                 ctx,
                 closing: AtomicBool::new(false),
                 closed_tx: watch::Sender::new(false),
@@ -128,8 +129,13 @@ impl Queue {
     }
 
     /// The backend.
-    pub fn storage(&self) -> &Arc<dyn Storage> {
+    pub fn storage(&self) -> &Backend {
         &self.inner.storage
+    }
+
+    /// The backend's settings store (push targets, schedules, …).
+    pub fn settings(&self) -> &Arc<dyn crate::storage::SettingsStore> {
+        self.inner.storage.settings()
     }
 
     fn now(&self) -> Millis {
@@ -175,7 +181,7 @@ impl Queue {
         self.check_open()?;
         let spec = self.spec(task, self.now())?;
         let counters = self.inner.ctx.metrics.topic(&spec.topic);
-        let mut results = self.inner.storage.add(vec![spec]).await?;
+        let mut results = self.inner.storage.tasks().add(vec![spec]).await?;
         let result = results.pop().expect("one result per task");
         if matches!(result, Ok(AddOutcome::Added | AddOutcome::Replaced)) {
             self.inner.ctx.metrics.observe_added(&counters, 1);
@@ -188,7 +194,7 @@ impl Queue {
     /// error naming the field as for a single add (the result's position says which task; the
     /// HTTP edge names it `tasks[i].field`), and a storage failure is reported on the tasks it
     /// concerns. A batch over the size limit fails whole. A batch can be partly applied; see
-    /// [`Storage::add`] for what an error of the whole call says and how to make sure every
+    /// [`TaskStore::add`](crate::storage::TaskStore::add) for what an error of the whole call says and how to make sure every
     /// task is there.
     pub async fn add_batch(&self, tasks: Vec<NewTask>) -> Result<Vec<AddResult>> {
         self.check_open()?;
@@ -229,7 +235,7 @@ impl Queue {
             }
         }
         if !specs.is_empty() {
-            let added = self.inner.storage.add(specs).await?;
+            let added = self.inner.storage.tasks().add(specs).await?;
             for ((slot, result), c) in slots.into_iter().zip(added).zip(&counters) {
                 if matches!(result, Ok(AddOutcome::Added | AddOutcome::Replaced)) {
                     ctx.metrics.observe_added(c, 1);
@@ -258,6 +264,7 @@ impl Queue {
             let got = self
                 .inner
                 .storage
+                .tasks()
                 .pop(topic, options.count, options.auto_finish)
                 .await?;
             return Ok(self.count_auto_finished(options, got));
@@ -290,7 +297,7 @@ impl Queue {
 
     /// One look for tasks: a pop of one topic, or over several.
     async fn pop_now(&self, topics: &[String], options: PopOptions) -> Result<Vec<Delivery>> {
-        let storage = &self.inner.storage;
+        let storage = self.inner.storage.tasks();
         let got = match topics {
             [topic] => {
                 storage
@@ -382,7 +389,11 @@ impl Queue {
     pub async fn finish(&self, topic: &str, id: &str, receipt: Option<&str>) -> Result<()> {
         check_key(topic, id)?;
         self.check_clock()?;
-        self.inner.storage.finish(topic, id, receipt).await?;
+        self.inner
+            .storage
+            .tasks()
+            .finish(topic, id, receipt)
+            .await?;
         let metrics = &self.inner.ctx.metrics;
         metrics.observe_finished(&metrics.topic(topic), 1);
         Ok(())
@@ -424,7 +435,12 @@ impl Queue {
             // plus the delay.
             validate::check_duration("delay_ms", delay, self.inner.ctx.limits.max_delay_ms)?;
         }
-        let state = self.inner.storage.release(topic, id, options).await?;
+        let state = self
+            .inner
+            .storage
+            .tasks()
+            .release(topic, id, options)
+            .await?;
         let metrics = &self.inner.ctx.metrics;
         metrics.observe_failed(&metrics.topic(topic));
         Ok(state)
@@ -434,42 +450,42 @@ impl Queue {
     pub async fn touch(&self, topic: &str, id: &str, receipt: Option<&str>) -> Result<Millis> {
         check_key(topic, id)?;
         self.check_clock()?;
-        self.inner.storage.touch(topic, id, receipt).await
+        self.inner.storage.tasks().touch(topic, id, receipt).await
     }
 
     /// DELAYED/READY/ACTIVE → CANCELLED. After success the task is never delivered again.
     pub async fn cancel(&self, topic: &str, id: &str) -> Result<()> {
         check_key(topic, id)?;
         self.check_clock()?;
-        self.inner.storage.cancel(topic, id).await
+        self.inner.storage.tasks().cancel(topic, id).await
     }
 
     /// DEAD → READY with retries reset.
     pub async fn requeue(&self, topic: &str, id: &str) -> Result<()> {
         check_key(topic, id)?;
         self.check_clock()?;
-        self.inner.storage.requeue(topic, id).await
+        self.inner.storage.tasks().requeue(topic, id).await
     }
 
     /// Every DEAD task of `topic` → READY. Returns how many.
     pub async fn requeue_all(&self, topic: &str) -> Result<u64> {
         check_topic(topic)?;
         self.check_clock()?;
-        self.inner.storage.requeue_all(topic).await
+        self.inner.storage.tasks().requeue_all(topic).await
     }
 
     /// Removes a task's record, whatever its state.
     pub async fn delete(&self, topic: &str, id: &str) -> Result<()> {
         check_key(topic, id)?;
         self.check_clock()?;
-        self.inner.storage.delete(topic, id).await
+        self.inner.storage.tasks().delete(topic, id).await
     }
 
     /// The full view of one task.
     pub async fn get(&self, topic: &str, id: &str) -> Result<TaskInfo> {
         check_key(topic, id)?;
         self.check_clock()?;
-        self.inner.storage.get(topic, id).await
+        self.inner.storage.tasks().get(topic, id).await
     }
 
     /// One page (from 1) of a topic's tasks, optionally of one state, ordered by due time.
@@ -492,31 +508,35 @@ impl Queue {
                 format!("is {page_size}, it must be 1 to {max}"),
             ));
         }
-        self.inner.storage.list(topic, state, page, page_size).await
+        self.inner
+            .storage
+            .tasks()
+            .list(topic, state, page, page_size)
+            .await
     }
 
     /// The counters of one topic.
     pub async fn stats(&self, topic: &str) -> Result<TopicStats> {
         check_topic(topic)?;
         self.check_clock()?;
-        self.inner.storage.stats(topic).await
+        self.inner.storage.tasks().stats(topic).await
     }
 
     /// Every topic with records, with its counters.
     pub async fn topics(&self) -> Result<Vec<(String, TopicStats)>> {
         self.check_clock()?;
-        self.inner.storage.topics().await
+        self.inner.storage.tasks().topics().await
     }
 
     /// How many DELAYED tasks of `topic` fall due in each range of `bounds` (epoch ms): for
     /// `b0 < b1 < … < bn`, n counts, the i-th of dues in `[b_i, b_(i+1))`. The dashboard's
-    /// timeline ahead; see [`Storage::due_counts`] for what each backend costs. `bounds` must
+    /// timeline ahead; see [`TaskStore::due_counts`](crate::storage::TaskStore::due_counts) for what each backend costs. `bounds` must
     /// be strictly increasing, with 2 to [`MAX_DUE_BOUNDS`] entries.
     pub async fn due_counts(&self, topic: &str, bounds: &[Millis]) -> Result<Vec<u64>> {
         check_topic(topic)?;
         check_due_bounds(bounds)?;
         self.check_clock()?;
-        self.inner.storage.due_counts(topic, bounds).await
+        self.inner.storage.tasks().due_counts(topic, bounds).await
     }
 
     /// The cumulative activity of every topic this process has seen, by name: tasks added,
@@ -557,7 +577,7 @@ impl Queue {
     pub async fn bury(&self, topic: &str, id: &str, options: BuryOptions) -> Result<()> {
         check_key(topic, id)?;
         self.check_clock()?;
-        self.inner.storage.bury(topic, id, options).await?;
+        self.inner.storage.tasks().bury(topic, id, options).await?;
         let metrics = &self.inner.ctx.metrics;
         metrics.observe_failed(&metrics.topic(topic));
         Ok(())
@@ -576,7 +596,7 @@ impl Queue {
             }
             When::At(at) => validate::check_run_at(at, self.now(), limits)?,
         };
-        self.inner.storage.reschedule(topic, id, due).await
+        self.inner.storage.tasks().reschedule(topic, id, due).await
     }
 
     /// beanstalkd's `kick n`: up to `max` DEAD tasks → READY, or if there are none, up to
@@ -584,23 +604,23 @@ impl Queue {
     pub async fn kick(&self, topic: &str, max: u64) -> Result<u64> {
         check_topic(topic)?;
         self.check_clock()?;
-        self.inner.storage.kick(topic, max).await
+        self.inner.storage.beanstalk().kick(topic, max).await
     }
 
     /// beanstalkd's `kick-job`: one DEAD or DELAYED task → READY.
     pub async fn kick_job(&self, topic: &str, id: &str) -> Result<()> {
         check_key(topic, id)?;
         self.check_clock()?;
-        self.inner.storage.kick_job(topic, id).await
+        self.inner.storage.beanstalk().kick_job(topic, id).await
     }
 
     /// beanstalkd's `reserve-job`: the task `id` of `topic`, READY, DELAYED or DEAD, becomes
     /// ACTIVE with a fresh receipt and is handed out, whatever its place in the order and
-    /// even while the topic is paused (see [`Storage::take`](crate::Storage::take)).
+    /// even while the topic is paused (see [`BeanstalkOps::take`](crate::storage::BeanstalkOps::take)).
     pub async fn take(&self, topic: &str, id: &str) -> Result<Delivery> {
         check_key(topic, id)?;
         self.check_clock()?;
-        self.inner.storage.take(topic, id).await
+        self.inner.storage.beanstalk().take(topic, id).await
     }
 
     /// Pauses `topic` for `for_ms` (until resumed when `None`), rule 14.
@@ -614,14 +634,14 @@ impl Queue {
             }
             None => None,
         };
-        self.inner.storage.pause(topic, until).await
+        self.inner.storage.tasks().pause(topic, until).await
     }
 
     /// Ends the pause of `topic`.
     pub async fn resume(&self, topic: &str) -> Result<()> {
         check_topic(topic)?;
         self.check_clock()?;
-        self.inner.storage.resume(topic).await
+        self.inner.storage.tasks().resume(topic).await
     }
 
     /// The next task of `topic` in `state` (READY, DELAYED or DEAD) without taking it.
@@ -634,26 +654,26 @@ impl Queue {
             ));
         }
         self.check_clock()?;
-        self.inner.storage.peek(topic, state).await
+        self.inner.storage.beanstalk().peek(topic, state).await
     }
 
     /// The topics holding a task with this id.
     pub async fn locate(&self, id: &str) -> Result<Vec<String>> {
         check_id(id)?;
         self.check_clock()?;
-        self.inner.storage.locate(id).await
+        self.inner.storage.beanstalk().locate(id).await
     }
 
     /// A fresh number from the job id counter (1 on a fresh deployment).
     pub async fn next_job_id(&self) -> Result<u64> {
         self.check_open()?;
-        self.inner.storage.next_job_id().await
+        self.inner.storage.job_ids().next_id().await
     }
 
     /// Whether the storage is reachable (readiness).
     pub async fn check_ready(&self) -> Result<()> {
         self.check_open()?;
-        self.inner.storage.check_ready().await
+        self.inner.storage.tasks().check_ready().await
     }
 
     /// Runs `handler` for every ready task of `topic` (the seeds' embedded callback mode), with
@@ -692,7 +712,7 @@ impl Queue {
         for w in workers {
             w.shutdown().await;
         }
-        self.inner.storage.shutdown().await
+        self.inner.storage.tasks().shutdown().await
     }
 
     /// Whether [`Queue::shutdown`] has begun.

@@ -211,7 +211,7 @@ impl Scheduler {
 
     async fn read(&self, topic: &str, name: &str) -> Result<Option<Stored>> {
         let k = key(topic, name);
-        let all = self.inner.queue.storage().list_meta(NAMESPACE).await?;
+        let all = self.inner.queue.settings().list(NAMESPACE).await?;
         match all.into_iter().find(|(key, _)| *key == k) {
             Some((_, bytes)) => Ok(Some(
                 serde_json::from_slice(&bytes).map_err(|e| corrupt("a schedule", e))?,
@@ -222,12 +222,7 @@ impl Scheduler {
 
     async fn cursor(&self, topic: &str, name: &str) -> Result<Option<Millis>> {
         let k = key(topic, name);
-        let all = self
-            .inner
-            .queue
-            .storage()
-            .list_meta(CURSOR_NAMESPACE)
-            .await?;
+        let all = self.inner.queue.settings().list(CURSOR_NAMESPACE).await?;
         Ok(all
             .into_iter()
             .find(|(key, _)| *key == k)
@@ -238,16 +233,16 @@ impl Scheduler {
         let bytes = serde_json::to_vec(stored).map_err(|e| corrupt("a schedule", e))?;
         self.inner
             .queue
-            .storage()
-            .put_meta(NAMESPACE, &key(&stored.def.topic, &stored.def.name), bytes)
+            .settings()
+            .put(NAMESPACE, &key(&stored.def.topic, &stored.def.name), bytes)
             .await
     }
 
     async fn put_cursor(&self, topic: &str, name: &str, cursor: Millis) -> Result<()> {
         self.inner
             .queue
-            .storage()
-            .put_meta(
+            .settings()
+            .put(
                 CURSOR_NAMESPACE,
                 &key(topic, name),
                 cursor.to_string().into_bytes(),
@@ -315,8 +310,8 @@ impl Scheduler {
             if times_changed {
                 self.inner
                     .queue
-                    .storage()
-                    .delete_meta(CURSOR_NAMESPACE, &key(&def.topic, &def.name))
+                    .settings()
+                    .delete(CURSOR_NAMESPACE, &key(&def.topic, &def.name))
                     .await?;
             }
             if old.def.paused && !def.paused && !times_changed {
@@ -356,13 +351,13 @@ impl Scheduler {
     pub async fn delete(&self, topic: &str, name: &str) -> Result<()> {
         check_key(topic, name)?;
         let k = key(topic, name);
-        let storage = self.inner.queue.storage();
+        let storage = self.inner.queue.settings();
         let cursor = self.cursor(topic, name).await?;
-        if !storage.delete_meta(NAMESPACE, &k).await? {
+        if !storage.delete(NAMESPACE, &k).await? {
             return Err(not_found(topic, name));
         }
         self.cancel_pending(topic, name, cursor).await?;
-        storage.delete_meta(CURSOR_NAMESPACE, &k).await?;
+        storage.delete(CURSOR_NAMESPACE, &k).await?;
         self.inner.changed.notify_one();
         Ok(())
     }
@@ -400,10 +395,10 @@ impl Scheduler {
     }
 
     async fn read_all(&self) -> Result<(Vec<(String, Vec<u8>)>, HashMap<String, Millis>)> {
-        let storage = self.inner.queue.storage();
-        let all = storage.list_meta(NAMESPACE).await?;
+        let storage = self.inner.queue.settings();
+        let all = storage.list(NAMESPACE).await?;
         let cursors = storage
-            .list_meta(CURSOR_NAMESPACE)
+            .list(CURSOR_NAMESPACE)
             .await?
             .into_iter()
             .filter_map(|(k, v)| parse_cursor(&v).map(|c| (k, c)))
@@ -475,8 +470,8 @@ impl Scheduler {
         for k in cursors.keys().filter(|k| !live.contains(*k)) {
             self.inner
                 .queue
-                .storage()
-                .delete_meta(CURSOR_NAMESPACE, k)
+                .settings()
+                .delete(CURSOR_NAMESPACE, k)
                 .await?;
         }
         Ok(report)

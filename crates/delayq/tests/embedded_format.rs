@@ -1,15 +1,16 @@
 //! Format stability of the embedded backend: data directories written by earlier builds (format
-//! 1 under `tests/fixtures/embedded-v1/`, format 2 under `tests/fixtures/embedded-v2/`) must
-//! open with every later build and show the same tasks. The fixtures hold tasks in every state,
+//! N under `tests/fixtures/embedded-vN/`, N = 1, 2, 3) must open with every later build and show
+//! the same tasks. The fixtures hold tasks in every state,
 //! with backoffs, errors and attempt history, and both a snapshot and log records written after
 //! it, so the snapshot reader and the record codec are both pinned. Format 2 adds priorities,
-//! insertion order, buried tasks, paused topics, the meta store and the job id counter. A
+//! insertion order, buried tasks, paused topics, the meta store and the job id counter; format 3
+//! moves the settings (the meta store) out of shard 0 into their own log, `settings/`. A
 //! change of the format must come with its upgrade path; these tests then keep the old
-//! directories opening (format 1 is upgraded to 2 in place when opened).
+//! directories opening (formats 1 and 2 are upgraded to 3 in place when opened).
 //!
-//! The format 2 fixture was written by this same file with `DELAYQ_WRITE_FORMAT_FIXTURE=1` (it
+//! The format 3 fixture was written by this same file with `DELAYQ_WRITE_FORMAT_FIXTURE=1` (it
 //! replaces the directory and `expected.json`); do that only for a new format version, in a new
-//! folder. The format 1 fixture was written the same way by a format 1 build.
+//! folder. The format 1 and 2 fixtures were written the same way by builds of their format.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -17,7 +18,7 @@ use std::sync::Arc;
 use delayq::storage::embedded::{self, EmbeddedOptions, EmbeddedStorage};
 use delayq::{
     Backoff, BuryOptions, Clock, DEFAULT_PRIORITY, ManualClock, MaxRetries, NewTask, OnDuplicate,
-    PopOptions, Queue, ReleaseOptions, State, Storage, StorageContext, TaskInfo,
+    PopOptions, Queue, ReleaseOptions, SettingsStore, State, StorageContext, TaskInfo,
 };
 use delayq_log::FsyncPolicy;
 use serde_json::{Value, json};
@@ -205,10 +206,7 @@ async fn write_tasks(q: &Queue, clock: &ManualClock) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_format_1_directory_opens_with_the_same_tasks() {
     let fixture = fixture_dir(1);
-    let expected: Value = serde_json::from_slice(
-        &std::fs::read(fixture.join("expected.json")).expect("expected.json of the fixture"),
-    )
-    .expect("expected.json parses");
+    let expected = expected_of(1);
     let data = fixture.join("data");
     let files = fixture_files(&data);
     assert!(
@@ -231,7 +229,7 @@ async fn a_format_1_directory_opens_with_the_same_tasks() {
     // Opening upgraded the layout to format 2 (a format 1 build refuses it from now on).
     let meta: Value =
         serde_json::from_slice(&std::fs::read(copy.path().join("delayq.meta")).unwrap()).unwrap();
-    assert_eq!(meta, json!({"format": 2, "shards": 2}));
+    assert_eq!(meta, json!({"format": 3, "shards": 2}));
     for topic in TOPICS {
         let stats = q.stats(topic).await.expect("stats");
         // Format 1 predates pauses: no topic of it is paused, and its counters are the same.
@@ -264,14 +262,86 @@ async fn a_format_1_directory_opens_with_the_same_tasks() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_format_2_directory_opens_with_the_same_tasks() {
-    let fixture = fixture_dir(2);
-    if std::env::var_os("DELAYQ_WRITE_FORMAT_FIXTURE").is_some() {
-        write_fixture(&fixture).await;
+    let copy = check_fixture(2).await;
+    // Opening moved the settings out of shard 0 into their own log, durably, and then said
+    // format 3 (a format 2 build refuses the directory from now on).
+    let meta: Value =
+        serde_json::from_slice(&std::fs::read(copy.path().join("delayq.meta")).unwrap()).unwrap();
+    assert_eq!(meta, json!({"format": 3, "shards": 2}));
+    assert!(copy.path().join("settings").is_dir());
+    let expected = expected_of(2);
+    let clock = ManualClock::new(expected["clock_ms"].as_u64().expect("clock_ms"));
+    // The settings come from their own log now: a snapshot of every shard drops what shard 0
+    // still held, and they are all there after a restart.
+    let (q, storage) = open_storage(copy.path(), &clock).await;
+    for i in 0..storage.shard_count() {
+        embedded::snapshot_shard(&storage, i, true).await.unwrap();
     }
-    let expected: Value = serde_json::from_slice(
-        &std::fs::read(fixture.join("expected.json")).expect("expected.json of the fixture"),
+    q.shutdown().await.unwrap();
+    drop((q, storage));
+    let q = open(copy.path(), &clock).await;
+    assert_eq!(push_settings(&q).await, expected["meta_push"]);
+    q.shutdown().await.unwrap();
+    drop(q);
+    // An upgrade cut short after the settings were moved (the layout still says format 2)
+    // is done again at the next start, to the same values.
+    write_layout(copy.path(), 2);
+    let q = open(copy.path(), &clock).await;
+    assert_eq!(push_settings(&q).await, expected["meta_push"]);
+    q.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_format_3_directory_opens_with_the_same_tasks() {
+    if std::env::var_os("DELAYQ_WRITE_FORMAT_FIXTURE").is_some() {
+        write_fixture(&fixture_dir(3)).await;
+    }
+    let copy = check_fixture(3).await;
+    assert!(
+        fixture_files(&fixture_dir(3).join("data"))
+            .iter()
+            .any(|f| f.starts_with("settings/") && f.ends_with(".snap")),
+        "the settings' log of the fixture holds a snapshot"
+    );
+    let meta: Value =
+        serde_json::from_slice(&std::fs::read(copy.path().join("delayq.meta")).unwrap()).unwrap();
+    assert_eq!(meta, json!({"format": 3, "shards": 2}));
+}
+
+/// The settings of namespace "push" as the fixture's `expected.json` lists them.
+async fn push_settings(q: &Queue) -> Value {
+    let meta: Vec<Value> = q
+        .settings()
+        .list("push")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(k, v)| json!([k, v]))
+        .collect();
+    json!(meta)
+}
+
+/// Rewrites the format of the layout of the data directory `dir`.
+fn write_layout(dir: &Path, format: u32) {
+    let path = dir.join("delayq.meta");
+    let mut meta: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    meta["format"] = json!(format);
+    std::fs::write(&path, serde_json::to_vec(&meta).unwrap()).unwrap();
+}
+
+fn expected_of(version: u32) -> Value {
+    serde_json::from_slice(
+        &std::fs::read(fixture_dir(version).join("expected.json"))
+            .expect("expected.json of the fixture"),
     )
-    .expect("expected.json parses");
+    .expect("expected.json parses")
+}
+
+/// Opens a copy of the fixture of format `version` (2 or later) and compares everything it
+/// holds with its `expected.json`. Returns the copy, closed.
+async fn check_fixture(version: u32) -> tempfile::TempDir {
+    let fixture = fixture_dir(version);
+    let expected = expected_of(version);
     let data = fixture.join("data");
     let files = fixture_files(&data);
     assert!(
@@ -315,15 +385,7 @@ async fn a_format_2_directory_opens_with_the_same_tasks() {
                 .is_empty()
         );
     }
-    let storage = q.storage();
-    let meta: Vec<Value> = storage
-        .list_meta("push")
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|(k, v)| json!([k, v]))
-        .collect();
-    assert_eq!(json!(meta), expected["meta_push"]);
+    assert_eq!(push_settings(&q).await, expected["meta_push"]);
     // Job ids never repeat: the next one is past every id handed out before.
     let last = expected["last_job_id"].as_u64().expect("last_job_id");
     let next = q.next_job_id().await.unwrap();
@@ -333,6 +395,7 @@ async fn a_format_2_directory_opens_with_the_same_tasks() {
         .await
         .expect("the old receipt finishes the task");
     q.shutdown().await.unwrap();
+    copy
 }
 
 /// What format 2 adds to the fixture, before and after a forced snapshot of every shard, so
@@ -364,11 +427,11 @@ async fn write_v2_extras(q: &Queue, storage: &EmbeddedStorage) -> u64 {
     add(NewTask::new("paused", "held").body("p")).await;
     q.pause("paused", None).await.unwrap();
     q.pause("paused-until", Some(3_600_000)).await.unwrap();
-    let s: &dyn Storage = storage;
-    s.put_meta("push", "target-1", b"{\"url\":\"http://x\"}".to_vec())
+    let s: &dyn SettingsStore = storage;
+    s.put("push", "target-1", b"{\"url\":\"http://x\"}".to_vec())
         .await
         .unwrap();
-    s.put_meta("push", "gone", b"x".to_vec()).await.unwrap();
+    s.put("push", "gone", b"x".to_vec()).await.unwrap();
     let mut last = 0;
     for _ in 0..3 {
         last = q.next_job_id().await.unwrap();
@@ -376,11 +439,10 @@ async fn write_v2_extras(q: &Queue, storage: &EmbeddedStorage) -> u64 {
     for i in 0..storage.shard_count() {
         embedded::snapshot_shard(storage, i, true).await.unwrap();
     }
+    embedded::snapshot_settings(storage, true).await.unwrap();
     // After the snapshots: log records of every new kind.
-    s.put_meta("push", "target-2", vec![1, 2, 255])
-        .await
-        .unwrap();
-    s.delete_meta("push", "gone").await.unwrap();
+    s.put("push", "target-2", vec![1, 2, 255]).await.unwrap();
+    s.delete("push", "gone").await.unwrap();
     add(NewTask::new("paused", "held-2").body("p2").priority(2)).await;
     for _ in 0..2 {
         last = q.next_job_id().await.unwrap();
@@ -405,8 +467,7 @@ async fn write_fixture(fixture: &Path) {
     }
     let tasks = all_views_v2(&q, &all_topics()).await;
     let first_buried = q.peek("tube-a", State::Dead).await.unwrap().unwrap().id;
-    let meta: Vec<Value> = storage
-        .list_meta("push")
+    let meta: Vec<Value> = SettingsStore::list(&*storage, "push")
         .await
         .unwrap()
         .into_iter()

@@ -391,14 +391,14 @@ async fn priorities_buries_pauses_job_ids_and_meta_survive_a_restart() {
     q.pause("resumed", None).await.unwrap();
     q.resume("resumed").await.unwrap();
     q.add(NewTask::new("p", "held")).await.unwrap();
-    let storage = Arc::clone(q.storage());
-    storage.put_meta("ns", "k1", vec![1, 2, 3]).await.unwrap();
-    storage.put_meta("ns", "k2", b"two".to_vec()).await.unwrap();
-    storage.put_meta("other", "k1", vec![9]).await.unwrap();
-    assert!(storage.delete_meta("ns", "k2").await.unwrap());
-    assert!(!storage.delete_meta("ns", "k2").await.unwrap());
+    let settings = Arc::clone(q.settings());
+    settings.put("ns", "k1", vec![1, 2, 3]).await.unwrap();
+    settings.put("ns", "k2", b"two".to_vec()).await.unwrap();
+    settings.put("other", "k1", vec![9]).await.unwrap();
+    assert!(settings.delete("ns", "k2").await.unwrap());
+    assert!(!settings.delete("ns", "k2").await.unwrap());
     q.shutdown().await.unwrap();
-    drop((q, storage));
+    drop((q, settings));
 
     let q = open_at(Backend::Embedded, &clock, dir.path()).await;
     let high = q.get("r", "high").await.unwrap();
@@ -424,16 +424,16 @@ async fn priorities_buries_pauses_job_ids_and_meta_survive_a_restart() {
     assert_eq!(got[0].id, "held");
     let id = q.next_job_id().await.unwrap();
     assert!(id > 2, "job ids never repeat after a restart: {id}");
-    let storage = q.storage();
+    let settings = q.settings();
     assert_eq!(
-        storage.list_meta("ns").await.unwrap(),
+        settings.list("ns").await.unwrap(),
         [("k1".to_owned(), vec![1, 2, 3])]
     );
     assert_eq!(
-        storage.list_meta("other").await.unwrap(),
+        settings.list("other").await.unwrap(),
         [("k1".to_owned(), vec![9])]
     );
-    assert!(storage.list_meta("none").await.unwrap().is_empty());
+    assert!(settings.list("none").await.unwrap().is_empty());
     q.shutdown().await.unwrap();
 }
 

@@ -2,7 +2,7 @@
 //! reschedule, kick-job, take (reserve-job) and requeue-all.
 //!
 //! Each is one script over the keys of the task's partition, which checks the state and the
-//! receipt itself; [`Shared::task_op`] runs it, applies its effects, waits for replicas when
+//! receipt itself; [`InstanceState::task_op`] runs it, applies its effects, waits for replicas when
 //! asked, and turns its refusals into the errors the in-memory engine gives. Requeue-all
 //! pages through each partition's DEAD set, [`REQUEUE_CHUNK`] tasks per script.
 
@@ -10,7 +10,7 @@ use delayq::core::lifecycle::{Op, Refusal};
 use delayq::{BuryOptions, Delivery, Error, Millis, ReleaseOptions, Result, State};
 use redis::{Script, ScriptInvocation};
 
-use super::Shared;
+use super::InstanceState;
 use crate::error::{BackendError, maybe_applied};
 use crate::keys::partition_of;
 use crate::scripts::{Reply, SCRIPTS, Status, bytes, int, text};
@@ -43,7 +43,7 @@ impl<'a> TaskOp<'a> {
     }
 }
 
-impl Shared {
+impl InstanceState {
     /// Runs one script of partition `p` and applies the effects it reports.
     async fn run_one(
         &self,

@@ -28,7 +28,7 @@ use parking_lot::Mutex;
 use redis::ScriptInvocation;
 use tokio::sync::oneshot;
 
-use super::Shared;
+use super::InstanceState;
 use crate::error::{BackendError, maybe_applied};
 use crate::keys::{PartitionKeys, partition_of};
 use crate::record::Record;
@@ -62,7 +62,7 @@ struct Waiting {
 
 const WHAT: &str = "adding tasks";
 
-impl Shared {
+impl InstanceState {
     /// Adds a batch: one result per task, in order.
     pub(super) async fn add(self: &Arc<Self>, tasks: Vec<TaskSpec>) -> Result<Vec<AddResult>> {
         self.check_open()?;

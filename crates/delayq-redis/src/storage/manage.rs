@@ -23,7 +23,7 @@ use std::collections::HashMap;
 
 use delayq::{Error, Millis, Result, State, TaskInfo};
 
-use super::Shared;
+use super::InstanceState;
 use super::pop::Part;
 use crate::error::{BackendError, maybe_applied};
 use crate::keys::{PartitionKeys, partition_of};
@@ -33,7 +33,7 @@ use crate::scripts::{Reply, SCRIPTS, int};
 /// Most tasks one round of kick moves.
 const KICK_CHUNK: usize = 1_000;
 
-impl Shared {
+impl InstanceState {
     /// beanstalkd's kick: up to `max` DEAD tasks → READY, or if there are none, up to `max`
     /// DELAYED tasks. Returns how many moved.
     pub(super) async fn kick(&self, topic: &str, max: u64) -> Result<u64> {
@@ -52,16 +52,7 @@ impl Shared {
             let now = self.ctx.clock.now_ms();
             let state = match from {
                 Some(state) => state,
-                None => {
-                    let dead = self.heads(&parts, State::Dead, 1, now).await?;
-                    let state = if dead.iter().any(|h| !h.entries.is_empty()) {
-                        State::Dead
-                    } else {
-                        State::Delayed
-                    };
-                    from = Some(state);
-                    state
-                }
+                None => *from.insert(self.kick_source(&parts, now).await?),
             };
             let heads = self.heads(&parts, state, chunk, now).await?;
             let mut candidates: Vec<([u64; 3], u32)> = Vec::new();
@@ -72,50 +63,72 @@ impl Shared {
                 break;
             }
             candidates.sort();
-            let mut plan: Vec<(u32, usize)> = Vec::new();
-            for &(_, p) in candidates.iter().take(chunk) {
-                match plan.iter_mut().find(|(q, _)| *q == p) {
-                    Some((_, k)) => *k += 1,
-                    None => plan.push((p, 1)),
-                }
-            }
-            let keys: Vec<PartitionKeys> = plan
-                .iter()
-                .map(|&(p, _)| self.keys.partition(topic, p))
-                .collect();
-            let mode = if state == State::Dead { "5" } else { "0" };
-            let invs: Vec<_> = plan
-                .iter()
-                .zip(&keys)
-                .map(|(&(p, k), pk)| {
-                    let mut inv = self.invocation(&SCRIPTS.kick, pk, topic, p, now);
-                    inv.arg("").arg(mode).arg(k);
-                    inv
-                })
-                .collect();
-            let results = self.redis.run_scripts(&what, &invs).await.map_err(|e| {
-                if moved > 0 {
-                    maybe_applied(e)
-                } else {
-                    Error::from(e)
-                }
-            })?;
-            let mut round = 0;
-            for (&(p, _), result) in plan.iter().zip(results) {
-                let reply = result.and_then(|v| Reply::parse(v, &what))?;
-                self.effects(topic, p, &reply);
-                round += reply.payload.first().and_then(int).unwrap_or(0).max(0) as u64;
-            }
-            self.redis
-                .replicated(&what, keys.iter().map(|pk| pk.base.as_str()))
-                .await
-                .map_err(maybe_applied)?;
+            let plan = kick_plan(&candidates, chunk);
+            let round = self
+                .kick_round(topic, &plan, state, now, &what, moved > 0)
+                .await?;
             moved += round;
             if round == 0 || candidates.len() < chunk {
                 break;
             }
         }
         Ok(moved)
+    }
+
+    /// What a kick moves: DEAD tasks when any partition has one, DELAYED ones otherwise.
+    async fn kick_source(&self, parts: &[Part<'_>], now: Millis) -> Result<State> {
+        let dead = self.heads(parts, State::Dead, 1, now).await?;
+        Ok(if dead.iter().any(|h| !h.entries.is_empty()) {
+            State::Dead
+        } else {
+            State::Delayed
+        })
+    }
+
+    /// Runs one round of a kick: `plan` says how many tasks in `state` each partition moves.
+    /// Returns how many moved. `after_some` says earlier rounds moved tasks already, so a
+    /// failure of this one leaves the kick partly applied.
+    async fn kick_round(
+        &self,
+        topic: &str,
+        plan: &[(u32, usize)],
+        state: State,
+        now: Millis,
+        what: &str,
+        after_some: bool,
+    ) -> Result<u64> {
+        let keys: Vec<PartitionKeys> = plan
+            .iter()
+            .map(|&(p, _)| self.keys.partition(topic, p))
+            .collect();
+        let mode = if state == State::Dead { "5" } else { "0" };
+        let invs: Vec<_> = plan
+            .iter()
+            .zip(&keys)
+            .map(|(&(p, k), pk)| {
+                let mut inv = self.invocation(&SCRIPTS.kick, pk, topic, p, now);
+                inv.arg("").arg(mode).arg(k);
+                inv
+            })
+            .collect();
+        let results = self.redis.run_scripts(what, &invs).await.map_err(|e| {
+            if after_some {
+                maybe_applied(e)
+            } else {
+                Error::from(e)
+            }
+        })?;
+        let mut round = 0;
+        for (&(p, _), result) in plan.iter().zip(results) {
+            let reply = result.and_then(|v| Reply::parse(v, what))?;
+            self.effects(topic, p, &reply);
+            round += reply.payload.first().and_then(int).unwrap_or(0).max(0) as u64;
+        }
+        self.redis
+            .replicated(what, keys.iter().map(|pk| pk.base.as_str()))
+            .await
+            .map_err(maybe_applied)?;
+        Ok(round)
     }
 
     /// Pauses `topic` until `until_ms` (until resumed when `None`). A topic never added to
@@ -256,4 +269,17 @@ impl Shared {
             })
             .collect())
     }
+}
+
+/// How many of the first `chunk` candidates (sorted, each with its partition) each partition
+/// holds, partitions in the order they first appear.
+fn kick_plan(candidates: &[([u64; 3], u32)], chunk: usize) -> Vec<(u32, usize)> {
+    let mut plan: Vec<(u32, usize)> = Vec::new();
+    for &(_, p) in candidates.iter().take(chunk) {
+        match plan.iter_mut().find(|(q, _)| *q == p) {
+            Some((_, k)) => *k += 1,
+            None => plan.push((p, 1)),
+        }
+    }
+    plan
 }

@@ -7,11 +7,11 @@
 
 use delayq::{Error, Result};
 
-use super::Shared;
+use super::InstanceState;
 use crate::error::maybe_applied;
 use crate::scripts::SCRIPTS;
 
-impl Shared {
+impl InstanceState {
     /// The next number of the deployment's job id counter.
     pub(super) async fn next_job_id(&self) -> Result<u64> {
         self.check_open()?;

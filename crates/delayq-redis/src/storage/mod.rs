@@ -1,4 +1,5 @@
-//! [`RedisStorage`]: the [`Storage`] trait over Redis, one Lua script per transition.
+//! [`RedisStorage`]: delayq's storage traits over Redis ([`TaskStore`], [`SettingsStore`],
+//! [`JobIds`], [`BeanstalkOps`]), one Lua script per transition.
 //!
 //! Every operation on a task finds its partition (a stable hash of its id, over the topic's
 //! partition count recorded in the registry), reads `now` from the queue's clock and runs
@@ -7,12 +8,12 @@
 //! errors the in-memory engine gives. Operations over a whole topic (pop, list, stats,
 //! requeue-all) pipeline one command or script per partition.
 //!
-//! The effects a script reports are handled right after it returns ([`Shared::effects`]):
+//! The effects a script reports are handled right after it returns ([`InstanceState::effects`]):
 //! consumers of this instance parked in long-polls are woken for the tasks it made ready,
 //! and this instance's promoter is told of an earlier timer. Other instances learn the same
 //! from the events the script published.
 //!
-//! The parts, by job; each is a set of methods on [`Shared`], what the backend's parts
+//! The parts, by job; each is a set of methods on [`InstanceState`], what the backend's parts
 //! (these, the lease keeper, the promoter, the event subscriber) share:
 //!
 //! - [`pipeline`]: the connection, timeouts, script pipelines, `WAIT` for replicas.
@@ -43,8 +44,8 @@ use async_trait::async_trait;
 use std::collections::HashMap;
 
 use delayq::{
-    AddResult, BuryOptions, Delivery, Error, Millis, Page, ReleaseOptions, Result, State, Storage,
-    StorageContext, TaskInfo, TaskSpec, TopicStats,
+    AddResult, BeanstalkOps, BuryOptions, Delivery, Error, JobIds, Millis, Page, ReleaseOptions,
+    Result, SettingsStore, State, StorageContext, TaskInfo, TaskSpec, TaskStore, TopicStats,
 };
 use delayq_core::hash::splitmix64;
 use parking_lot::Mutex;
@@ -60,9 +61,10 @@ use crate::scripts::{Header, Reply};
 pub(crate) use self::pipeline::Redis;
 pub(crate) use self::registry::Fencing;
 
-/// What the backend's parts share: the settings, the connection, the instance's identity,
+/// What one instance of the backend holds, shared by its parts (the operations, the lease
+/// keeper, the promoter, the event subscriber): the settings, the connection, its identity,
 /// the topic cache and the channels to the background tasks.
-pub(crate) struct Shared {
+pub(crate) struct InstanceState {
     pub ctx: StorageContext,
     pub options: RedisOptions,
     pub redis: Redis,
@@ -76,7 +78,7 @@ pub(crate) struct Shared {
     pub fencing: Fencing,
     topics: registry::Topics,
     receipts: pop::Receipts,
-    /// The last insertion number this instance gave (see [`Shared::next_seq`]).
+    /// The last insertion number this instance gave (see [`InstanceState::next_seq`]).
     last_seq: AtomicU64,
     /// The pause ends at which this instance's parked consumers will be woken, by topic.
     pause_wakes: Arc<Mutex<HashMap<String, Millis>>>,
@@ -97,7 +99,7 @@ pub(crate) fn random_u64() -> u64 {
     h.finish()
 }
 
-impl Shared {
+impl InstanceState {
     fn check_open(&self) -> Result<()> {
         if self.closed.load(Ordering::Acquire) {
             Err(Error::ShuttingDown)
@@ -177,11 +179,11 @@ impl Shared {
 
 /// The Redis backend. See the crate doc.
 ///
-/// Dropping it without [`Storage::shutdown`] stops its background tasks at once without
+/// Dropping it without [`TaskStore::shutdown`] stops its background tasks at once without
 /// giving up its leases, as a crash would; other instances take its partitions over when
 /// the leases run out.
 pub struct RedisStorage {
-    shared: Arc<Shared>,
+    state: Arc<InstanceState>,
     stop: watch::Sender<bool>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
 }
@@ -189,8 +191,8 @@ pub struct RedisStorage {
 impl std::fmt::Debug for RedisStorage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisStorage")
-            .field("instance", &self.shared.instance)
-            .field("redis", &self.shared.redis.link.addr())
+            .field("instance", &self.state.instance)
+            .field("redis", &self.state.redis.link.addr())
             .finish_non_exhaustive()
     }
 }
@@ -198,7 +200,7 @@ impl std::fmt::Debug for RedisStorage {
 impl RedisStorage {
     /// This instance's id, as it appears in leases and events.
     pub fn instance_id(&self) -> &str {
-        &self.shared.instance
+        &self.state.instance
     }
 
     /// Stops the background tasks at once, without releasing leases or flushing anything:
@@ -221,14 +223,14 @@ impl Drop for RedisStorage {
 /// subscriber. Must be called inside a tokio runtime.
 ///
 /// Redis need not be reachable yet: operations fail with [`Error::Unavailable`] (and
-/// [`Storage::check_ready`] fails) until it is, and the background tasks keep trying. A bad
+/// [`TaskStore::check_ready`] fails) until it is, and the background tasks keep trying. A bad
 /// option or URL is an [`Error::Invalid`] naming it.
 pub async fn start(ctx: StorageContext, options: RedisOptions) -> Result<Arc<RedisStorage>, Error> {
     let link = options.open_link().await?;
     let (promoter_tx, promoter_rx) = mpsc::unbounded_channel();
     let keys = Keys::new(&options.key_prefix);
     let seed = random_u64();
-    let shared = Arc::new(Shared {
+    let state = Arc::new(InstanceState {
         ctx,
         redis: Redis::new(link, &options),
         channel: keys.channel(),
@@ -244,37 +246,37 @@ pub async fn start(ctx: StorageContext, options: RedisOptions) -> Result<Arc<Red
         closed: AtomicBool::new(false),
         options,
     });
-    if let Err(e) = shared.redis.ping().await {
+    if let Err(e) = state.redis.ping().await {
         tracing::warn!(error = %e, "Redis is not reachable yet; delayq keeps trying");
     }
     let (stop, _) = watch::channel(false);
     let mut tasks = vec![
-        tokio::spawn(crate::lease::run(Arc::clone(&shared), stop.subscribe())),
+        tokio::spawn(crate::lease::run(Arc::clone(&state), stop.subscribe())),
         tokio::spawn(crate::promoter::run(
-            Arc::clone(&shared),
+            Arc::clone(&state),
             promoter_rx,
             stop.subscribe(),
         )),
-        tokio::spawn(crate::events::run(Arc::clone(&shared), stop.subscribe())),
+        tokio::spawn(crate::events::run(Arc::clone(&state), stop.subscribe())),
     ];
-    if let Some(follow) = shared.redis.link.background(stop.subscribe()) {
+    if let Some(follow) = state.redis.link.background(stop.subscribe()) {
         tasks.push(tokio::spawn(follow));
     }
     Ok(Arc::new(RedisStorage {
-        shared,
+        state,
         stop,
         tasks: Mutex::new(tasks),
     }))
 }
 
 #[async_trait]
-impl Storage for RedisStorage {
+impl TaskStore for RedisStorage {
     async fn add(&self, tasks: Vec<TaskSpec>) -> Result<Vec<AddResult>> {
-        self.shared.add(tasks).await
+        self.state.add(tasks).await
     }
 
     async fn pop(&self, topic: &str, max: usize, auto_finish: bool) -> Result<Vec<Delivery>> {
-        self.shared.pop(&[topic], max, auto_finish).await
+        self.state.pop(&[topic], max, auto_finish).await
     }
 
     async fn pop_any(
@@ -284,91 +286,55 @@ impl Storage for RedisStorage {
         auto_finish: bool,
     ) -> Result<Vec<Delivery>> {
         let topics: Vec<&str> = topics.iter().map(String::as_str).collect();
-        self.shared.pop(&topics, max, auto_finish).await
+        self.state.pop(&topics, max, auto_finish).await
     }
 
     async fn bury(&self, topic: &str, id: &str, options: BuryOptions) -> Result<()> {
-        self.shared.bury(topic, id, options).await
+        self.state.bury(topic, id, options).await
     }
 
     async fn reschedule(&self, topic: &str, id: &str, due_ms: Millis) -> Result<State> {
-        self.shared.reschedule(topic, id, due_ms).await
-    }
-
-    async fn kick(&self, topic: &str, max: u64) -> Result<u64> {
-        self.shared.kick(topic, max).await
-    }
-
-    async fn kick_job(&self, topic: &str, id: &str) -> Result<()> {
-        self.shared.kick_job(topic, id).await
-    }
-
-    async fn take(&self, topic: &str, id: &str) -> Result<Delivery> {
-        self.shared.take(topic, id).await
+        self.state.reschedule(topic, id, due_ms).await
     }
 
     async fn pause(&self, topic: &str, until_ms: Option<Millis>) -> Result<()> {
-        self.shared.pause(topic, until_ms).await
+        self.state.pause(topic, until_ms).await
     }
 
     async fn resume(&self, topic: &str) -> Result<()> {
-        self.shared.resume(topic).await
-    }
-
-    async fn peek(&self, topic: &str, state: State) -> Result<Option<TaskInfo>> {
-        self.shared.peek(topic, state).await
-    }
-
-    async fn locate(&self, id: &str) -> Result<Vec<String>> {
-        self.shared.locate(id).await
-    }
-
-    async fn next_job_id(&self) -> Result<u64> {
-        self.shared.next_job_id().await
-    }
-
-    async fn put_meta(&self, namespace: &str, key: &str, value: Vec<u8>) -> Result<()> {
-        self.shared.put_meta(namespace, key, value).await
-    }
-
-    async fn list_meta(&self, namespace: &str) -> Result<Vec<(String, Vec<u8>)>> {
-        self.shared.list_meta(namespace).await
-    }
-
-    async fn delete_meta(&self, namespace: &str, key: &str) -> Result<bool> {
-        self.shared.delete_meta(namespace, key).await
+        self.state.resume(topic).await
     }
 
     async fn finish(&self, topic: &str, id: &str, receipt: Option<&str>) -> Result<()> {
-        self.shared.finish(topic, id, receipt).await
+        self.state.finish(topic, id, receipt).await
     }
 
     async fn release(&self, topic: &str, id: &str, options: ReleaseOptions) -> Result<State> {
-        self.shared.release(topic, id, options).await
+        self.state.release(topic, id, options).await
     }
 
     async fn touch(&self, topic: &str, id: &str, receipt: Option<&str>) -> Result<Millis> {
-        self.shared.touch(topic, id, receipt).await
+        self.state.touch(topic, id, receipt).await
     }
 
     async fn cancel(&self, topic: &str, id: &str) -> Result<()> {
-        self.shared.cancel(topic, id).await
+        self.state.cancel(topic, id).await
     }
 
     async fn requeue(&self, topic: &str, id: &str) -> Result<()> {
-        self.shared.requeue(topic, id).await
+        self.state.requeue(topic, id).await
     }
 
     async fn requeue_all(&self, topic: &str) -> Result<u64> {
-        self.shared.requeue_all(topic).await
+        self.state.requeue_all(topic).await
     }
 
     async fn delete(&self, topic: &str, id: &str) -> Result<()> {
-        self.shared.delete(topic, id).await
+        self.state.delete(topic, id).await
     }
 
     async fn get(&self, topic: &str, id: &str) -> Result<TaskInfo> {
-        self.shared.get(topic, id).await
+        self.state.get(topic, id).await
     }
 
     async fn list(
@@ -378,33 +344,33 @@ impl Storage for RedisStorage {
         page: u64,
         page_size: u64,
     ) -> Result<Page<TaskInfo>> {
-        self.shared.list(topic, state, page, page_size).await
+        self.state.list(topic, state, page, page_size).await
     }
 
     async fn stats(&self, topic: &str) -> Result<TopicStats> {
-        self.shared.stats(topic).await
+        self.state.stats(topic).await
     }
 
     async fn topics(&self) -> Result<Vec<(String, TopicStats)>> {
-        self.shared.topics().await
+        self.state.topics().await
     }
 
     async fn due_counts(&self, topic: &str, bounds: &[Millis]) -> Result<Vec<u64>> {
-        self.shared.due_counts(topic, bounds).await
+        self.state.due_counts(topic, bounds).await
     }
 
     fn instance(&self) -> Option<String> {
-        Some(self.shared.instance.clone())
+        Some(self.state.instance.clone())
     }
 
     async fn check_ready(&self) -> Result<()> {
-        self.shared.check_open()?;
-        self.shared.redis.ping().await?;
+        self.state.check_open()?;
+        self.state.redis.ping().await?;
         Ok(())
     }
 
     async fn shutdown(&self) -> Result<()> {
-        if self.shared.closed.swap(true, Ordering::AcqRel) {
+        if self.state.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
         let _ = self.stop.send(true);
@@ -413,5 +379,50 @@ impl Storage for RedisStorage {
             let _ = task.await;
         }
         Ok(())
+    }
+}
+
+#[async_trait]
+impl SettingsStore for RedisStorage {
+    async fn put(&self, namespace: &str, key: &str, value: Vec<u8>) -> Result<()> {
+        self.state.put_meta(namespace, key, value).await
+    }
+
+    async fn list(&self, namespace: &str) -> Result<Vec<(String, Vec<u8>)>> {
+        self.state.list_meta(namespace).await
+    }
+
+    async fn delete(&self, namespace: &str, key: &str) -> Result<bool> {
+        self.state.delete_meta(namespace, key).await
+    }
+}
+
+#[async_trait]
+impl JobIds for RedisStorage {
+    async fn next_id(&self) -> Result<u64> {
+        self.state.next_job_id().await
+    }
+}
+
+#[async_trait]
+impl BeanstalkOps for RedisStorage {
+    async fn kick(&self, topic: &str, max: u64) -> Result<u64> {
+        self.state.kick(topic, max).await
+    }
+
+    async fn kick_job(&self, topic: &str, id: &str) -> Result<()> {
+        self.state.kick_job(topic, id).await
+    }
+
+    async fn take(&self, topic: &str, id: &str) -> Result<Delivery> {
+        self.state.take(topic, id).await
+    }
+
+    async fn peek(&self, topic: &str, state: State) -> Result<Option<TaskInfo>> {
+        self.state.peek(topic, state).await
+    }
+
+    async fn locate(&self, id: &str) -> Result<Vec<String>> {
+        self.state.locate(id).await
     }
 }

@@ -14,7 +14,7 @@
 //! order is FIFO for tasks added through one instance and undefined between instances.
 //!
 //! A pop that finds a topic paused until some instant arranges for this instance's parked
-//! consumers of that topic to be woken then ([`Shared::wake_at_pause_end`]).
+//! consumers of that topic to be woken then ([`InstanceState::wake_at_pause_end`]).
 //!
 //! Receipts are 12 random hex digits per pop script (from a per-instance seed and a counter
 //! through splitmix64) followed by 4 the script appends per task.
@@ -25,7 +25,7 @@ use delayq::{Delivery, Millis, Result, State};
 use delayq_core::hash::splitmix64;
 use redis::{ScriptInvocation, Value};
 
-use super::Shared;
+use super::InstanceState;
 use crate::error::BackendError;
 use crate::keys::PartitionKeys;
 use crate::scripts::{Reply, SCRIPTS, bytes, int, text};
@@ -66,7 +66,7 @@ pub(super) struct Heads {
     pub entries: Vec<([u64; 3], String)>,
 }
 
-impl Shared {
+impl InstanceState {
     /// Takes up to `max` READY tasks of `topics` in the order of rule 11 across them (best
     /// effort across partitions), finishing them at once with `auto_finish`. Paused topics
     /// give nothing.

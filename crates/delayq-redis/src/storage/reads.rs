@@ -13,7 +13,7 @@ use delayq::{Error, Millis, Page, Pause, Result, State, TaskInfo, TopicStats};
 use futures_util::StreamExt;
 use redis::{ScriptInvocation, Value};
 
-use super::Shared;
+use super::InstanceState;
 use crate::error::BackendError;
 use crate::keys::{PartitionKeys, dead_member, partition_of, ready_member};
 use crate::record::{self, Record};
@@ -22,7 +22,7 @@ use crate::scripts::{SCRIPTS, int, scored};
 /// How many topics `topics()` reads at once.
 const TOPICS_IN_FLIGHT: usize = 32;
 
-impl Shared {
+impl InstanceState {
     /// The full view of one task.
     pub(super) async fn get(&self, topic: &str, id: &str) -> Result<TaskInfo> {
         self.check_open()?;

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 
 use parking_lot::{Mutex, RwLock};
 
-use super::Shared;
+use super::InstanceState;
 use crate::error::BackendError;
 use crate::promoter::Event;
 use crate::scripts::SCRIPTS;
@@ -23,7 +23,7 @@ use crate::scripts::SCRIPTS;
 #[derive(Default)]
 pub(crate) struct Topics(RwLock<HashMap<String, u32>>);
 
-impl Shared {
+impl InstanceState {
     /// The partition count of `topic`: cached, else read from the registry, else (when
     /// `create`) recorded there now. `None` for a topic never added to.
     pub async fn partitions(&self, topic: &str, create: bool) -> Result<Option<u32>, BackendError> {

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use delayq::{Clock, ManualClock, Queue, StorageContext, SystemClock};
+use delayq::{Backend, Clock, ManualClock, Queue, StorageContext, SystemClock};
 use delayq_redis::{RedisOptions, RedisStorage};
 
 pub use delayq_testkit::RedisServer;
@@ -83,35 +83,40 @@ pub fn lease_owners(server: &RedisServer) -> std::collections::HashMap<String, u
     owners
 }
 
-/// A Redis backend that owns its redis-server: the server is killed when the backend is
-/// dropped (for the conformance suite, whose harness owns only the storage).
+/// A Redis backend that owns its redis-server: the server is killed when the backend's tasks
+/// are dropped (for the conformance suite, whose harness owns only the backend). The other
+/// concerns go straight to the Redis backend.
 pub struct Served {
     storage: Arc<RedisStorage>,
     _server: Option<RedisServer>,
 }
 
+impl Served {
+    fn backend(storage: Arc<RedisStorage>, server: Option<RedisServer>) -> Backend {
+        let served = Arc::new(Served {
+            storage: Arc::clone(&storage),
+            _server: server,
+        });
+        Backend::new(served, storage.clone(), storage.clone(), storage)
+    }
+}
+
 /// Starts a redis-server and a backend over it, on `ctx`.
-pub async fn served(ctx: StorageContext) -> Arc<Served> {
+pub async fn served(ctx: StorageContext) -> Backend {
     let server = RedisServer::start();
     let storage = delayq_redis::start(ctx, options(&server))
         .await
         .expect("start the Redis backend");
-    Arc::new(Served {
-        storage,
-        _server: Some(server),
-    })
+    Served::backend(storage, Some(server))
 }
 
 /// A backend with `options` on `ctx`, over a Redis that someone else owns (a shared
 /// cluster).
-pub async fn served_with(ctx: StorageContext, options: RedisOptions) -> Arc<Served> {
+pub async fn served_with(ctx: StorageContext, options: RedisOptions) -> Backend {
     let storage = delayq_redis::start(ctx, options)
         .await
         .expect("start the Redis backend");
-    Arc::new(Served {
-        storage,
-        _server: None,
-    })
+    Served::backend(storage, None)
 }
 
 /// A key prefix no other test of this process uses (for tests sharing one cluster).
@@ -122,7 +127,7 @@ pub fn unique_prefix(base: &str) -> String {
 }
 
 #[async_trait::async_trait]
-impl delayq::Storage for Served {
+impl delayq::TaskStore for Served {
     async fn add(&self, tasks: Vec<delayq::TaskSpec>) -> delayq::Result<Vec<delayq::AddResult>> {
         self.storage.add(tasks).await
     }
@@ -182,7 +187,7 @@ impl delayq::Storage for Served {
         self.storage.due_counts(topic, bounds).await
     }
     fn instance(&self) -> Option<String> {
-        delayq::Storage::instance(&*self.storage)
+        self.storage.instance()
     }
     async fn check_ready(&self) -> delayq::Result<()> {
         self.storage.check_ready().await
@@ -194,9 +199,6 @@ impl delayq::Storage for Served {
         auto_finish: bool,
     ) -> delayq::Result<Vec<delayq::Delivery>> {
         self.storage.pop_any(topics, max, auto_finish).await
-    }
-    async fn take(&self, topic: &str, id: &str) -> delayq::Result<delayq::Delivery> {
-        self.storage.take(topic, id).await
     }
     async fn bury(
         &self,
@@ -214,39 +216,11 @@ impl delayq::Storage for Served {
     ) -> delayq::Result<delayq::State> {
         self.storage.reschedule(topic, id, due_ms).await
     }
-    async fn kick(&self, topic: &str, max: u64) -> delayq::Result<u64> {
-        self.storage.kick(topic, max).await
-    }
-    async fn kick_job(&self, topic: &str, id: &str) -> delayq::Result<()> {
-        self.storage.kick_job(topic, id).await
-    }
     async fn pause(&self, topic: &str, until_ms: Option<u64>) -> delayq::Result<()> {
         self.storage.pause(topic, until_ms).await
     }
     async fn resume(&self, topic: &str) -> delayq::Result<()> {
         self.storage.resume(topic).await
-    }
-    async fn peek(
-        &self,
-        topic: &str,
-        state: delayq::State,
-    ) -> delayq::Result<Option<delayq::TaskInfo>> {
-        self.storage.peek(topic, state).await
-    }
-    async fn locate(&self, id: &str) -> delayq::Result<Vec<String>> {
-        self.storage.locate(id).await
-    }
-    async fn next_job_id(&self) -> delayq::Result<u64> {
-        self.storage.next_job_id().await
-    }
-    async fn put_meta(&self, namespace: &str, key: &str, value: Vec<u8>) -> delayq::Result<()> {
-        self.storage.put_meta(namespace, key, value).await
-    }
-    async fn list_meta(&self, namespace: &str) -> delayq::Result<Vec<(String, Vec<u8>)>> {
-        self.storage.list_meta(namespace).await
-    }
-    async fn delete_meta(&self, namespace: &str, key: &str) -> delayq::Result<bool> {
-        self.storage.delete_meta(namespace, key).await
     }
     async fn shutdown(&self) -> delayq::Result<()> {
         self.storage.shutdown().await

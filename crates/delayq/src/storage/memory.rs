@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::StorageContext;
-use super::engine::{Engine, NoJournal, Shard};
+use super::engine::{Engine, NoJournal, Settings, Shard};
 
 /// The in-memory backend.
 pub type MemoryStorage = Engine<NoJournal>;
@@ -28,7 +28,8 @@ pub fn start(ctx: StorageContext, shards: usize) -> Arc<MemoryStorage> {
             )
         })
         .collect();
-    Engine::start(ctx, shards)
+    let settings = Settings::new(Default::default(), NoJournal, Arc::clone(&ctx.settings));
+    Engine::start(ctx, shards, settings)
 }
 
 /// A receipt seed per shard and process, so receipts of different shards and runs differ.

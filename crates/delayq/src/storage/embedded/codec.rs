@@ -312,95 +312,10 @@ pub fn decode(bytes: &[u8]) -> Result<Change<'_>, CodecError> {
     let mut r = Reader { bytes, pos: 0 };
     let kind = r.u8("record kind")?;
     match kind {
-        PUT_V1 | PUT => {
-            let topic = r.str("topic")?;
-            let id = r.str("id")?;
-            let body = r.bytes("body")?;
-            let state = State::from_code(r.u8("state")?).ok_or_else(|| r.err("state"))?;
-            let retries = u32::try_from(r.varint("retries")?).map_err(|_| r.err("retries"))?;
-            let ttr_ms = r.varint("ttr")?;
-            let max_retries = MaxRetries::try_from(unzigzag(r.varint("max_retries")?))
-                .map_err(|_| r.err("max_retries"))?;
-            let due_ms = r.varint("due")?;
-            let created_at_ms = r.varint("created")?;
-            let updated_at_ms = r.varint("updated")?;
-            let deadline_ms = r.varint("deadline")?;
-            let receipt = r.u64_le("receipt")?;
-            let (priority, seq) = if kind == PUT {
-                let priority =
-                    u32::try_from(r.varint("priority")?).map_err(|_| r.err("priority"))?;
-                (priority, r.varint("sequence")?)
-            } else {
-                // Version 1 had no priority; the sequence comes from replay order.
-                (delayq_core::DEFAULT_PRIORITY, 0)
-            };
-            let extra = match r.u8("extra flag")? {
-                0 => None,
-                1 => {
-                    let backoff = match r.opt_str("backoff")? {
-                        Some(json) => Some(
-                            serde_json::from_str::<Backoff>(json).map_err(|_| r.err("backoff"))?,
-                        ),
-                        None => None,
-                    };
-                    let last_error = r.opt_str("last error")?.map(str::to_owned);
-                    let n = r.varint("history length")?;
-                    let mut history = VecDeque::new();
-                    for _ in 0..n {
-                        history.push_back(Attempt {
-                            started_at_ms: r.varint("attempt start")?,
-                            ended_at_ms: r.varint("attempt end")?,
-                            outcome: r.str("attempt outcome")?.to_owned(),
-                            error: r.opt_str("attempt error")?.map(str::to_owned),
-                        });
-                    }
-                    Some(Box::new(Extra {
-                        backoff,
-                        last_error,
-                        history,
-                    }))
-                }
-                _ => return Err(r.err("extra flag")),
-            };
-            if r.pos != bytes.len() {
-                return Err(r.err("end of record"));
-            }
-            let mut record = Record {
-                topic: 0,
-                id: id.into(),
-                body: body.into(),
-                priority,
-                seq_lo: 0,
-                seq_hi: 0,
-                state,
-                retries,
-                ttr_ms,
-                max_retries: max_retries.into(),
-                due_ms,
-                created_at_ms,
-                updated_at_ms,
-                deadline_ms,
-                receipt,
-                timer: None,
-                extra,
-            };
-            record.set_seq(seq);
-            Ok(Change::Put { topic, record })
-        }
+        PUT_V1 | PUT => decode_put(&mut r, kind),
         PAUSE => {
             let topic = r.str("topic")?;
-            let pause = match r.u8("pause")? {
-                0 => Pause::default(),
-                1 => Pause {
-                    paused: true,
-                    until_ms: None,
-                },
-                2 => Pause {
-                    paused: true,
-                    until_ms: Some(r.varint("pause end")?),
-                },
-                _ => return Err(r.err("pause")),
-            };
+            let pause = decode_pause(&mut r)?;
             r.end()?;
             Ok(Change::Pause { topic, pause })
         }
@@ -429,13 +344,106 @@ pub fn decode(bytes: &[u8]) -> Result<Change<'_>, CodecError> {
         REMOVE => {
             let topic = r.str("topic")?;
             let id = r.str("id")?;
-            if r.pos != bytes.len() {
-                return Err(r.err("end of record"));
-            }
+            r.end()?;
             Ok(Change::Remove { topic, id })
         }
         _ => Err(r.err("record kind")),
     }
+}
+
+/// The body of a `Put` record of either version (`kind` says which), after its kind byte.
+fn decode_put<'a>(r: &mut Reader<'a>, kind: u8) -> Result<Change<'a>, CodecError> {
+    let topic = r.str("topic")?;
+    let id = r.str("id")?;
+    let body = r.bytes("body")?;
+    let state = State::from_code(r.u8("state")?).ok_or_else(|| r.err("state"))?;
+    let retries = u32::try_from(r.varint("retries")?).map_err(|_| r.err("retries"))?;
+    let ttr_ms = r.varint("ttr")?;
+    let max_retries = MaxRetries::try_from(unzigzag(r.varint("max_retries")?))
+        .map_err(|_| r.err("max_retries"))?;
+    let due_ms = r.varint("due")?;
+    let created_at_ms = r.varint("created")?;
+    let updated_at_ms = r.varint("updated")?;
+    let deadline_ms = r.varint("deadline")?;
+    let receipt = r.u64_le("receipt")?;
+    let (priority, seq) = if kind == PUT {
+        let priority = u32::try_from(r.varint("priority")?).map_err(|_| r.err("priority"))?;
+        (priority, r.varint("sequence")?)
+    } else {
+        // Version 1 had no priority; the sequence comes from replay order.
+        (delayq_core::DEFAULT_PRIORITY, 0)
+    };
+    let extra = decode_extra(r)?;
+    r.end()?;
+    let mut record = Record {
+        topic: 0,
+        id: id.into(),
+        body: body.into(),
+        priority,
+        seq_lo: 0,
+        seq_hi: 0,
+        state,
+        retries,
+        ttr_ms,
+        max_retries: max_retries.into(),
+        due_ms,
+        created_at_ms,
+        updated_at_ms,
+        deadline_ms,
+        receipt,
+        timer: None,
+        extra,
+    };
+    record.set_seq(seq);
+    Ok(Change::Put { topic, record })
+}
+
+/// The optional tail of a `Put`: backoff, last error and the history of attempts.
+fn decode_extra(r: &mut Reader<'_>) -> Result<Option<Box<Extra>>, CodecError> {
+    match r.u8("extra flag")? {
+        0 => Ok(None),
+        1 => {
+            let backoff = match r.opt_str("backoff")? {
+                Some(json) => {
+                    Some(serde_json::from_str::<Backoff>(json).map_err(|_| r.err("backoff"))?)
+                }
+                None => None,
+            };
+            let last_error = r.opt_str("last error")?.map(str::to_owned);
+            let n = r.varint("history length")?;
+            let mut history = VecDeque::new();
+            for _ in 0..n {
+                history.push_back(Attempt {
+                    started_at_ms: r.varint("attempt start")?,
+                    ended_at_ms: r.varint("attempt end")?,
+                    outcome: r.str("attempt outcome")?.to_owned(),
+                    error: r.opt_str("attempt error")?.map(str::to_owned),
+                });
+            }
+            Ok(Some(Box::new(Extra {
+                backoff,
+                last_error,
+                history,
+            })))
+        }
+        _ => Err(r.err("extra flag")),
+    }
+}
+
+/// A pause after its topic: 0 (not paused), 1 (until resumed) or 2 and its end.
+fn decode_pause(r: &mut Reader<'_>) -> Result<Pause, CodecError> {
+    Ok(match r.u8("pause")? {
+        0 => Pause::default(),
+        1 => Pause {
+            paused: true,
+            until_ms: None,
+        },
+        2 => Pause {
+            paused: true,
+            until_ms: Some(r.varint("pause end")?),
+        },
+        _ => return Err(r.err("pause")),
+    })
 }
 
 #[cfg(test)]

@@ -2,19 +2,22 @@
 //! shard's own append-only log (`delayq-log`), and the log compacted by snapshots.
 //!
 //! A data directory holds `delayq.meta` (format version and shard count, fixed when the
-//! directory is created) and one log directory per shard, `shard-<i>/`. Each shard's log is
-//! written under the shard's mutex, so the log's order is the order changes were applied, and
-//! each operation waits for its records to be durable (per the fsync policy) before it
-//! reports success: with `always`, nothing acknowledged is lost, even by a machine crash; with
-//! `interval` (default, 10 ms) a process crash loses nothing acknowledged and a machine crash
-//! up to about the interval; with `never`, whatever the OS had not written back.
+//! directory is created), one log directory per shard, `shard-<i>/`, and the settings' own
+//! log, `settings/`. Each shard's log is written under the shard's mutex, so the log's order
+//! is the order changes were applied, and each operation waits for its records to be durable
+//! (per the fsync policy) before it reports success: with `always`, nothing acknowledged is
+//! lost, even by a machine crash; with `interval` (default, 10 ms) a process crash loses
+//! nothing acknowledged and a machine crash up to about the interval; with `never`, whatever
+//! the OS had not written back.
 //!
 //! What is logged: every operation's change as the task's whole record (`Put`) or its removal
-//! (`Remove`), and ttr expiries; a topic's pause; changes of the meta store and job id
-//! reservations (both in shard 0, which holds what belongs to the whole directory). What is not: the promotion of a due task to READY and the end
-//! of a record's retention — both follow from time alone, so recovery re-derives them: a
-//! DELAYED task whose due passed while the process was down fires right after start, an
-//! ACTIVE task whose ttr passed is redelivered, a retained record whose retention passed goes.
+//! (`Remove`), and ttr expiries; a topic's pause; job id reservations (in shard 0). Changes of
+//! the settings store go to the settings' log, under its own lock, the same way; no shard
+//! holds settings (formats 1 and 2 kept them in shard 0; the first start moves them). What is not: the
+//! promotion of a due task to READY and the end of a record's retention — both follow from
+//! time alone, so recovery re-derives them: a DELAYED task whose due passed while the process
+//! was down fires right after start, an ACTIVE task whose ttr passed is redelivered, a
+//! retained record whose retention passed goes.
 //!
 //! Snapshots: when a shard has logged more than `snapshot_min_bytes` since its last snapshot,
 //! a background task locks that shard, encodes its live records, notes the log position they
@@ -22,7 +25,10 @@
 //! segments the snapshot covers. Disk use therefore stays proportional to the live tasks plus
 //! the threshold. The shard is locked while its records are encoded (about 100 ns a task).
 //!
-//! Recovery opens the shards' logs in parallel, replaying each into its shard.
+//! The settings' log is snapshotted the same way, after the same threshold.
+//!
+//! Recovery opens the shards' logs in parallel, replaying each into its shard, then the
+//! settings' log.
 
 mod codec;
 
@@ -64,7 +70,7 @@ use tokio::sync::Notify;
 
 use self::codec::Change;
 use super::StorageContext;
-use super::engine::{Engine, Journal, NoJournal, Record, Shard};
+use super::engine::{Engine, Journal, NoJournal, Record, Settings, SettingsMap, Shard};
 use crate::error::{Error, Result};
 
 /// The embedded backend: the engine with a log per shard.
@@ -72,6 +78,9 @@ pub type EmbeddedStorage = Engine<LogJournal>;
 
 /// The name of the file that records a data directory's layout.
 pub const META_FILE: &str = "delayq.meta";
+
+/// The directory of the settings' log in a data directory (from format 3).
+pub const SETTINGS_DIR: &str = "settings";
 
 /// How the embedded backend stores its data.
 #[derive(Debug, Clone)]
@@ -134,10 +143,11 @@ struct Meta {
     shards: usize,
 }
 
-/// The data format this build writes. Version 1 (no priorities, pauses, meta or job ids) is
-/// read too: opening such a directory rewrites its `delayq.meta` to version 2 before anything
-/// is written, as version 1 builds cannot read version 2 records.
-const FORMAT: u32 = 2;
+/// The data format this build writes. Versions 1 (no priorities, pauses, settings or job ids)
+/// and 2 (settings in shard 0's log) are read too: opening such a directory moves its settings
+/// to their own log and rewrites its `delayq.meta` to version 3 before anything else is
+/// written, as older builds cannot read what this one writes (see [`upgrade`]).
+const FORMAT: u32 = 3;
 
 /// The oldest data format this build reads.
 const OLDEST_FORMAT: u32 = 1;
@@ -160,15 +170,16 @@ pub struct RecoverySummary {
     pub elapsed: Duration,
 }
 
-/// Opens (creating if needed) the data directory, recovers every shard and starts the engine.
-/// Must be called inside a tokio runtime; recovery runs on blocking threads.
+/// Opens (creating if needed) the data directory, recovers every shard and the settings, and
+/// starts the engine. Must be called inside a tokio runtime; recovery runs on blocking
+/// threads.
 pub async fn start(
     ctx: StorageContext,
     options: EmbeddedOptions,
 ) -> Result<(Arc<EmbeddedStorage>, RecoverySummary)> {
     let started = Instant::now();
     let dir = options.dir.clone();
-    let meta = tokio::task::spawn_blocking({
+    let found = tokio::task::spawn_blocking({
         let options = options.clone();
         move || read_or_create_meta(&options)
     })
@@ -177,41 +188,25 @@ pub async fn start(
 
     let wake_snapshotter = Arc::new(Notify::new());
     let failed = Arc::new(AtomicBool::new(false));
-    let now = ctx.clock.now_ms();
-    // Open the shards in parallel: replay is CPU-bound and independent per shard.
-    let mut opening = Vec::with_capacity(meta.shards);
-    for index in 0..meta.shards {
-        let ctx = ctx.clone();
-        let options = options.clone();
-        let wake = Arc::clone(&wake_snapshotter);
-        let failed = Arc::clone(&failed);
-        opening.push(tokio::task::spawn_blocking(move || {
-            open_shard(index, &ctx, &options, now, wake, failed)
-        }));
-    }
-    let mut shards = Vec::with_capacity(meta.shards);
-    let mut summary = RecoverySummary {
-        shards: meta.shards,
-        ..RecoverySummary::default()
+    let opener = Opener {
+        ctx: ctx.clone(),
+        options: options.clone(),
+        now: ctx.clock.now_ms(),
+        wake_snapshotter: Arc::clone(&wake_snapshotter),
+        failed,
     };
-    for handle in opening {
-        let (shard, report) = handle
-            .await
-            .map_err(|e| storage_error("recovering a shard", &dir, e))??;
-        summary.tasks += shard.len();
-        summary.snapshot_records += report.snapshot_records;
-        summary.log_records += report.records_replayed;
-        if let Some(t) = &report.torn_tail {
-            summary.torn_tails.push(format!(
-                "{}@{} ({} bytes)",
-                t.file.display(),
-                t.offset,
-                t.bytes_cut
-            ));
-        }
-        shards.push(shard);
+    let (shards, legacy, mut summary) = opener.open_shards(found.shards).await?;
+    let (settings, report) = tokio::task::spawn_blocking({
+        let opener = opener.clone();
+        move || opener.open_settings()
+    })
+    .await
+    .map_err(|e| storage_error("recovering the settings", &dir, e))??;
+    summary.add(&report);
+    if found.format < FORMAT {
+        upgrade(&options, found, &settings, legacy).await?;
     }
-    let engine = Engine::start(ctx, shards);
+    let engine = Engine::start(ctx, shards, settings);
     let weak = Arc::downgrade(&engine);
     engine.spawn_background(move |stop| snapshotter(weak, wake_snapshotter, stop));
     summary.elapsed = started.elapsed();
@@ -228,6 +223,63 @@ pub async fn start(
         tracing::warn!(tail = %torn, "cut a torn tail left by an interrupted write");
     }
     Ok((engine, summary))
+}
+
+impl RecoverySummary {
+    /// Counts what the recovery of one log found.
+    fn add(&mut self, report: &delayq_log::RecoveryReport) {
+        self.snapshot_records += report.snapshot_records;
+        self.log_records += report.records_replayed;
+        if let Some(t) = &report.torn_tail {
+            self.torn_tails.push(format!(
+                "{}@{} ({} bytes)",
+                t.file.display(),
+                t.offset,
+                t.bytes_cut
+            ));
+        }
+    }
+}
+
+/// Brings a directory of an older format to this build's: the settings a format 1 or 2
+/// directory kept in shard 0 (`legacy`) are written to the settings log and made durable
+/// whatever the fsync policy, then `delayq.meta` says this build's format. Nothing else is
+/// written before, so an upgrade cut short is done again at the next start (the same values
+/// again); after it, the settings records left in shard 0's log are ignored, and its next
+/// snapshot drops them.
+async fn upgrade(
+    options: &EmbeddedOptions,
+    found: Meta,
+    settings: &Settings<LogJournal>,
+    legacy: SettingsMap,
+) -> Result<()> {
+    if !legacy.is_empty() {
+        let ticket = settings.with_state(|s| {
+            for ((namespace, key), value) in legacy {
+                s.journal.put_meta(&namespace, &key, &value);
+                s.values.insert((namespace, key), value);
+            }
+            s.journal.commit()
+        });
+        if let Some(ticket) = ticket {
+            LogJournal::wait(ticket).await?;
+        }
+        settings.close()?;
+    }
+    let dir = options.dir.clone();
+    let upgraded = Meta {
+        format: FORMAT,
+        ..found
+    };
+    tokio::task::spawn_blocking(move || {
+        let path = dir.join(META_FILE);
+        write_meta(&dir, &path, &upgraded)
+            .map_err(|e| storage_error("upgrading the data directory's layout", &path, e))
+    })
+    .await
+    .map_err(|e| storage_error("upgrading the data directory's layout", &options.dir, e))??;
+    tracing::info!(dir = %options.dir.display(), from = found.format, to = FORMAT, "upgraded the data directory's format");
+    Ok(())
 }
 
 /// A failure at a path. The path goes into the cause, which is logged, and not into `op`,
@@ -281,19 +333,6 @@ fn read_or_create_meta(options: &EmbeddedOptions) -> Result<Meta> {
                     "the shard count is 0",
                 ));
             }
-            if meta.format < FORMAT {
-                // Upgrade: the logs are read as they are; from now on version 2 records are
-                // appended, so the layout says version 2 before anything is written.
-                let upgraded = Meta {
-                    format: FORMAT,
-                    ..meta
-                };
-                write_meta(dir, &path, &upgraded).map_err(|e| {
-                    storage_error("upgrading the data directory's layout", &path, e)
-                })?;
-                tracing::info!(dir = %dir.display(), from = meta.format, to = FORMAT, "upgraded the data directory's format");
-                return Ok(upgraded);
-            }
             Ok(meta)
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -324,78 +363,171 @@ fn write_meta(dir: &Path, path: &Path, meta: &Meta) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
 
-fn open_shard(
-    index: usize,
-    ctx: &StorageContext,
-    options: &EmbeddedOptions,
+/// What opening a shard's or the settings' log needs.
+#[derive(Clone)]
+struct Opener {
+    ctx: StorageContext,
+    options: EmbeddedOptions,
     now: u64,
     wake_snapshotter: Arc<Notify>,
     failed: Arc<AtomicBool>,
-) -> Result<(Shard<LogJournal>, delayq_log::RecoveryReport)> {
-    let dir = options.dir.join(format!("shard-{index}"));
-    let mut shard = Shard::new(
-        now,
-        super::memory::seed(index),
-        ctx.defaults,
-        ctx.limits.max_error_bytes,
-        Arc::clone(&ctx.metrics),
-        NoJournal,
-    );
-    let log_options = LogOptions::default()
-        .with_fsync(options.fsync)
-        .with_segment_bytes(options.segment_bytes);
-    let mut replayed_bytes = 0u64;
-    let opened = Log::open(&dir, log_options, |item| {
-        let (bytes, seq) = match item {
-            Replayed::Snapshot(bytes) => (bytes, None),
-            Replayed::Record { seq, bytes } => {
-                replayed_bytes += bytes.len() as u64;
-                (bytes, Some(seq))
-            }
+}
+
+impl Opener {
+    /// Opens the shards in parallel (replay is CPU-bound and independent per shard). Returns
+    /// them, the settings an older format kept in shard 0, and what recovery found.
+    async fn open_shards(
+        &self,
+        count: usize,
+    ) -> Result<(Vec<Shard<LogJournal>>, SettingsMap, RecoverySummary)> {
+        let opening: Vec<_> = (0..count)
+            .map(|index| {
+                let opener = self.clone();
+                tokio::task::spawn_blocking(move || opener.open_shard(index))
+            })
+            .collect();
+        let mut shards = Vec::with_capacity(count);
+        let mut legacy = SettingsMap::new();
+        let mut summary = RecoverySummary {
+            shards: count,
+            ..RecoverySummary::default()
         };
-        match codec::decode(bytes) {
-            Ok(Change::Put { topic, record }) => shard.restore(topic, record, now),
-            Ok(Change::Remove { topic, id }) => shard.restore_removal(topic, id),
-            Ok(Change::Pause { topic, pause }) => shard.restore_pause(topic, pause),
-            Ok(Change::MetaPut {
-                namespace,
-                key,
-                value,
-            }) => shard.restore_meta(namespace, key, Some(value.to_vec())),
-            Ok(Change::MetaDelete { namespace, key }) => shard.restore_meta(namespace, key, None),
-            Ok(Change::JobIds { reserved }) => shard.restore_job_ids(reserved),
-            Err(e) => {
-                let place = seq.map_or("the snapshot".to_owned(), |s| format!("record {s}"));
-                return Err(format!("{place}: {e}"));
+        for handle in opening {
+            let (shard, settings, report) = handle
+                .await
+                .map_err(|e| storage_error("recovering a shard", &self.options.dir, e))??;
+            summary.tasks += shard.len();
+            summary.add(&report);
+            legacy.extend(settings);
+            shards.push(shard);
+        }
+        Ok((shards, legacy, summary))
+    }
+
+    /// Opens shard `index`. Settings records (only in shard 0 of formats 1 and 2) are
+    /// returned apart: no shard holds settings.
+    fn open_shard(
+        &self,
+        index: usize,
+    ) -> Result<(Shard<LogJournal>, SettingsMap, delayq_log::RecoveryReport)> {
+        let dir = self.options.dir.join(format!("shard-{index}"));
+        let now = self.now;
+        let mut shard = Shard::new(
+            now,
+            super::memory::seed(index),
+            self.ctx.defaults,
+            self.ctx.limits.max_error_bytes,
+            Arc::clone(&self.ctx.metrics),
+            NoJournal,
+        );
+        let mut settings = SettingsMap::new();
+        let (log, report, replayed) = self.open_log(&dir, "recovering a shard", |change| {
+            match change {
+                Change::Put { topic, record } => shard.restore(topic, record, now),
+                Change::Remove { topic, id } => shard.restore_removal(topic, id),
+                Change::Pause { topic, pause } => shard.restore_pause(topic, pause),
+                Change::JobIds { reserved } => shard.restore_job_ids(reserved),
+                change @ (Change::MetaPut { .. } | Change::MetaDelete { .. }) => {
+                    restore_setting(&mut settings, change)
+                }
             }
+            Ok(())
+        })?;
+        Ok((
+            shard.with_journal(self.journal(log, replayed)),
+            settings,
+            report,
+        ))
+    }
+
+    /// Opens the settings' log (`settings/`, created empty in a directory of an older
+    /// format).
+    fn open_settings(&self) -> Result<(Settings<LogJournal>, delayq_log::RecoveryReport)> {
+        let dir = self.options.dir.join(SETTINGS_DIR);
+        let mut values = SettingsMap::new();
+        let (log, report, replayed) =
+            self.open_log(&dir, "recovering the settings", |change| match change {
+                change @ (Change::MetaPut { .. } | Change::MetaDelete { .. }) => {
+                    restore_setting(&mut values, change);
+                    Ok(())
+                }
+                _ => Err("a record of a task in the settings log".to_owned()),
+            })?;
+        let journal = self.journal(log, replayed);
+        let settings = Settings::new(values, journal, Arc::clone(&self.ctx.settings));
+        Ok((settings, report))
+    }
+
+    /// Opens the log in `dir`, replaying each change into `apply`. Returns the log, what
+    /// recovery found and the bytes of log records replayed (they count toward the next
+    /// snapshot). `what` names the recovery in errors.
+    fn open_log(
+        &self,
+        dir: &Path,
+        what: &str,
+        mut apply: impl FnMut(Change<'_>) -> std::result::Result<(), String>,
+    ) -> Result<(Log, delayq_log::RecoveryReport, u64)> {
+        let log_options = LogOptions::default()
+            .with_fsync(self.options.fsync)
+            .with_segment_bytes(self.options.segment_bytes);
+        let mut replayed_bytes = 0u64;
+        let opened = Log::open(dir, log_options, |item| {
+            let (bytes, seq) = match item {
+                Replayed::Snapshot(bytes) => (bytes, None),
+                Replayed::Record { seq, bytes } => {
+                    replayed_bytes += bytes.len() as u64;
+                    (bytes, Some(seq))
+                }
+            };
+            let place = || seq.map_or("the snapshot".to_owned(), |s| format!("record {s}"));
+            let change = codec::decode(bytes).map_err(|e| format!("{}: {e}", place()))?;
+            apply(change).map_err(|e| format!("{}: {e}", place()))
+        });
+        let (log, report) = opened.map_err(|e| match e {
+            delayq_log::OpenError::Locked { .. } => storage_error(
+                "opening the data directory",
+                &self.options.dir,
+                "the data directory is in use by another delayq process",
+            ),
+            other @ (delayq_log::OpenError::InvalidOptions(_)
+            | delayq_log::OpenError::Io(_)
+            | delayq_log::OpenError::Corrupt(_)
+            | delayq_log::OpenError::MissingRecords { .. }
+            | delayq_log::OpenError::Replay(_)) => storage_error(what, dir, other.to_string()),
+        })?;
+        Ok((log, report, replayed_bytes))
+    }
+
+    /// The journal over an opened log.
+    fn journal(&self, log: Log, replayed_bytes: u64) -> LogJournal {
+        LogJournal {
+            log: Arc::new(log),
+            buf: Vec::new(),
+            ends: Vec::new(),
+            since_snapshot: replayed_bytes,
+            snapshot_min_bytes: self.options.snapshot_min_bytes,
+            snapshot_requested: false,
+            wake_snapshotter: Arc::clone(&self.wake_snapshotter),
+            failed: Arc::clone(&self.failed),
         }
-        Ok(())
-    });
-    let (log, report) = opened.map_err(|e| match e {
-        delayq_log::OpenError::Locked { .. } => storage_error(
-            "opening the data directory",
-            &options.dir,
-            "the data directory is in use by another delayq process",
-        ),
-        other @ (delayq_log::OpenError::InvalidOptions(_)
-        | delayq_log::OpenError::Io(_)
-        | delayq_log::OpenError::Corrupt(_)
-        | delayq_log::OpenError::MissingRecords { .. }
-        | delayq_log::OpenError::Replay(_)) => {
-            storage_error("recovering a shard", &dir, other.to_string())
+    }
+}
+
+/// Applies a settings record read back from a log to `values`.
+fn restore_setting(values: &mut SettingsMap, change: Change<'_>) {
+    match change {
+        Change::MetaPut {
+            namespace,
+            key,
+            value,
+        } => {
+            values.insert((namespace.into(), key.into()), value.to_vec());
         }
-    })?;
-    let journal = LogJournal {
-        log: Arc::new(log),
-        buf: Vec::new(),
-        ends: Vec::new(),
-        since_snapshot: replayed_bytes,
-        snapshot_min_bytes: options.snapshot_min_bytes,
-        snapshot_requested: false,
-        wake_snapshotter,
-        failed,
-    };
-    Ok((shard.with_journal(journal), report))
+        Change::MetaDelete { namespace, key } => {
+            values.remove(&(Box::<str>::from(namespace), Box::<str>::from(key)));
+        }
+        _ => {}
+    }
 }
 
 /// A shard's journal: encodes changes into one buffer and appends them as one batch per
@@ -545,7 +677,8 @@ fn out_of_space(shard_dir: &Path, stall: &delayq_log::LogError) -> Error {
     )
 }
 
-/// Snapshots every shard that asked for one, when woken, until told to stop.
+/// Snapshots every shard, and the settings, that asked for one, when woken, until told to
+/// stop.
 async fn snapshotter(
     engine: std::sync::Weak<EmbeddedStorage>,
     wake: Arc<Notify>,
@@ -562,58 +695,120 @@ async fn snapshotter(
         for index in 0..engine.shard_count() {
             if let Err(e) = snapshot_shard(&engine, index, false).await {
                 tracing::error!(shard = index, error = %e, "snapshot failed; the log keeps growing until one succeeds");
-                // Ask again with the shard's next change rather than after another threshold.
-                engine.with_shard_at(index, |shard| {
-                    let journal = &mut shard.journal;
-                    journal.since_snapshot = journal.since_snapshot.max(journal.snapshot_min_bytes);
-                });
+                engine.with_shard_at(index, |shard| ask_again(&mut shard.journal));
             }
         }
+        if let Err(e) = snapshot_settings(&engine, false).await {
+            tracing::error!(error = %e, "snapshot of the settings failed; their log keeps growing until one succeeds");
+            engine.settings().with_state(|s| ask_again(&mut s.journal));
+        }
     }
+}
+
+/// After a failed snapshot: asks again with the log's next change rather than after another
+/// threshold.
+fn ask_again(journal: &mut LogJournal) {
+    journal.since_snapshot = journal.since_snapshot.max(journal.snapshot_min_bytes);
 }
 
 /// Writes a snapshot of shard `index` if it asked for one (or always, with `force`). Returns
 /// whether one was written.
 pub async fn snapshot_shard(engine: &EmbeddedStorage, index: usize, force: bool) -> Result<bool> {
     let taken = engine.with_shard_at(index, |shard| {
-        if !force && !shard.journal.snapshot_requested {
+        if !shard.journal.wants_snapshot(force) {
             return None;
         }
-        let covers = shard.journal.log.last_seq();
-        let mut buf = Vec::new();
-        let mut ends = Vec::with_capacity(shard.len());
+        let mut records = SnapshotRecords::default();
         for (topic, record) in shard.records() {
-            codec::encode_put(&mut buf, topic, record);
-            ends.push(buf.len());
+            records.push(|buf| codec::encode_put(buf, topic, record));
         }
         for (topic, pause) in shard.pauses() {
-            codec::encode_pause(&mut buf, topic, pause);
-            ends.push(buf.len());
+            records.push(|buf| codec::encode_pause(buf, topic, pause));
         }
-        for (namespace, key, value) in shard.meta_entries() {
-            codec::encode_meta_put(&mut buf, namespace, key, value);
-            ends.push(buf.len());
+        let reserved = shard.job_ids_reserved();
+        if reserved > 0 {
+            records.push(|buf| codec::encode_job_ids(buf, reserved));
         }
-        if shard.job_ids_reserved() > 0 {
-            codec::encode_job_ids(&mut buf, shard.job_ids_reserved());
-            ends.push(buf.len());
-        }
-        shard.journal.since_snapshot = 0;
-        shard.journal.snapshot_requested = false;
-        Some((Arc::clone(&shard.journal.log), covers, buf, ends))
+        Some(shard.journal.snapshot_of(records))
     });
-    let Some((log, covers, buf, ends)) = taken else {
+    write_snapshot(taken).await
+}
+
+/// Writes a snapshot of the settings if their log asked for one (or always, with `force`).
+/// Returns whether one was written.
+pub async fn snapshot_settings(engine: &EmbeddedStorage, force: bool) -> Result<bool> {
+    let taken = engine.settings().with_state(|s| {
+        if !s.journal.wants_snapshot(force) {
+            return None;
+        }
+        let mut records = SnapshotRecords::default();
+        for ((namespace, key), value) in &s.values {
+            records.push(|buf| codec::encode_meta_put(buf, namespace, key, value));
+        }
+        Some(s.journal.snapshot_of(records))
+    });
+    write_snapshot(taken).await
+}
+
+/// The records of a snapshot being encoded: one buffer, and where each record ends.
+#[derive(Default)]
+struct SnapshotRecords {
+    buf: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl SnapshotRecords {
+    /// Adds the record `encode` writes.
+    fn push(&mut self, encode: impl FnOnce(&mut Vec<u8>)) {
+        encode(&mut self.buf);
+        self.ends.push(self.buf.len());
+    }
+}
+
+/// A snapshot encoded under its lock, to be written outside it.
+struct PendingSnapshot {
+    log: Arc<Log>,
+    covers: u64,
+    records: SnapshotRecords,
+}
+
+impl LogJournal {
+    /// Whether a snapshot is due (or `force`d).
+    fn wants_snapshot(&self, force: bool) -> bool {
+        force || self.snapshot_requested
+    }
+
+    /// `records` as the snapshot of everything logged so far; the threshold starts again.
+    fn snapshot_of(&mut self, records: SnapshotRecords) -> PendingSnapshot {
+        self.since_snapshot = 0;
+        self.snapshot_requested = false;
+        PendingSnapshot {
+            log: Arc::clone(&self.log),
+            covers: self.log.last_seq(),
+            records,
+        }
+    }
+}
+
+/// Writes `pending` (if any) from a blocking thread. Returns whether a snapshot was written.
+async fn write_snapshot(pending: Option<PendingSnapshot>) -> Result<bool> {
+    let Some(PendingSnapshot {
+        log,
+        covers,
+        records,
+    }) = pending
+    else {
         return Ok(false);
     };
     let dir = log.dir().to_path_buf();
     tokio::task::spawn_blocking(move || {
         let mut start = 0;
-        let records = ends.iter().map(|&end| {
-            let r = &buf[start..end];
+        let parts = records.ends.iter().map(|&end| {
+            let r = &records.buf[start..end];
             start = end;
             r
         });
-        log.write_snapshot(covers, records)
+        log.write_snapshot(covers, parts)
     })
     .await
     .map_err(|e| storage_error("writing a snapshot", &dir, e))?
@@ -631,4 +826,15 @@ pub fn shard_dirs(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok((0..meta.shards)
         .map(|i| dir.join(format!("shard-{i}")))
         .collect())
+}
+
+/// Every log directory of a data directory: the shards' (see [`shard_dirs`]) and, when it
+/// exists (format 3), the settings' log.
+pub fn log_dirs(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut dirs = shard_dirs(dir)?;
+    let settings = dir.join(SETTINGS_DIR);
+    if settings.is_dir() {
+        dirs.push(settings);
+    }
+    Ok(dirs)
 }

@@ -19,6 +19,7 @@
 #[cfg(test)]
 mod model_tests;
 pub(crate) mod record;
+pub(crate) mod settings;
 pub(crate) mod shard;
 pub(crate) mod slab;
 
@@ -36,8 +37,11 @@ use tokio::sync::{Notify, watch};
 use tokio::task::{AbortHandle, JoinHandle};
 
 pub(crate) use self::record::Record;
+pub(crate) use self::settings::{Settings, SettingsMap};
 pub(crate) use self::shard::Shard;
-use super::{AddResult, ReleaseOptions, Storage, StorageContext};
+use super::{
+    AddResult, BeanstalkOps, JobIds, ReleaseOptions, SettingsStore, StorageContext, TaskStore,
+};
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 
@@ -132,12 +136,18 @@ pub struct Engine<J: Journal> {
     /// The task that wakes a topic's parked consumers when its pause ends, one per topic: a new
     /// pause or a resume replaces it, so repeated pauses do not pile up sleeping tasks.
     pause_wakers: Arc<Mutex<HashMap<String, AbortHandle>>>,
+    /// The settings store, apart from the task shards.
+    settings: Settings<J>,
 }
 
 impl<J: Journal> Engine<J> {
-    /// Builds an engine over ready-made shards (empty, or restored from disk) and starts one
-    /// driver per shard. Must be called inside a tokio runtime.
-    pub(crate) fn start(ctx: StorageContext, mut shards: Vec<Shard<J>>) -> Arc<Self> {
+    /// Builds an engine over ready-made shards and settings (empty, or restored from disk) and
+    /// starts one driver per shard. Must be called inside a tokio runtime.
+    pub(crate) fn start(
+        ctx: StorageContext,
+        mut shards: Vec<Shard<J>>,
+        settings: Settings<J>,
+    ) -> Arc<Self> {
         assert!(!shards.is_empty(), "an engine needs at least one shard");
         // One insertion counter for every shard, past every sequence restored, so pops over
         // topics of several shards compare insertion across them.
@@ -168,6 +178,7 @@ impl<J: Journal> Engine<J> {
             stop,
             drivers: Mutex::new(Vec::new()),
             pause_wakers: Arc::default(),
+            settings,
         });
         let drivers = engine
             .shards
@@ -221,6 +232,11 @@ impl<J: Journal> Engine<J> {
     /// The context the engine runs with.
     pub fn context(&self) -> &StorageContext {
         &self.ctx
+    }
+
+    /// The settings store.
+    pub(crate) fn settings(&self) -> &Settings<J> {
+        &self.settings
     }
 
     /// The number of shards.
@@ -391,7 +407,7 @@ async fn drive<J: Journal>(
 }
 
 #[async_trait]
-impl<J: Journal> Storage for Engine<J> {
+impl<J: Journal> TaskStore for Engine<J> {
     async fn add(&self, tasks: Vec<TaskSpec>) -> Result<Vec<AddResult>> {
         self.check_open()?;
         // Group by shard, one lock and one durable write per shard, results in input order.
@@ -525,22 +541,6 @@ impl<J: Journal> Storage for Engine<J> {
             .await
     }
 
-    async fn kick(&self, topic: &str, max: u64) -> Result<u64> {
-        self.with_shard(topic, |s, now| Ok(s.kick(topic, max, now)))
-            .await
-    }
-
-    async fn kick_job(&self, topic: &str, id: &str) -> Result<()> {
-        self.with_shard(topic, |s, now| s.kick_job(topic, id, now))
-            .await
-    }
-
-    async fn take(&self, topic: &str, id: &str) -> Result<Delivery> {
-        let clock = &*self.ctx.clock;
-        self.with_shard(topic, |s, now| s.take(topic, id, window_start(clock, now)))
-            .await
-    }
-
     async fn pause(&self, topic: &str, until_ms: Option<Millis>) -> Result<()> {
         self.with_shard(topic, |s, _| {
             s.pause(topic, until_ms);
@@ -563,51 +563,6 @@ impl<J: Journal> Storage for Engine<J> {
             self.ctx.waiters.notify(topic, usize::MAX);
         }
         Ok(())
-    }
-
-    async fn peek(&self, topic: &str, state: State) -> Result<Option<TaskInfo>> {
-        self.read(topic, |s| s.peek(topic, state))
-    }
-
-    async fn locate(&self, id: &str) -> Result<Vec<String>> {
-        self.check_open()?;
-        let mut all = Vec::new();
-        for cell in self.shards.iter() {
-            all.extend(cell.state.lock().locate(id));
-        }
-        all.sort();
-        Ok(all)
-    }
-
-    async fn next_job_id(&self) -> Result<u64> {
-        let (id, reserved) = self.with_shard_index(0, |s, _| Ok(s.next_job_id())).await?;
-        self.shards[0].state.lock().job_ids_durable(reserved);
-        Ok(id)
-    }
-
-    async fn put_meta(&self, namespace: &str, key: &str, value: Vec<u8>) -> Result<()> {
-        self.with_shard_index(0, |s, _| {
-            s.put_meta(namespace, key, value);
-            Ok(())
-        })
-        .await?;
-        self.context().settings.notify(namespace);
-        Ok(())
-    }
-
-    async fn list_meta(&self, namespace: &str) -> Result<Vec<(String, Vec<u8>)>> {
-        self.check_open()?;
-        Ok(self.shards[0].state.lock().list_meta(namespace))
-    }
-
-    async fn delete_meta(&self, namespace: &str, key: &str) -> Result<bool> {
-        let removed = self
-            .with_shard_index(0, |s, _| Ok(s.delete_meta(namespace, key)))
-            .await?;
-        if removed {
-            self.context().settings.notify(namespace);
-        }
-        Ok(removed)
     }
 
     async fn finish(&self, topic: &str, id: &str, receipt: Option<&str>) -> Result<()> {
@@ -700,12 +655,12 @@ impl<J: Journal> Storage for Engine<J> {
         for cell in self.shards.iter() {
             cell.state.lock().journal.check()?;
         }
-        Ok(())
+        self.settings.check()
     }
 
     async fn shutdown(&self) -> Result<()> {
         self.stop().await;
-        let mut first_error = Ok(());
+        let mut first_error = self.settings.close();
         for cell in self.shards.iter() {
             let closed = cell.state.lock().journal.close();
             if first_error.is_ok() {
@@ -713,6 +668,66 @@ impl<J: Journal> Storage for Engine<J> {
             }
         }
         first_error
+    }
+}
+
+#[async_trait]
+impl<J: Journal> SettingsStore for Engine<J> {
+    async fn put(&self, namespace: &str, key: &str, value: Vec<u8>) -> Result<()> {
+        self.check_open()?;
+        self.settings.put(namespace, key, value).await
+    }
+
+    async fn list(&self, namespace: &str) -> Result<Vec<(String, Vec<u8>)>> {
+        self.check_open()?;
+        Ok(self.settings.list(namespace))
+    }
+
+    async fn delete(&self, namespace: &str, key: &str) -> Result<bool> {
+        self.check_open()?;
+        self.settings.delete(namespace, key).await
+    }
+}
+
+#[async_trait]
+impl<J: Journal> JobIds for Engine<J> {
+    async fn next_id(&self) -> Result<u64> {
+        let (id, reserved) = self.with_shard_index(0, |s, _| Ok(s.next_job_id())).await?;
+        self.shards[0].state.lock().job_ids_durable(reserved);
+        Ok(id)
+    }
+}
+
+#[async_trait]
+impl<J: Journal> BeanstalkOps for Engine<J> {
+    async fn kick(&self, topic: &str, max: u64) -> Result<u64> {
+        self.with_shard(topic, |s, now| Ok(s.kick(topic, max, now)))
+            .await
+    }
+
+    async fn kick_job(&self, topic: &str, id: &str) -> Result<()> {
+        self.with_shard(topic, |s, now| s.kick_job(topic, id, now))
+            .await
+    }
+
+    async fn take(&self, topic: &str, id: &str) -> Result<Delivery> {
+        let clock = &*self.ctx.clock;
+        self.with_shard(topic, |s, now| s.take(topic, id, window_start(clock, now)))
+            .await
+    }
+
+    async fn peek(&self, topic: &str, state: State) -> Result<Option<TaskInfo>> {
+        self.read(topic, |s| s.peek(topic, state))
+    }
+
+    async fn locate(&self, id: &str) -> Result<Vec<String>> {
+        self.check_open()?;
+        let mut all = Vec::new();
+        for cell in self.shards.iter() {
+            all.extend(cell.state.lock().locate(id));
+        }
+        all.sort();
+        Ok(all)
     }
 }
 

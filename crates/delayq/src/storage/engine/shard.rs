@@ -23,9 +23,10 @@
 //!
 //! A topic also carries its pause (rule 14): a paused topic takes adds and promotes due tasks,
 //! but pops give nothing until the pause ends (at its end, computed at read, or on resume).
-//! Shard 0 also holds what belongs to the whole engine: the job id counter and the meta store.
+//! Shard 0 also holds the job id counter of the whole engine. The settings store is not in a
+//! shard (see `settings.rs`).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -101,8 +102,6 @@ pub(crate) struct Shard<J> {
     became_ready: Vec<Arc<str>>,
     /// The insertion sequence counter (the next value), shared by the engine's shards.
     seq: Arc<AtomicU64>,
-    /// Shard 0 only: the settings stored beside the tasks, by (namespace, key).
-    meta: BTreeMap<(Box<str>, Box<str>), Vec<u8>>,
     /// Shard 0 only: the next job id to hand out.
     job_next: u64,
     /// Shard 0 only: the highest job id logged as reserved; ids up to it may be in use.
@@ -142,7 +141,6 @@ impl<J: Journal> Shard<J> {
             wake_driver: false,
             became_ready: Vec::new(),
             seq: Arc::new(AtomicU64::new(1)),
-            meta: BTreeMap::new(),
             job_next: 1,
             job_reserved: 0,
             job_durable: 0,
@@ -167,7 +165,6 @@ impl<J: Journal> Shard<J> {
             wake_driver: self.wake_driver,
             became_ready: self.became_ready,
             seq: self.seq,
-            meta: self.meta,
             job_next: self.job_next,
             job_reserved: self.job_reserved,
             job_durable: self.job_durable,
@@ -828,39 +825,6 @@ impl<J: Journal> Shard<J> {
         self.job_reserved
     }
 
-    /// Stores a meta value (shard 0).
-    pub fn put_meta(&mut self, namespace: &str, key: &str, value: Vec<u8>) {
-        self.journal.put_meta(namespace, key, &value);
-        self.meta.insert((namespace.into(), key.into()), value);
-    }
-
-    /// Every (key, value) of `namespace`, in key order (shard 0).
-    pub fn list_meta(&self, namespace: &str) -> Vec<(String, Vec<u8>)> {
-        let start: (Box<str>, Box<str>) = (namespace.into(), "".into());
-        self.meta
-            .range(start..)
-            .take_while(|((ns, _), _)| &**ns == namespace)
-            .map(|((_, k), v)| (k.to_string(), v.clone()))
-            .collect()
-    }
-
-    /// Removes a meta value (shard 0); whether it was there.
-    pub fn delete_meta(&mut self, namespace: &str, key: &str) -> bool {
-        let k: (Box<str>, Box<str>) = (namespace.into(), key.into());
-        let was = self.meta.remove(&k).is_some();
-        if was {
-            self.journal.delete_meta(namespace, key);
-        }
-        was
-    }
-
-    /// Every meta entry, for a snapshot.
-    pub fn meta_entries(&self) -> impl Iterator<Item = (&str, &str, &[u8])> {
-        self.meta
-            .iter()
-            .map(|((ns, k), v)| (&**ns, &**k, v.as_slice()))
-    }
-
     /// Every topic's pause that is set, for a snapshot.
     pub fn pauses(&self) -> impl Iterator<Item = (&str, Pause)> {
         self.topics
@@ -1070,19 +1034,6 @@ impl<J: Journal> Shard<J> {
             self.topics[t as usize].pause = pause;
         } else if let Some(t) = self.topic_idx(topic) {
             self.topics[t as usize].pause = pause;
-        }
-    }
-
-    /// Puts back a meta change read from durable storage (`None`: removed).
-    pub fn restore_meta(&mut self, namespace: &str, key: &str, value: Option<Vec<u8>>) {
-        let k: (Box<str>, Box<str>) = (namespace.into(), key.into());
-        match value {
-            Some(v) => {
-                self.meta.insert(k, v);
-            }
-            None => {
-                self.meta.remove(&k);
-            }
         }
     }
 

@@ -1,4 +1,5 @@
-//! The cases of the suite, one public async function per rule or operation. Each takes a
+//! The cases of the task core ([`delayq::TaskStore`], rules 1–10 of docs/design.md §2) and of
+//! callbacks, one public async function per rule or operation. Each takes a
 //! [`Harness`] on a fresh backend and panics when the backend breaks the rule.
 
 use std::sync::Arc;
@@ -10,19 +11,8 @@ use delayq::{
     ReleaseOptions, State, WorkerOptions,
 };
 
+use crate::support::{T, kind, task};
 use crate::{Harness, START_MS};
-
-const T: &str = "orders";
-
-fn task(id: &str, delay_ms: u64) -> NewTask {
-    NewTask::new(T, id)
-        .body(format!("body of {id}"))
-        .delay_ms(delay_ms)
-}
-
-fn kind<T: std::fmt::Debug>(r: delayq::Result<T>) -> ErrorKind {
-    r.expect_err("expected an error").kind()
-}
 
 /// `add` then `get` returns every field as given, with defaults filled in.
 pub async fn add_then_get(h: &Harness) {

@@ -1,4 +1,4 @@
-//! The cases of what the dashboard reads (issue 12, docs/design.md §10): the due-time range
+//! The cases of what the dashboard reads (docs/design.md §10): the due-time range
 //! counts of [`delayq::Queue::due_counts`] and the per-topic activity counters of
 //! [`delayq::Queue::activity`]. Every backend must answer them alike: the counts from its own
 //! index of due times, the counters where each transition happens (the queue, or the

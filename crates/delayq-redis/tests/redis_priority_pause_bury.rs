@@ -415,24 +415,24 @@ async fn locate_ids_and_settings(target: Target) {
     assert_eq!(one.queue.next_job_id().await.unwrap(), 2);
     assert_eq!(two.queue.next_job_id().await.unwrap(), 3);
 
-    let s1 = one.queue.storage();
-    let s2 = two.queue.storage();
-    assert!(s1.list_meta("push").await.unwrap().is_empty());
-    s1.put_meta("push", "b", b"2".to_vec()).await.unwrap();
-    s1.put_meta("push", "a", vec![0, 255]).await.unwrap();
-    s2.put_meta("push", "b", b"two".to_vec()).await.unwrap();
-    s1.put_meta("other", "a", b"x".to_vec()).await.unwrap();
+    let s1 = one.queue.settings();
+    let s2 = two.queue.settings();
+    assert!(s1.list("push").await.unwrap().is_empty());
+    s1.put("push", "b", b"2".to_vec()).await.unwrap();
+    s1.put("push", "a", vec![0, 255]).await.unwrap();
+    s2.put("push", "b", b"two".to_vec()).await.unwrap();
+    s1.put("other", "a", b"x".to_vec()).await.unwrap();
     assert_eq!(
-        s2.list_meta("push").await.unwrap(),
+        s2.list("push").await.unwrap(),
         [
             ("a".to_owned(), vec![0, 255]),
             ("b".to_owned(), b"two".to_vec())
         ]
     );
-    assert!(s2.delete_meta("push", "a").await.unwrap());
-    assert!(!s1.delete_meta("push", "a").await.unwrap());
-    assert_eq!(s1.list_meta("push").await.unwrap().len(), 1);
-    assert_eq!(kind(s1.list_meta("").await), ErrorKind::Invalid);
+    assert!(s2.delete("push", "a").await.unwrap());
+    assert!(!s1.delete("push", "a").await.unwrap());
+    assert_eq!(s1.list("push").await.unwrap().len(), 1);
+    assert_eq!(kind(s1.list("").await), ErrorKind::Invalid);
 }
 
 /// A settings change through one instance wakes the readers of that namespace on another
@@ -450,8 +450,8 @@ async fn settings_changes_reach_other_instances(target: Target) {
     let seen = tokio::time::timeout(patience, async {
         loop {
             one.queue
-                .storage()
-                .put_meta("push", "t", b"1".to_vec())
+                .settings()
+                .put("push", "t", b"1".to_vec())
                 .await
                 .unwrap();
             if tokio::time::timeout(Duration::from_millis(200), push.changed())
@@ -470,12 +470,12 @@ async fn settings_changes_reach_other_instances(target: Target) {
     push.mark_unchanged();
     assert!(
         !one.queue
-            .storage()
-            .delete_meta("push", "missing")
+            .settings()
+            .delete("push", "missing")
             .await
             .unwrap()
     );
-    assert!(one.queue.storage().delete_meta("push", "t").await.unwrap());
+    assert!(one.queue.settings().delete("push", "t").await.unwrap());
     tokio::time::timeout(patience, push.changed())
         .await
         .expect("a delete on one instance reaches the other")

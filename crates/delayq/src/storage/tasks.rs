@@ -1,0 +1,131 @@
+//! Task transitions and reads: the core every backend implements.
+
+use async_trait::async_trait;
+use delayq_core::{
+    BuryOptions, Delivery, Millis, Page, ReleaseOptions, State, TaskInfo, TaskSpec, TopicStats,
+};
+
+use super::AddResult;
+use crate::error::Result;
+
+/// The tasks of a backend. Every method is one atomic transition (or one atomic read) of the
+/// state of the tasks it names; the rules of docs/design.md §2 hold for every backend alike.
+/// A topic's pause is part of it, as it decides what a pop takes (rule 14).
+#[async_trait]
+pub trait TaskStore: Send + Sync + 'static {
+    /// Adds validated tasks, one result per task in order. Each task is added whole or not
+    /// at all, and the tasks that were added are durable (per the backend's settings) before
+    /// this returns.
+    ///
+    /// A batch is not one transaction: its tasks are spread over shards (embedded) or
+    /// partitions (Redis), each written on its own, so a batch can be partly applied. Each
+    /// task's result says what happened to it: `Ok` with its [`AddOutcome`](delayq_core::AddOutcome), or its own error
+    /// (a duplicate, or the storage failure of its shard or partition, whose
+    /// [`Outcome`](crate::Outcome) says whether the task may be there anyway).
+    ///
+    /// An `Err` of the whole call concerns the whole batch. With
+    /// [`Outcome::NotApplied`](crate::Outcome::NotApplied) none was added; with
+    /// [`Outcome::Unknown`](crate::Outcome::Unknown) any of them may have been (Redis stopped
+    /// answering part way through, replicas did not confirm). A caller that must know adds the
+    /// same tasks again with [`OnDuplicate::Keep`](delayq_core::OnDuplicate::Keep): the ones
+    /// already there answer [`AddOutcome::Existed`](delayq_core::AddOutcome::Existed).
+    async fn add(&self, tasks: Vec<TaskSpec>) -> Result<Vec<AddResult>>;
+
+    /// Takes up to `max` READY tasks of `topic` in the order of docs/design.md §2 rule 11
+    /// (priority, then due, then insertion), without waiting. Each becomes ACTIVE with a fresh
+    /// receipt, or FINISHED at once when `auto_finish` is set. A paused topic (rule 14) gives
+    /// nothing.
+    async fn pop(&self, topic: &str, max: usize, auto_finish: bool) -> Result<Vec<Delivery>>;
+
+    /// Like [`pop`](TaskStore::pop) over several topics at once, with one order across them
+    /// (beanstalkd's watch list; rule 11 holds across the topics, best effort across Redis
+    /// partitions as docs/storage.md says).
+    async fn pop_any(
+        &self,
+        topics: &[String],
+        max: usize,
+        auto_finish: bool,
+    ) -> Result<Vec<Delivery>>;
+
+    /// ACTIVE → FINISHED.
+    async fn finish(&self, topic: &str, id: &str, receipt: Option<&str>) -> Result<()>;
+
+    /// ACTIVE → READY, DELAYED or DEAD: a failed attempt. Returns the new state.
+    async fn release(&self, topic: &str, id: &str, options: ReleaseOptions) -> Result<State>;
+
+    /// ACTIVE: restarts the ttr. Returns the new ttr deadline.
+    async fn touch(&self, topic: &str, id: &str, receipt: Option<&str>) -> Result<Millis>;
+
+    /// DELAYED, READY or ACTIVE → CANCELLED.
+    async fn cancel(&self, topic: &str, id: &str) -> Result<()>;
+
+    /// DEAD → READY with retries reset.
+    async fn requeue(&self, topic: &str, id: &str) -> Result<()>;
+
+    /// Every DEAD task of `topic` → READY. Returns how many.
+    async fn requeue_all(&self, topic: &str) -> Result<u64>;
+
+    /// Removes the record of a task in any state.
+    async fn delete(&self, topic: &str, id: &str) -> Result<()>;
+
+    /// ACTIVE → DEAD with the reason "buried" (rule 13).
+    async fn bury(&self, topic: &str, id: &str, options: BuryOptions) -> Result<()>;
+
+    /// DELAYED or READY → due at `due_ms` (READY at once when it has passed), keeping body,
+    /// id and retries (rule 15). Returns the new state.
+    async fn reschedule(&self, topic: &str, id: &str, due_ms: Millis) -> Result<State>;
+
+    /// Pauses `topic` until `until_ms` (or until resumed when `None`), rule 14. Pausing a
+    /// paused topic sets the new end.
+    async fn pause(&self, topic: &str, until_ms: Option<Millis>) -> Result<()>;
+
+    /// Ends the pause of `topic` (nothing when it is not paused).
+    async fn resume(&self, topic: &str) -> Result<()>;
+
+    /// The task's full view.
+    async fn get(&self, topic: &str, id: &str) -> Result<TaskInfo>;
+
+    /// The tasks of a topic (optionally of one state) ordered by due time, one page
+    /// (`page` from 1).
+    async fn list(
+        &self,
+        topic: &str,
+        state: Option<State>,
+        page: u64,
+        page_size: u64,
+    ) -> Result<Page<TaskInfo>>;
+
+    /// The counters of one topic (all zero for a topic never seen).
+    async fn stats(&self, topic: &str) -> Result<TopicStats>;
+
+    /// Every topic that has records, with its counters, ordered by name.
+    async fn topics(&self) -> Result<Vec<(String, TopicStats)>>;
+
+    /// How many DELAYED tasks of `topic` fall due in each range of `bounds`: for bounds
+    /// `b0 < b1 < … < bn` the answer has n counts, the i-th of dues in `[b_i, b_(i+1))`
+    /// (the dashboard's timeline ahead). `bounds` is validated by [`crate::Queue::due_counts`]
+    /// (sorted, at least 2, at most [`MAX_DUE_BOUNDS`](super::MAX_DUE_BOUNDS)); a topic never seen answers zeros.
+    ///
+    /// What it costs per backend (docs/storage.md):
+    /// - memory and embedded: a walk of the topic's DELAYED ordering between `b0` and `bn`,
+    ///   O(log n + k) for k tasks inside, done in steps of at most [`DUE_COUNT_STEP`](super::DUE_COUNT_STEP) tasks
+    ///   under the shard's lock, so a big topic never holds the shard for long (the counts of
+    ///   a topic that changes meanwhile are then a close estimate, not one snapshot);
+    /// - Redis: one `ZCOUNT` per range and partition on the partition's delayed sorted set,
+    ///   all in one pipeline: O(partitions × ranges × log n), no task is read.
+    async fn due_counts(&self, topic: &str, bounds: &[Millis]) -> Result<Vec<u64>>;
+
+    /// This instance's id when several instances share this storage (Redis mode), so that
+    /// what each instance publishes about itself can be told apart; `None` when the storage
+    /// belongs to this process alone.
+    fn instance(&self) -> Option<String> {
+        None
+    }
+
+    /// Whether the storage is reachable and accepting work (`/readyz`).
+    async fn check_ready(&self) -> Result<()>;
+
+    /// Stops time-driven work and makes everything durable. Later calls fail with
+    /// [`crate::Error::ShuttingDown`].
+    async fn shutdown(&self) -> Result<()>;
+}
