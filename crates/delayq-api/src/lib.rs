@@ -25,6 +25,7 @@
 //! - [`push`]: push targets and their figures (docs/design.md §8).
 
 pub mod body;
+pub mod endpoint;
 pub mod envelope;
 pub mod limits;
 pub mod number;

@@ -7,30 +7,27 @@ use delayq_api::{
     TopicEntry, TopicList, TopicStatsData,
 };
 
-use super::{ApiResult, counted};
+use super::{Reply, counted};
 use crate::app::AppState;
 use crate::auth::Caller;
-use crate::error::{AppError, Envelope, ErrorData, ok};
+use crate::error::{AppError, ok};
 use crate::extract::QueryParams;
 use crate::metrics::Op;
+use delayq_api::endpoint;
+
+super::handles!(
+    endpoint::GetTask => get_task,
+    endpoint::ListTasks => list_tasks,
+    endpoint::Stats => stats,
+    endpoint::Topics => topics,
+);
 
 /// One task, with its state as a code and a name.
-#[utoipa::path(
-    get,
-    path = "/get",
-    tag = "inspect",
-    params(GetQuery),
-    responses(
-        (status = 200, description = "The task", body = Envelope<TaskView>),
-        (status = 404, description = "No such task", body = Envelope<Option<ErrorData>>),
-    ),
-    security(("bearer" = []))
-)]
 pub async fn get_task(
     State(state): State<AppState>,
     caller: Caller,
     QueryParams(q): QueryParams<GetQuery>,
-) -> ApiResult<TaskView> {
+) -> Reply<endpoint::GetTask> {
     caller.check_topic(&q.topic, "topic")?;
     let result = state
         .queue()
@@ -42,22 +39,11 @@ pub async fn get_task(
 }
 
 /// A page of a topic's tasks (optionally of one state), by due time.
-#[utoipa::path(
-    get,
-    path = "/tasks",
-    tag = "inspect",
-    params(TasksQuery),
-    responses(
-        (status = 200, description = "One page of tasks", body = Envelope<TaskPage>),
-        (status = 400, description = "A bad state, a page of 0 or a page_size of 0 (one over the maximum is clamped)", body = Envelope<Option<ErrorData>>),
-    ),
-    security(("bearer" = []))
-)]
 pub async fn list_tasks(
     State(state): State<AppState>,
     caller: Caller,
     QueryParams(q): QueryParams<TasksQuery>,
-) -> ApiResult<TaskPage> {
+) -> Reply<endpoint::ListTasks> {
     caller.check_topic(&q.topic, "topic")?;
     let result = list(&state, &q).await;
     let page = counted(&state, &q.topic, Op::List, result)?;
@@ -81,21 +67,11 @@ async fn list(state: &AppState, q: &TasksQuery) -> Result<TaskPage, AppError> {
 /// The counters of one topic (`{topic, stats, ...counters}`), or, without `topic`, of every
 /// topic the caller may see (`{topics: {name: counters}, name: counters, ...}`): seqdelay's
 /// shape with delayq's beside it.
-#[utoipa::path(
-    get,
-    path = "/stats",
-    tag = "inspect",
-    params(StatsQuery),
-    responses(
-        (status = 200, description = "With topic: TopicStatsData. Without: AllStats", body = Envelope<StatsData>),
-    ),
-    security(("bearer" = []))
-)]
 pub async fn stats(
     State(state): State<AppState>,
     caller: Caller,
     QueryParams(q): QueryParams<StatsQuery>,
-) -> ApiResult<StatsData> {
+) -> Reply<endpoint::Stats> {
     let data = match q.topic {
         Some(topic) => {
             caller.check_topic(&topic, "topic")?;
@@ -121,16 +97,7 @@ pub async fn stats(
 }
 
 /// Every topic with records (that the caller may see), with its counters.
-#[utoipa::path(
-    get,
-    path = "/topics",
-    tag = "inspect",
-    responses(
-        (status = 200, description = "The topics by name", body = Envelope<TopicList>),
-    ),
-    security(("bearer" = []))
-)]
-pub async fn topics(State(state): State<AppState>, caller: Caller) -> ApiResult<TopicList> {
+pub async fn topics(State(state): State<AppState>, caller: Caller) -> Reply<endpoint::Topics> {
     let now = now(&state);
     let topics: Vec<TopicEntry> = visible_topics(&state, &caller)
         .await?

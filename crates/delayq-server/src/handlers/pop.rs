@@ -13,32 +13,24 @@ use axum::extract::State;
 use delayq::PopOptions;
 use delayq_api::{PopData, PopRequest, TaskDelivery};
 
-use super::ApiResult;
+use super::Reply;
 use crate::app::AppState;
 use crate::auth::Caller;
-use crate::error::{AppError, Envelope, ok};
+use crate::error::{AppError, ok};
 use crate::extract::JsonBody;
 use crate::metrics::Op;
+use delayq_api::endpoint;
+
+super::handles!(
+    endpoint::Pop => pop,
+);
 
 /// Takes ready tasks, waiting up to `timeout_ms` for the first.
-#[utoipa::path(
-    post,
-    path = "/pop",
-    tag = "tasks",
-    request_body = PopRequest,
-    responses(
-        (status = 200, description = "The task, or null on timeout; a list when count is given", body = Envelope<Option<PopData>>),
-        (status = 400, description = "A field is missing or invalid", body = Envelope<Option<crate::error::ErrorData>>),
-        (status = 409, description = "The topic has a push target: delayq delivers it itself", body = Envelope<Option<crate::error::ErrorData>>),
-        (status = 503, description = "Too many open long-polls, or shutting down; retry later", body = Envelope<Option<crate::error::ErrorData>>),
-    ),
-    security(("bearer" = []))
-)]
 pub async fn pop(
     State(state): State<AppState>,
     caller: Caller,
     JsonBody(req): JsonBody<PopRequest>,
-) -> ApiResult<Option<PopData>> {
+) -> Reply<endpoint::Pop> {
     caller.check_topic(&req.topic, "topic")?;
     if state.is_pushed(&req.topic) {
         return Err(AppError::PushedTopic { topic: req.topic });

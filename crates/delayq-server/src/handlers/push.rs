@@ -8,11 +8,18 @@
 use axum::extract::State;
 use delayq_api::push::{PushDeleted, PushList, PushQuery, PushTarget, TargetView};
 
-use super::ApiResult;
+use super::Reply;
 use crate::app::AppState;
 use crate::auth::Caller;
-use crate::error::{AppError, Envelope, ErrorData, ok};
+use crate::error::{AppError, ok};
 use crate::extract::{JsonBody, QueryParams};
+use delayq_api::endpoint;
+
+super::handles!(
+    endpoint::PushSet => set,
+    endpoint::PushGet => get,
+    endpoint::PushDelete => delete,
+);
 
 /// The dispatcher, or 503 when this server runs none.
 fn dispatcher(state: &AppState) -> Result<&delayq_push::Push, AppError> {
@@ -25,23 +32,11 @@ fn dispatcher(state: &AppState) -> Result<&delayq_push::Push, AppError> {
 }
 
 /// Sets the push target of a topic; from then on delayq delivers the topic's tasks itself.
-#[utoipa::path(
-    post,
-    path = "/push",
-    tag = "push",
-    request_body = PushTarget,
-    responses(
-        (status = 200, description = "Set; data is the target as GET shows it", body = Envelope<TargetView>),
-        (status = 400, description = "A field is missing or invalid (named in the message)", body = Envelope<Option<ErrorData>>),
-        (status = 403, description = "A read-only token, or a topic the token may not use", body = Envelope<Option<ErrorData>>),
-    ),
-    security(("bearer" = []))
-)]
 pub async fn set(
     State(state): State<AppState>,
     caller: Caller,
     JsonBody(target): JsonBody<PushTarget>,
-) -> ApiResult<TargetView> {
+) -> Reply<endpoint::PushSet> {
     caller.check_topic(&target.topic, "topic")?;
     let view = target.view();
     dispatcher(&state)?.set(target).await?;
@@ -49,21 +44,11 @@ pub async fn set(
 }
 
 /// The target of one topic, or every target the caller may see.
-#[utoipa::path(
-    get,
-    path = "/push",
-    tag = "push",
-    params(PushQuery),
-    responses(
-        (status = 200, description = "The targets (one, or none, with topic)", body = Envelope<PushList>),
-    ),
-    security(("bearer" = []))
-)]
 pub async fn get(
     State(state): State<AppState>,
     caller: Caller,
     QueryParams(q): QueryParams<PushQuery>,
-) -> ApiResult<PushList> {
+) -> Reply<endpoint::PushGet> {
     let push = dispatcher(&state)?;
     let targets = match &q.topic {
         Some(topic) => {
@@ -83,23 +68,11 @@ pub async fn get(
 }
 
 /// Removes a topic's target: its tasks then wait for ordinary consumers again.
-#[utoipa::path(
-    delete,
-    path = "/push",
-    tag = "push",
-    params(PushQuery),
-    responses(
-        (status = 200, description = "Removed, or there was none (deleted: false)", body = Envelope<PushDeleted>),
-        (status = 400, description = "No topic given, or an invalid one", body = Envelope<Option<ErrorData>>),
-        (status = 403, description = "A read-only token, or a topic the token may not use", body = Envelope<Option<ErrorData>>),
-    ),
-    security(("bearer" = []))
-)]
 pub async fn delete(
     State(state): State<AppState>,
     caller: Caller,
     QueryParams(q): QueryParams<PushQuery>,
-) -> ApiResult<PushDeleted> {
+) -> Reply<endpoint::PushDelete> {
     let topic = q.topic.ok_or_else(|| AppError::Missing {
         field: "topic".into(),
     })?;

@@ -12,15 +12,26 @@ use axum::extract::{Path, State};
 use delayq::{ScheduleInfo, Scheduler};
 use delayq_api::schedule::DEFAULT_NEXT;
 use delayq_api::{
-    NoData, PutScheduleData, ScheduleKey, ScheduleList, ScheduleQuery, ScheduleRequest,
-    ScheduleView, SchedulesQuery,
+    PutScheduleData, ScheduleKey, ScheduleList, ScheduleQuery, ScheduleRequest, ScheduleView,
+    SchedulesQuery,
 };
 
-use super::ApiResult;
+use super::Reply;
 use crate::app::AppState;
 use crate::auth::Caller;
-use crate::error::{AppError, Envelope, ErrorData, ok};
+use crate::error::{AppError, ok};
 use crate::extract::{JsonBody, QueryParams};
+use delayq_api::endpoint;
+
+super::handles!(
+    endpoint::PutSchedule => put_schedule,
+    endpoint::ListSchedules => list_schedules,
+    endpoint::GetSchedule => get_schedule,
+    endpoint::DeleteScheduleAt => delete_schedule_at,
+    endpoint::DeleteSchedule => delete_schedule,
+    endpoint::PauseSchedule => pause_schedule,
+    endpoint::ResumeSchedule => resume_schedule,
+);
 
 fn view(info: ScheduleInfo) -> ScheduleView {
     ScheduleView::new(
@@ -45,22 +56,11 @@ fn scheduler(state: &AppState) -> &Scheduler {
 
 /// Creates a schedule, or gives the one with the same topic and name a new definition.
 /// Changing its times starts the new series after now; pausing cancels the pending occurrence.
-#[utoipa::path(
-    post,
-    path = "/schedules",
-    tag = "schedules",
-    request_body = ScheduleRequest,
-    responses(
-        (status = 200, description = "Created, updated or unchanged; data is the schedule with its next 10 occurrences", body = Envelope<PutScheduleData>),
-        (status = 400, description = "A bad cron expression, unknown time zone, every_ms below the minimum, bad name or other field (named in the message)", body = Envelope<Option<ErrorData>>),
-    ),
-    security(("bearer" = []))
-)]
 pub async fn put_schedule(
     State(state): State<AppState>,
     caller: Caller,
     JsonBody(req): JsonBody<ScheduleRequest>,
-) -> ApiResult<PutScheduleData> {
+) -> Reply<endpoint::PutSchedule> {
     caller.check_topic(&req.topic, "topic")?;
     let def = req.into_def().map_err(delayq::Error::from)?;
     let (topic, name) = (def.topic.clone(), def.name.clone());
@@ -76,21 +76,11 @@ pub async fn put_schedule(
 
 /// Every schedule (of one topic), by topic and name, each with its next occurrence. A token
 /// limited to topics sees only its topics' schedules.
-#[utoipa::path(
-    get,
-    path = "/schedules",
-    tag = "schedules",
-    params(SchedulesQuery),
-    responses(
-        (status = 200, description = "The schedules", body = Envelope<ScheduleList>),
-    ),
-    security(("bearer" = []))
-)]
 pub async fn list_schedules(
     State(state): State<AppState>,
     caller: Caller,
     QueryParams(q): QueryParams<SchedulesQuery>,
-) -> ApiResult<ScheduleList> {
+) -> Reply<endpoint::ListSchedules> {
     if let Some(topic) = &q.topic {
         caller.check_topic(topic, "topic")?;
     }
@@ -107,27 +97,12 @@ pub async fn list_schedules(
 }
 
 /// One schedule with its next occurrences (`next`, default 10).
-#[utoipa::path(
-    get,
-    path = "/schedules/{topic}/{name}",
-    tag = "schedules",
-    params(
-        ("topic" = String, Path, description = "The topic (may hold /)"),
-        ("name" = String, Path, description = "The schedule's name"),
-        ScheduleQuery,
-    ),
-    responses(
-        (status = 200, description = "The schedule", body = Envelope<ScheduleView>),
-        (status = 404, description = "No such schedule", body = Envelope<Option<ErrorData>>),
-    ),
-    security(("bearer" = []))
-)]
 pub async fn get_schedule(
     State(state): State<AppState>,
     caller: Caller,
     Path(path): Path<String>,
     QueryParams(q): QueryParams<ScheduleQuery>,
-) -> ApiResult<ScheduleView> {
+) -> Reply<endpoint::GetSchedule> {
     let (topic, name) = split_path(&path)?;
     caller.check_topic(topic, "topic")?;
     let next = q.next.map_or(DEFAULT_NEXT, |n| n.0);
@@ -143,25 +118,11 @@ pub async fn get_schedule(
 }
 
 /// Deletes a schedule and cancels its pending occurrence (`DELETE /schedules/{topic}/{name}`).
-#[utoipa::path(
-    delete,
-    path = "/schedules/{topic}/{name}",
-    tag = "schedules",
-    params(
-        ("topic" = String, Path, description = "The topic (may hold /)"),
-        ("name" = String, Path, description = "The schedule's name"),
-    ),
-    responses(
-        (status = 200, description = "Deleted; data is null", body = Envelope<Option<NoData>>),
-        (status = 404, description = "No such schedule", body = Envelope<Option<ErrorData>>),
-    ),
-    security(("bearer" = []))
-)]
 pub async fn delete_schedule_at(
     State(state): State<AppState>,
     caller: Caller,
     Path(path): Path<String>,
-) -> ApiResult<Option<()>> {
+) -> Reply<endpoint::DeleteScheduleAt> {
     let (topic, name) = split_path(&path)?;
     caller.check_topic(topic, "topic")?;
     scheduler(&state).delete(topic, name).await?;
@@ -169,22 +130,11 @@ pub async fn delete_schedule_at(
 }
 
 /// Deletes a schedule and cancels its pending occurrence (the JSON form of `DELETE`).
-#[utoipa::path(
-    post,
-    path = "/schedules/delete",
-    tag = "schedules",
-    request_body = ScheduleKey,
-    responses(
-        (status = 200, description = "Deleted; data is null", body = Envelope<Option<NoData>>),
-        (status = 404, description = "No such schedule", body = Envelope<Option<ErrorData>>),
-    ),
-    security(("bearer" = []))
-)]
 pub async fn delete_schedule(
     State(state): State<AppState>,
     caller: Caller,
     JsonBody(key): JsonBody<ScheduleKey>,
-) -> ApiResult<Option<()>> {
+) -> Reply<endpoint::DeleteSchedule> {
     caller.check_topic(&key.topic, "topic")?;
     scheduler(&state).delete(&key.topic, &key.name).await?;
     Ok(ok(None))
@@ -192,22 +142,11 @@ pub async fn delete_schedule(
 
 /// Pauses a schedule: its pending occurrence is cancelled and none is added until it is
 /// resumed.
-#[utoipa::path(
-    post,
-    path = "/schedules/pause",
-    tag = "schedules",
-    request_body = ScheduleKey,
-    responses(
-        (status = 200, description = "Paused; data is the schedule", body = Envelope<ScheduleView>),
-        (status = 404, description = "No such schedule", body = Envelope<Option<ErrorData>>),
-    ),
-    security(("bearer" = []))
-)]
 pub async fn pause_schedule(
     State(state): State<AppState>,
     caller: Caller,
     JsonBody(key): JsonBody<ScheduleKey>,
-) -> ApiResult<ScheduleView> {
+) -> Reply<endpoint::PauseSchedule> {
     caller.check_topic(&key.topic, "topic")?;
     scheduler(&state).pause(&key.topic, &key.name).await?;
     let info = scheduler(&state)
@@ -218,22 +157,11 @@ pub async fn pause_schedule(
 
 /// Resumes a paused schedule with the first occurrence after now; those that fell in the
 /// pause are skipped.
-#[utoipa::path(
-    post,
-    path = "/schedules/resume",
-    tag = "schedules",
-    request_body = ScheduleKey,
-    responses(
-        (status = 200, description = "Resumed; data is the schedule", body = Envelope<ScheduleView>),
-        (status = 404, description = "No such schedule", body = Envelope<Option<ErrorData>>),
-    ),
-    security(("bearer" = []))
-)]
 pub async fn resume_schedule(
     State(state): State<AppState>,
     caller: Caller,
     JsonBody(key): JsonBody<ScheduleKey>,
-) -> ApiResult<ScheduleView> {
+) -> Reply<endpoint::ResumeSchedule> {
     caller.check_topic(&key.topic, "topic")?;
     scheduler(&state).resume(&key.topic, &key.name).await?;
     let info = scheduler(&state)
