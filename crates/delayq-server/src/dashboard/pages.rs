@@ -9,6 +9,7 @@
 use axum::extract::{RawQuery, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Redirect, Response};
+use delayq::core::validate;
 use delayq::{State as TaskState, TaskInfo, TopicStats};
 use maud::{Markup, html};
 
@@ -223,19 +224,7 @@ async fn topic_content(
     let stats = state.queue().stats(name).await?;
     let filter = match params.get("state") {
         None => None,
-        Some(s) => Some(
-            TaskState::ALL
-                .into_iter()
-                .find(|st| st.name() == s)
-                .ok_or_else(|| {
-                    AppError::invalid(
-                        "state",
-                        format!(
-                            "is {s:?}; expected delayed, ready, active, finished, cancelled or dead"
-                        ),
-                    )
-                })?,
-        ),
+        Some(s) => Some(validate::parse_state("state", s).map_err(delayq::Error::from)?),
     };
     let desc = match params.get("sort") {
         None | Some("due") => false,

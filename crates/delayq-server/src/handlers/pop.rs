@@ -11,6 +11,7 @@
 
 use axum::extract::State;
 use delayq::PopOptions;
+use delayq::core::validate;
 use delayq_api::{PopData, PopRequest, TaskDelivery};
 
 use super::Reply;
@@ -59,26 +60,9 @@ async fn take(state: &AppState, req: PopRequest) -> Result<Vec<delayq::Delivery>
         .timeout_ms
         .map_or(state.http().default_pop_timeout_ms, |t| t.0);
     let count = req.count.map_or(1, |c| c.0);
-    // Checked here as well as in the queue so that a bad request is a 400 even when every
-    // long-poll slot is taken.
-    if count == 0 || count > limits.max_pop_count as u64 {
-        return Err(AppError::invalid(
-            "count",
-            format!(
-                "is {count}, it must be 1 to {} (max_pop_count)",
-                limits.max_pop_count
-            ),
-        ));
-    }
-    if timeout_ms > limits.max_pop_timeout_ms {
-        return Err(AppError::invalid(
-            "timeout_ms",
-            format!(
-                "is {timeout_ms} ms, the limit is {} ms (max_pop_timeout_ms)",
-                limits.max_pop_timeout_ms
-            ),
-        ));
-    }
+    // Checked before a long-poll slot is taken, so that a bad request is a 400 even when every
+    // slot is taken; the queue checks the same again.
+    validate::check_pop(count, timeout_ms, limits).map_err(delayq::Error::from)?;
     let options = PopOptions::default()
         .count(count as usize)
         .timeout_ms(timeout_ms)
