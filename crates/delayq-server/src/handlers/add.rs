@@ -37,7 +37,8 @@ pub async fn add(
     Ok(ok(data))
 }
 
-async fn add_one(
+/// Adds one task (also the dashboard's add form).
+pub(crate) async fn add_one(
     state: &AppState,
     caller: &Caller,
     req: AddTaskRequest,
