@@ -8,7 +8,7 @@ use axum::extract::State;
 use delayq::ReleaseOptions;
 
 use super::add::in_batch;
-use super::{Reply, check_batch, counted};
+use super::{Body, Reply, check_batch, counted};
 use crate::app::AppState;
 use crate::auth::Caller;
 use crate::error::{AppError, ok};
@@ -17,7 +17,7 @@ use crate::metrics::Op;
 use delayq_api::endpoint;
 use delayq_api::{
     AckRequest, FinishBatchData, FinishBatchRequest, FinishItem, FinishRequest, ReleaseData,
-    ReleaseRequest, TouchData,
+    TouchData,
 };
 
 super::handles!(
@@ -90,7 +90,7 @@ async fn finish_batch(
 pub async fn release(
     State(state): State<AppState>,
     caller: Caller,
-    JsonBody(req): JsonBody<ReleaseRequest>,
+    JsonBody(req): Body<endpoint::Release>,
 ) -> Reply<endpoint::Release> {
     caller.check_topic(&req.topic, "topic")?;
     let mut options = ReleaseOptions::default();
@@ -119,7 +119,7 @@ pub async fn release(
 pub async fn touch(
     State(state): State<AppState>,
     caller: Caller,
-    JsonBody(req): JsonBody<AckRequest>,
+    JsonBody(req): Body<endpoint::Touch>,
 ) -> Reply<endpoint::Touch> {
     caller.check_topic(&req.topic, "topic")?;
     let result = state

@@ -8,16 +8,14 @@
 
 use axum::extract::State;
 
-use super::{Reply, counted};
+use super::{Body, Reply, counted};
 use crate::app::AppState;
 use crate::auth::Caller;
 use crate::error::{AppError, ok};
 use crate::extract::JsonBody;
 use crate::metrics::Op;
 use delayq_api::endpoint;
-use delayq_api::{
-    BuryRequest, PauseData, PauseRequest, ReleaseData, RescheduleRequest, StatsView, TopicRequest,
-};
+use delayq_api::{PauseData, ReleaseData, StatsView};
 
 super::handles!(
     endpoint::Bury => bury,
@@ -31,7 +29,7 @@ super::handles!(
 pub async fn bury(
     State(state): State<AppState>,
     caller: Caller,
-    JsonBody(req): JsonBody<BuryRequest>,
+    JsonBody(req): Body<endpoint::Bury>,
 ) -> Reply<endpoint::Bury> {
     caller.check_topic(&req.topic, "topic")?;
     let result = state
@@ -48,7 +46,7 @@ pub async fn bury(
 pub async fn reschedule(
     State(state): State<AppState>,
     caller: Caller,
-    JsonBody(req): JsonBody<RescheduleRequest>,
+    JsonBody(req): Body<endpoint::Reschedule>,
 ) -> Reply<endpoint::Reschedule> {
     caller.check_topic(&req.topic, "topic")?;
     let when = req.when().map_err(delayq::Error::from)?;
@@ -66,7 +64,7 @@ pub async fn reschedule(
 pub async fn pause(
     State(state): State<AppState>,
     caller: Caller,
-    JsonBody(req): JsonBody<PauseRequest>,
+    JsonBody(req): Body<endpoint::Pause>,
 ) -> Reply<endpoint::Pause> {
     caller.check_topic(&req.topic, "topic")?;
     let result = state
@@ -82,7 +80,7 @@ pub async fn pause(
 pub async fn resume(
     State(state): State<AppState>,
     caller: Caller,
-    JsonBody(req): JsonBody<TopicRequest>,
+    JsonBody(req): Body<endpoint::Resume>,
 ) -> Reply<endpoint::Resume> {
     caller.check_topic(&req.topic, "topic")?;
     let result = state

@@ -3,11 +3,11 @@
 
 use axum::extract::State;
 use delayq_api::{
-    AllStats, GetQuery, StatsData, StatsQuery, StatsView, TaskPage, TaskView, TasksQuery,
-    TopicEntry, TopicList, TopicStatsData,
+    AllStats, StatsData, StatsView, TaskPage, TaskView, TasksQuery, TopicEntry, TopicList,
+    TopicStatsData,
 };
 
-use super::{Reply, counted};
+use super::{Query, Reply, counted};
 use crate::app::AppState;
 use crate::auth::Caller;
 use crate::error::{AppError, ok};
@@ -26,7 +26,7 @@ super::handles!(
 pub async fn get_task(
     State(state): State<AppState>,
     caller: Caller,
-    QueryParams(q): QueryParams<GetQuery>,
+    QueryParams(q): Query<endpoint::GetTask>,
 ) -> Reply<endpoint::GetTask> {
     caller.check_topic(&q.topic, "topic")?;
     let result = state
@@ -42,7 +42,7 @@ pub async fn get_task(
 pub async fn list_tasks(
     State(state): State<AppState>,
     caller: Caller,
-    QueryParams(q): QueryParams<TasksQuery>,
+    QueryParams(q): Query<endpoint::ListTasks>,
 ) -> Reply<endpoint::ListTasks> {
     caller.check_topic(&q.topic, "topic")?;
     let result = list(&state, &q).await;
@@ -70,7 +70,7 @@ async fn list(state: &AppState, q: &TasksQuery) -> Result<TaskPage, AppError> {
 pub async fn stats(
     State(state): State<AppState>,
     caller: Caller,
-    QueryParams(q): QueryParams<StatsQuery>,
+    QueryParams(q): Query<endpoint::Stats>,
 ) -> Reply<endpoint::Stats> {
     let data = match q.topic {
         Some(topic) => {

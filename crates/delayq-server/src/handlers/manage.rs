@@ -2,14 +2,14 @@
 
 use axum::extract::State;
 
-use super::{Reply, counted};
+use super::{Body, Reply, counted};
 use crate::app::AppState;
 use crate::auth::Caller;
 use crate::error::{AppError, ok};
 use crate::extract::JsonBody;
 use crate::metrics::Op;
+use delayq_api::RequeueData;
 use delayq_api::endpoint;
-use delayq_api::{RequeueData, RequeueRequest, TaskKey};
 
 super::handles!(
     endpoint::Cancel => cancel,
@@ -21,7 +21,7 @@ super::handles!(
 pub async fn cancel(
     State(state): State<AppState>,
     caller: Caller,
-    JsonBody(req): JsonBody<TaskKey>,
+    JsonBody(req): Body<endpoint::Cancel>,
 ) -> Reply<endpoint::Cancel> {
     caller.check_topic(&req.topic, "topic")?;
     let result = state
@@ -37,7 +37,7 @@ pub async fn cancel(
 pub async fn requeue(
     State(state): State<AppState>,
     caller: Caller,
-    JsonBody(req): JsonBody<RequeueRequest>,
+    JsonBody(req): Body<endpoint::Requeue>,
 ) -> Reply<endpoint::Requeue> {
     caller.check_topic(&req.topic, "topic")?;
     let queue = state.queue();
@@ -69,7 +69,7 @@ pub async fn requeue(
 pub async fn delete(
     State(state): State<AppState>,
     caller: Caller,
-    JsonBody(req): JsonBody<TaskKey>,
+    JsonBody(req): Body<endpoint::Delete>,
 ) -> Reply<endpoint::Delete> {
     caller.check_topic(&req.topic, "topic")?;
     let result = state

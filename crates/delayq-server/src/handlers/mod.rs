@@ -40,6 +40,12 @@ pub type ApiResult<T> = Result<axum::Json<crate::error::Envelope<T>>, AppError>;
 /// The result of the handler of endpoint `E`: its `data` type is the table's.
 pub type Reply<E> = ApiResult<<E as Endpoint>::Response>;
 
+/// The JSON body of endpoint `E`: its request type is the table's.
+pub type Body<E> = crate::extract::JsonBody<<E as Endpoint>::Request>;
+
+/// The query of endpoint `E`: its request type is the table's.
+pub type Query<E> = crate::extract::QueryParams<<E as Endpoint>::Request>;
+
 /// The handler of an endpoint of the table ([`delayq_api::endpoint`]), the one piece of the
 /// server written per endpoint; [`crate::app::app`] registers every one at its method and route.
 pub trait Handle: Endpoint {

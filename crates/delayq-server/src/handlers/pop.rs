@@ -14,7 +14,7 @@ use delayq::PopOptions;
 use delayq::core::validate;
 use delayq_api::{PopData, PopRequest, TaskDelivery};
 
-use super::Reply;
+use super::{Body, Reply};
 use crate::app::AppState;
 use crate::auth::Caller;
 use crate::error::{AppError, ok};
@@ -30,7 +30,7 @@ super::handles!(
 pub async fn pop(
     State(state): State<AppState>,
     caller: Caller,
-    JsonBody(req): JsonBody<PopRequest>,
+    JsonBody(req): Body<endpoint::Pop>,
 ) -> Reply<endpoint::Pop> {
     caller.check_topic(&req.topic, "topic")?;
     if state.is_pushed(&req.topic) {

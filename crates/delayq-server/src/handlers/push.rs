@@ -6,9 +6,9 @@
 //! needs a token that may write, like every POST (auth.rs): read-only tokens get 403.
 
 use axum::extract::State;
-use delayq_api::push::{PushDeleted, PushList, PushQuery, PushTarget, TargetView};
+use delayq_api::push::{PushDeleted, PushList, PushTarget, TargetView};
 
-use super::Reply;
+use super::{Body, Query, Reply};
 use crate::app::AppState;
 use crate::auth::Caller;
 use crate::error::{AppError, ok};
@@ -35,7 +35,7 @@ fn dispatcher(state: &AppState) -> Result<&delayq_push::Push, AppError> {
 pub async fn set(
     State(state): State<AppState>,
     caller: Caller,
-    JsonBody(target): JsonBody<PushTarget>,
+    JsonBody(target): Body<endpoint::PushSet>,
 ) -> Reply<endpoint::PushSet> {
     caller.check_topic(&target.topic, "topic")?;
     let view = target.view();
@@ -47,7 +47,7 @@ pub async fn set(
 pub async fn get(
     State(state): State<AppState>,
     caller: Caller,
-    QueryParams(q): QueryParams<PushQuery>,
+    QueryParams(q): Query<endpoint::PushGet>,
 ) -> Reply<endpoint::PushGet> {
     let push = dispatcher(&state)?;
     let targets = match &q.topic {
@@ -71,7 +71,7 @@ pub async fn get(
 pub async fn delete(
     State(state): State<AppState>,
     caller: Caller,
-    QueryParams(q): QueryParams<PushQuery>,
+    QueryParams(q): Query<endpoint::PushDelete>,
 ) -> Reply<endpoint::PushDelete> {
     let topic = q.topic.ok_or_else(|| AppError::Missing {
         field: "topic".into(),

@@ -11,12 +11,9 @@
 use axum::extract::{Path, State};
 use delayq::{ScheduleInfo, Scheduler};
 use delayq_api::schedule::DEFAULT_NEXT;
-use delayq_api::{
-    PutScheduleData, ScheduleKey, ScheduleList, ScheduleQuery, ScheduleRequest, ScheduleView,
-    SchedulesQuery,
-};
+use delayq_api::{PutScheduleData, ScheduleList, ScheduleQuery, ScheduleView};
 
-use super::Reply;
+use super::{Body, Query, Reply};
 use crate::app::AppState;
 use crate::auth::Caller;
 use crate::error::{AppError, ok};
@@ -59,7 +56,7 @@ fn scheduler(state: &AppState) -> &Scheduler {
 pub async fn put_schedule(
     State(state): State<AppState>,
     caller: Caller,
-    JsonBody(req): JsonBody<ScheduleRequest>,
+    JsonBody(req): Body<endpoint::PutSchedule>,
 ) -> Reply<endpoint::PutSchedule> {
     caller.check_topic(&req.topic, "topic")?;
     let def = req.into_def().map_err(delayq::Error::from)?;
@@ -79,7 +76,7 @@ pub async fn put_schedule(
 pub async fn list_schedules(
     State(state): State<AppState>,
     caller: Caller,
-    QueryParams(q): QueryParams<SchedulesQuery>,
+    QueryParams(q): Query<endpoint::ListSchedules>,
 ) -> Reply<endpoint::ListSchedules> {
     if let Some(topic) = &q.topic {
         caller.check_topic(topic, "topic")?;
@@ -133,7 +130,7 @@ pub async fn delete_schedule_at(
 pub async fn delete_schedule(
     State(state): State<AppState>,
     caller: Caller,
-    JsonBody(key): JsonBody<ScheduleKey>,
+    JsonBody(key): Body<endpoint::DeleteSchedule>,
 ) -> Reply<endpoint::DeleteSchedule> {
     caller.check_topic(&key.topic, "topic")?;
     scheduler(&state).delete(&key.topic, &key.name).await?;
@@ -145,7 +142,7 @@ pub async fn delete_schedule(
 pub async fn pause_schedule(
     State(state): State<AppState>,
     caller: Caller,
-    JsonBody(key): JsonBody<ScheduleKey>,
+    JsonBody(key): Body<endpoint::PauseSchedule>,
 ) -> Reply<endpoint::PauseSchedule> {
     caller.check_topic(&key.topic, "topic")?;
     scheduler(&state).pause(&key.topic, &key.name).await?;
@@ -160,7 +157,7 @@ pub async fn pause_schedule(
 pub async fn resume_schedule(
     State(state): State<AppState>,
     caller: Caller,
-    JsonBody(key): JsonBody<ScheduleKey>,
+    JsonBody(key): Body<endpoint::ResumeSchedule>,
 ) -> Reply<endpoint::ResumeSchedule> {
     caller.check_topic(&key.topic, "topic")?;
     scheduler(&state).resume(&key.topic, &key.name).await?;
