@@ -2,7 +2,7 @@
 //!
 //! One entry of the table below gives an endpoint's method, path, operation name, request and
 //! response `data` types, and what OpenAPI says of it (tag, summary, the answers it may give).
-//! Everything else is derived from it: the server registers its routes from [`for_each_endpoint`]
+//! Everything else is derived from it: the server registers its routes from [`for_each_endpoint`](crate::for_each_endpoint)
 //! (its only per-endpoint code is the handler), the OpenAPI paths come from [`describe`], the
 //! client's one generic call reads [`Endpoint`], and the tests list the routes from [`ROUTES`].
 //! Adding an endpoint is adding an entry here and its handler in the server.
@@ -160,7 +160,7 @@ macro_rules! utoipa_path {
 }
 
 /// Declares the endpoints: a type per endpoint implementing [`Endpoint`], its OpenAPI
-/// description, [`ROUTES`], [`describe`] and [`for_each_endpoint`]. `$d` is a `$`, so that the
+/// description, [`ROUTES`], [`describe`] and [`for_each_endpoint`](crate::for_each_endpoint). `$d` is a `$`, so that the
 /// macro can write a macro.
 macro_rules! endpoints {
     ($d:tt $(
