@@ -26,7 +26,7 @@ super::handles!(
     endpoint::Touch => touch,
 );
 
-/// ACTIVE → FINISHED, for one task or a batch `{"tasks": [{topic, id, receipt?}, ...]}`.
+/// The handler of [`endpoint::Finish`] (its summary and answers are in the table).
 pub async fn finish(
     State(state): State<AppState>,
     caller: Caller,
@@ -86,7 +86,7 @@ async fn finish_batch(
     Ok(FinishBatchData { items })
 }
 
-/// ACTIVE → READY, DELAYED or DEAD: the attempt failed.
+/// The handler of [`endpoint::Release`] (its summary and answers are in the table).
 pub async fn release(
     State(state): State<AppState>,
     caller: Caller,
@@ -115,7 +115,7 @@ pub async fn release(
     Ok(ok(ReleaseData::from(new_state)))
 }
 
-/// ACTIVE: restarts the ttr.
+/// The handler of [`endpoint::Touch`] (its summary and answers are in the table).
 pub async fn touch(
     State(state): State<AppState>,
     caller: Caller,

@@ -23,7 +23,7 @@ super::handles!(
     endpoint::Add => add,
 );
 
-/// Adds one task or a batch.
+/// The handler of [`endpoint::Add`] (its summary and answers are in the table).
 pub async fn add(
     State(state): State<AppState>,
     caller: Caller,

@@ -24,8 +24,7 @@ super::handles!(
     endpoint::Resume => resume,
 );
 
-/// ACTIVE → DEAD with the reason "buried" (or the `error` given), optionally with a new
-/// priority. A kick or a requeue brings it back.
+/// The handler of [`endpoint::Bury`] (its summary and answers are in the table).
 pub async fn bury(
     State(state): State<AppState>,
     caller: Caller,
@@ -41,8 +40,7 @@ pub async fn bury(
     Ok(ok(None))
 }
 
-/// DELAYED or READY → a new due: `delay_ms` from now, `run_at_ms`, or now when neither is
-/// given; never earlier than now. Body, id, priority and retries are kept.
+/// The handler of [`endpoint::Reschedule`] (its summary and answers are in the table).
 pub async fn reschedule(
     State(state): State<AppState>,
     caller: Caller,
@@ -59,8 +57,7 @@ pub async fn reschedule(
     Ok(ok(ReleaseData::from(new_state)))
 }
 
-/// Pauses a topic: it keeps accepting adds and promoting due tasks, but hands nothing out
-/// until `POST /resume` or until `for_ms` has passed. Pausing a paused topic sets the new end.
+/// The handler of [`endpoint::Pause`] (its summary and answers are in the table).
 pub async fn pause(
     State(state): State<AppState>,
     caller: Caller,
@@ -76,7 +73,7 @@ pub async fn pause(
     Ok(ok(pause_data(&state, req.topic).await?))
 }
 
-/// Ends a topic's pause (nothing when it is not paused); waiting pops get its ready tasks.
+/// The handler of [`endpoint::Resume`] (its summary and answers are in the table).
 pub async fn resume(
     State(state): State<AppState>,
     caller: Caller,

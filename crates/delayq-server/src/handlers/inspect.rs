@@ -22,7 +22,7 @@ super::handles!(
     endpoint::Topics => topics,
 );
 
-/// One task, with its state as a code and a name.
+/// The handler of [`endpoint::GetTask`] (its summary and answers are in the table).
 pub async fn get_task(
     State(state): State<AppState>,
     caller: Caller,
@@ -38,7 +38,7 @@ pub async fn get_task(
     Ok(ok(TaskView::from(info)))
 }
 
-/// A page of a topic's tasks (optionally of one state), by due time.
+/// The handler of [`endpoint::ListTasks`] (its summary and answers are in the table).
 pub async fn list_tasks(
     State(state): State<AppState>,
     caller: Caller,
@@ -64,9 +64,7 @@ async fn list(state: &AppState, q: &TasksQuery) -> Result<TaskPage, AppError> {
     Ok(TaskPage::from(got))
 }
 
-/// The counters of one topic (`{topic, stats, ...counters}`), or, without `topic`, of every
-/// topic the caller may see (`{topics: {name: counters}, name: counters, ...}`): seqdelay's
-/// shape with delayq's beside it.
+/// The handler of [`endpoint::Stats`] (its summary and answers are in the table).
 pub async fn stats(
     State(state): State<AppState>,
     caller: Caller,
@@ -96,7 +94,7 @@ pub async fn stats(
     Ok(ok(data))
 }
 
-/// Every topic with records (that the caller may see), with its counters.
+/// The handler of [`endpoint::Topics`] (its summary and answers are in the table).
 pub async fn topics(State(state): State<AppState>, caller: Caller) -> Reply<endpoint::Topics> {
     let now = now(&state);
     let topics: Vec<TopicEntry> = visible_topics(&state, &caller)

@@ -17,7 +17,7 @@ super::handles!(
     endpoint::Delete => delete,
 );
 
-/// DELAYED, READY or ACTIVE → CANCELLED. After success the task is never delivered again.
+/// The handler of [`endpoint::Cancel`] (its summary and answers are in the table).
 pub async fn cancel(
     State(state): State<AppState>,
     caller: Caller,
@@ -33,7 +33,7 @@ pub async fn cancel(
     Ok(ok(None))
 }
 
-/// DEAD → READY with retries reset: one task (`id`) or all of the topic (`all: true`).
+/// The handler of [`endpoint::Requeue`] (its summary and answers are in the table).
 pub async fn requeue(
     State(state): State<AppState>,
     caller: Caller,
@@ -65,7 +65,7 @@ pub async fn requeue(
     Ok(ok(RequeueData { requeued }))
 }
 
-/// Removes a task's record, whatever its state.
+/// The handler of [`endpoint::Delete`] (its summary and answers are in the table).
 pub async fn delete(
     State(state): State<AppState>,
     caller: Caller,

@@ -22,15 +22,14 @@ super::handles!(
     endpoint::OpenApiDocument => openapi,
 );
 
-/// Liveness: 200 while the process runs.
+/// The handler of [`endpoint::Healthz`] (its summary and answers are in the table).
 pub async fn healthz() -> Reply<endpoint::Healthz> {
     Ok(ok(Health {
         status: "alive".into(),
     }))
 }
 
-/// Readiness: 200 when the storage is reachable, 503 when it is not or the server is
-/// shutting down.
+/// The handler of [`endpoint::Readyz`] (its summary and answers are in the table).
 pub async fn readyz(State(state): State<AppState>) -> Reply<endpoint::Readyz> {
     if state.is_draining() {
         return Err(AppError::ShuttingDown);
@@ -41,7 +40,7 @@ pub async fn readyz(State(state): State<AppState>) -> Reply<endpoint::Readyz> {
     }))
 }
 
-/// The server's metrics in the Prometheus text format.
+/// The handler of [`endpoint::Metrics`] (its summary and answers are in the table).
 pub async fn metrics(
     State(state): State<AppState>,
     caller: Caller,
@@ -58,7 +57,7 @@ pub async fn metrics(
     ))
 }
 
-/// This API described in OpenAPI 3.
+/// The handler of [`endpoint::OpenApiDocument`] (its summary and answers are in the table).
 pub async fn openapi(_caller: Caller) -> Json<utoipa::openapi::OpenApi> {
     Json(openapi::document())
 }

@@ -26,7 +26,7 @@ super::handles!(
     endpoint::Pop => pop,
 );
 
-/// Takes ready tasks, waiting up to `timeout_ms` for the first.
+/// The handler of [`endpoint::Pop`] (its summary and answers are in the table).
 pub async fn pop(
     State(state): State<AppState>,
     caller: Caller,

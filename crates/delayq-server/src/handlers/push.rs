@@ -31,7 +31,7 @@ fn dispatcher(state: &AppState) -> Result<&delayq_push::Push, AppError> {
     })
 }
 
-/// Sets the push target of a topic; from then on delayq delivers the topic's tasks itself.
+/// The handler of [`endpoint::PushSet`] (its summary and answers are in the table).
 pub async fn set(
     State(state): State<AppState>,
     caller: Caller,
@@ -43,7 +43,7 @@ pub async fn set(
     Ok(ok(view))
 }
 
-/// The target of one topic, or every target the caller may see.
+/// The handler of [`endpoint::PushGet`] (its summary and answers are in the table).
 pub async fn get(
     State(state): State<AppState>,
     caller: Caller,
@@ -67,7 +67,7 @@ pub async fn get(
     Ok(ok(PushList { targets, total }))
 }
 
-/// Removes a topic's target: its tasks then wait for ordinary consumers again.
+/// The handler of [`endpoint::PushDelete`] (its summary and answers are in the table).
 pub async fn delete(
     State(state): State<AppState>,
     caller: Caller,

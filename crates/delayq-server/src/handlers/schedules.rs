@@ -51,8 +51,7 @@ fn scheduler(state: &AppState) -> &Scheduler {
     state.scheduler()
 }
 
-/// Creates a schedule, or gives the one with the same topic and name a new definition.
-/// Changing its times starts the new series after now; pausing cancels the pending occurrence.
+/// The handler of [`endpoint::PutSchedule`] (its summary and answers are in the table).
 pub async fn put_schedule(
     State(state): State<AppState>,
     caller: Caller,
@@ -71,8 +70,7 @@ pub async fn put_schedule(
     }))
 }
 
-/// Every schedule (of one topic), by topic and name, each with its next occurrence. A token
-/// limited to topics sees only its topics' schedules.
+/// The handler of [`endpoint::ListSchedules`] (its summary and answers are in the table).
 pub async fn list_schedules(
     State(state): State<AppState>,
     caller: Caller,
@@ -93,7 +91,7 @@ pub async fn list_schedules(
     }))
 }
 
-/// One schedule with its next occurrences (`next`, default 10).
+/// The handler of [`endpoint::GetSchedule`] (its summary and answers are in the table).
 pub async fn get_schedule(
     State(state): State<AppState>,
     caller: Caller,
@@ -114,7 +112,7 @@ pub async fn get_schedule(
     Ok(ok(view(info)))
 }
 
-/// Deletes a schedule and cancels its pending occurrence (`DELETE /schedules/{topic}/{name}`).
+/// The handler of [`endpoint::DeleteScheduleAt`] (its summary and answers are in the table).
 pub async fn delete_schedule_at(
     State(state): State<AppState>,
     caller: Caller,
@@ -126,7 +124,7 @@ pub async fn delete_schedule_at(
     Ok(ok(None))
 }
 
-/// Deletes a schedule and cancels its pending occurrence (the JSON form of `DELETE`).
+/// The handler of [`endpoint::DeleteSchedule`] (its summary and answers are in the table).
 pub async fn delete_schedule(
     State(state): State<AppState>,
     caller: Caller,
@@ -137,8 +135,7 @@ pub async fn delete_schedule(
     Ok(ok(None))
 }
 
-/// Pauses a schedule: its pending occurrence is cancelled and none is added until it is
-/// resumed.
+/// The handler of [`endpoint::PauseSchedule`] (its summary and answers are in the table).
 pub async fn pause_schedule(
     State(state): State<AppState>,
     caller: Caller,
@@ -152,8 +149,7 @@ pub async fn pause_schedule(
     Ok(ok(view(info)))
 }
 
-/// Resumes a paused schedule with the first occurrence after now; those that fell in the
-/// pause are skipped.
+/// The handler of [`endpoint::ResumeSchedule`] (its summary and answers are in the table).
 pub async fn resume_schedule(
     State(state): State<AppState>,
     caller: Caller,
