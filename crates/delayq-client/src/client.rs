@@ -246,7 +246,9 @@ impl Client {
 
     /// Sends a request of endpoint `E` (see [`delayq_api::endpoint`]) and returns the `data`
     /// of the answer decoded into the endpoint's response type (`None` for `null`). Every
-    /// typed method below is this call with the request built from its arguments.
+    /// typed method below is this call with the request built from its arguments. `/metrics`
+    /// and `/openapi.json` answer without the envelope, so this call cannot read them; the
+    /// metrics have [`Client::metrics`].
     pub async fn call<E: Endpoint>(
         &self,
         request: &E::Request,
