@@ -12,6 +12,8 @@
 //! writes one thing two ways, both ways are kept: a task's `state` is a code in `GET /get`
 //! ([`TaskView`]) and a name in `GET /tasks` ([`TaskListItem`]).
 //!
+//! - [`endpoint`]: the endpoints, one entry each (method, path, request and response types,
+//!   OpenAPI answers); the router, the OpenAPI paths and the client's generic call follow.
 //! - [`envelope`]: `{"code", "message", "data"}` and the `data` of an error.
 //! - [`request`]: what clients send, and how a request becomes a library call.
 //! - [`task`]: the views of a task (`/get`, `/tasks`, `/pop`) and their conversion from the
@@ -25,6 +27,7 @@
 //! - [`push`]: push targets and their figures (docs/design.md §8).
 
 pub mod body;
+pub mod endpoint;
 pub mod envelope;
 pub mod limits;
 pub mod number;

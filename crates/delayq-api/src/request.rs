@@ -5,6 +5,7 @@
 //! optional field is left out when unset, so what the client sends is only what its caller
 //! set. Unknown fields are ignored when reading.
 
+use delayq_core::validate;
 use delayq_core::{
     Backoff, BuryOptions, InvalidField, MaxRetries, NewTask, OnDuplicate, State, When,
 };
@@ -14,7 +15,6 @@ use utoipa::{IntoParams, ToSchema};
 use crate::body::{BodyEncoding, decode_body, encode_body};
 use crate::limits::DEFAULT_PAGE_SIZE;
 use crate::number::{BodyText, Count, Ms};
-use crate::state::state_names;
 
 /// The name of the list of a batch (`/add` or `/finish`), and the prefix of its fields in
 /// errors.
@@ -395,12 +395,7 @@ impl TasksQuery {
     pub fn state_filter(&self) -> Result<Option<State>, InvalidField> {
         match self.state.as_deref().map(str::trim) {
             None | Some("") => Ok(None),
-            Some(text) => State::parse(text).map(Some).ok_or_else(|| {
-                InvalidField::new(
-                    "state",
-                    format!("is {text:?}; accepted are {}", state_names()),
-                )
-            }),
+            Some(text) => validate::parse_state("state", text).map(Some),
         }
     }
 

@@ -78,6 +78,12 @@ pub struct ScheduleRequest {
 }
 
 impl ScheduleRequest {
+    /// The names of its fields, as serde reads them: the keys a `[[schedules]]` table of the
+    /// server's configuration may hold, so that a list of them need not be written again.
+    pub fn fields() -> &'static [&'static str] {
+        crate::number::struct_fields::<ScheduleRequest>()
+    }
+
     /// The library's definition. Only the body's encoding can be wrong here; the scheduler
     /// checks everything else against the queue's limits.
     pub fn into_def(self) -> Result<ScheduleDef, InvalidField> {
@@ -245,6 +251,37 @@ pub struct ScheduleList {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_fields_are_the_keys_of_a_full_request() {
+        let full = ScheduleRequest {
+            cron: Some("@daily".into()),
+            every_ms: Some(Ms(1)),
+            timezone: Some("UTC".into()),
+            body: Some(BodyText("b".into())),
+            body_encoding: Some(BodyEncoding::Text),
+            priority: Some(1),
+            ttr_ms: Some(Ms(1)),
+            max_retries: Some(MaxRetries::Limited(1)),
+            backoff: Some(Backoff::Fixed { ms: 1 }),
+            start_ms: Some(Ms(1)),
+            end_ms: Some(Ms(1)),
+            paused: Some(true),
+            missed: Some(Missed::Skip),
+            ..ScheduleRequest::default()
+        };
+        let json = serde_json::to_value(&full).unwrap();
+        let mut keys: Vec<&str> = json
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        let mut fields = ScheduleRequest::fields().to_vec();
+        keys.sort_unstable();
+        fields.sort_unstable();
+        assert_eq!(keys, fields);
+    }
 
     #[test]
     fn a_request_becomes_a_definition() {

@@ -16,7 +16,8 @@ use serde_json::Value;
 
 use crate::args::{
     ClientArgs, Command, MissedPolicy, PopArgs, PushCommand, PushSetArgs, RequeueArgs,
-    RescheduleArgs, ScheduleAddArgs, ScheduleCommand, StatsArgs, TaskArgs, TasksArgs,
+    RescheduleArgs, ScheduleAddArgs, ScheduleCommand, ScheduleGetArgs, StatsArgs, TaskArgs,
+    TasksArgs,
 };
 use crate::config::{AddPlan, Connection, ImportPlan};
 use crate::duration::{format_duration, now_ms};
@@ -38,6 +39,45 @@ pub async fn run(command: Command, out: &mut dyn Write) -> Result<(), CliError> 
             }
         }
         Command::Pop(args) => pop(&args, out).await,
+        command @ (Command::Finish(_)
+        | Command::Release(_)
+        | Command::Touch(_)
+        | Command::Cancel(_)
+        | Command::Delete(_)
+        | Command::Bury(_)) => settle(command, out).await,
+        Command::Requeue(args) => requeue(&args, out).await,
+        Command::Reschedule(args) => reschedule(&args, out).await,
+        Command::Pause(args) => {
+            let call = Call::pause(&args.topic, args.for_ms);
+            pause_or_resume(&args.client, &args.topic, &call, out).await
+        }
+        Command::Resume(args) => {
+            let call = Call::resume(&args.topic);
+            pause_or_resume(&args.client, &args.topic, &call, out).await
+        }
+        Command::Get(args) => get(&args, out).await,
+        Command::Tasks(args) => tasks(&args, out).await,
+        Command::Stats(args) => stats(&args, out).await,
+        Command::Topics(args) => {
+            let conn = Connection::from_args(&args.client)?;
+            if conn.json {
+                return print_raw(&conn, &Call::topics(), out).await;
+            }
+            let rows = conn.client.topics().await?;
+            writeln!(out, "{}", output::stats(&rows, now_ms()))?;
+            Ok(())
+        }
+        Command::Push(command) => push(command, out).await,
+        Command::Schedule(command) => schedule(command, out).await,
+        Command::Bench(args) => crate::bench::run(args, out).await,
+        Command::Data(command) => crate::data::run(command, out),
+    }
+}
+
+/// The commands that change one task and print what they did: finish, release, touch,
+/// cancel, delete and bury.
+async fn settle(command: Command, out: &mut dyn Write) -> Result<(), CliError> {
+    match command {
         Command::Finish(args) => {
             let call = Call::finish(&args.topic, &args.id, args.receipt.as_deref());
             change(&args.client, &call, out, || {
@@ -81,7 +121,6 @@ pub async fn run(command: Command, out: &mut dyn Write) -> Result<(), CliError> 
             })
             .await
         }
-        Command::Requeue(args) => requeue(&args, out).await,
         Command::Bury(args) => {
             let mut options = BuryOptions::default();
             options.receipt = args.receipt.clone();
@@ -96,31 +135,7 @@ pub async fn run(command: Command, out: &mut dyn Write) -> Result<(), CliError> 
             })
             .await
         }
-        Command::Reschedule(args) => reschedule(&args, out).await,
-        Command::Pause(args) => {
-            let call = Call::pause(&args.topic, args.for_ms);
-            pause_or_resume(&args.client, &args.topic, &call, out).await
-        }
-        Command::Resume(args) => {
-            let call = Call::resume(&args.topic);
-            pause_or_resume(&args.client, &args.topic, &call, out).await
-        }
-        Command::Get(args) => get(&args, out).await,
-        Command::Tasks(args) => tasks(&args, out).await,
-        Command::Stats(args) => stats(&args, out).await,
-        Command::Topics(args) => {
-            let conn = Connection::from_args(&args.client)?;
-            if conn.json {
-                return print_raw(&conn, &Call::topics(), out).await;
-            }
-            let rows = conn.client.topics().await?;
-            writeln!(out, "{}", output::stats(&rows, now_ms()))?;
-            Ok(())
-        }
-        Command::Push(command) => push(command, out).await,
-        Command::Schedule(command) => schedule(command, out).await,
-        Command::Bench(args) => crate::bench::run(args, out).await,
-        Command::Data(command) => crate::data::run(command, out),
+        _ => Err(CliError::usage("not a command that changes one task")),
     }
 }
 
@@ -454,28 +469,7 @@ fn push_target(args: &PushSetArgs) -> Result<delayq_client::PushTarget, CliError
 /// `delayq schedule ...`.
 async fn schedule(command: ScheduleCommand, out: &mut dyn Write) -> Result<(), CliError> {
     match command {
-        ScheduleCommand::Add(args) => {
-            let conn = Connection::from_args(&args.client)?;
-            let put = conn.client.put_schedule(&schedule_request(&args)?).await?;
-            // The answer shows 10 occurrences; --next asks for another number.
-            let view = if args.next == put.schedule.next_ms.len() as u64 {
-                put.schedule
-            } else {
-                conn.client
-                    .schedule(&args.topic, &args.name, Some(args.next))
-                    .await?
-            };
-            if conn.json {
-                return print_json(&view, out);
-            }
-            writeln!(
-                out,
-                "schedule {:?} of topic {:?} {}",
-                args.name, args.topic, put.outcome
-            )?;
-            writeln!(out, "{}", output::schedule(&view, now_ms()))?;
-            Ok(())
-        }
+        ScheduleCommand::Add(args) => schedule_add(&args, out).await,
         ScheduleCommand::List(args) => {
             let conn = Connection::from_args(&args.client)?;
             let call = Call::schedules(args.topic.as_deref());
@@ -486,19 +480,7 @@ async fn schedule(command: ScheduleCommand, out: &mut dyn Write) -> Result<(), C
             writeln!(out, "{}", output::schedules(&list.schedules, now_ms()))?;
             Ok(())
         }
-        ScheduleCommand::Get(args) => {
-            let conn = Connection::from_args(&args.client)?;
-            let call = Call::schedule(&args.topic, &args.name, Some(args.next));
-            if conn.json {
-                return print_raw(&conn, &call, out).await;
-            }
-            let view = conn
-                .client
-                .schedule(&args.topic, &args.name, Some(args.next))
-                .await?;
-            writeln!(out, "{}", output::schedule(&view, now_ms()))?;
-            Ok(())
-        }
+        ScheduleCommand::Get(args) => schedule_get(&args, out).await,
         ScheduleCommand::Delete(args) => {
             let call = Call::delete_schedule(&args.topic, &args.name);
             change(&args.client, &call, out, || {
@@ -530,6 +512,45 @@ async fn schedule(command: ScheduleCommand, out: &mut dyn Write) -> Result<(), C
             .await
         }
     }
+}
+
+/// `delayq schedule add`: the schedule as it now stands, with its next `--next` occurrences.
+async fn schedule_add(args: &ScheduleAddArgs, out: &mut dyn Write) -> Result<(), CliError> {
+    let conn = Connection::from_args(&args.client)?;
+    let put = conn.client.put_schedule(&schedule_request(args)?).await?;
+    // The answer shows 10 occurrences; --next asks for another number.
+    let view = if args.next == put.schedule.next_ms.len() as u64 {
+        put.schedule
+    } else {
+        conn.client
+            .schedule(&args.topic, &args.name, Some(args.next))
+            .await?
+    };
+    if conn.json {
+        return print_json(&view, out);
+    }
+    writeln!(
+        out,
+        "schedule {:?} of topic {:?} {}",
+        args.name, args.topic, put.outcome
+    )?;
+    writeln!(out, "{}", output::schedule(&view, now_ms()))?;
+    Ok(())
+}
+
+/// `delayq schedule get`.
+async fn schedule_get(args: &ScheduleGetArgs, out: &mut dyn Write) -> Result<(), CliError> {
+    let conn = Connection::from_args(&args.client)?;
+    let call = Call::schedule(&args.topic, &args.name, Some(args.next));
+    if conn.json {
+        return print_raw(&conn, &call, out).await;
+    }
+    let view = conn
+        .client
+        .schedule(&args.topic, &args.name, Some(args.next))
+        .await?;
+    writeln!(out, "{}", output::schedule(&view, now_ms()))?;
+    Ok(())
 }
 
 /// The `POST /schedules` body of `delayq schedule add`; the server checks the values.

@@ -6,19 +6,20 @@
 //! [`ClientError`] naming the operation and the URL. A `Client` is cheap to clone and meant to
 //! be shared: all clones use one pool of keep-alive HTTP/1.1 connections.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use delayq_api::push::{PushDeleted, PushList, PushQuery, PushTarget, TargetView};
+use delayq_api::endpoint::{self, Endpoint, Method, NoParams, ScheduleAt};
+use delayq_api::push::{PushQuery, PushTarget, TargetView};
 use delayq_api::{
     AckRequest, AddBatchRequest, AddData, AddRequest, AddTaskRequest, AllStats,
     BatchItem as WireBatchItem, BuryRequest, Count, Envelope, ErrorData, FinishBatchData,
     FinishBatchRequest, FinishRequest, GetQuery, Ms, PauseData, PauseRequest, PopData, PopRequest,
-    PutScheduleData, ReleaseData, ReleaseRequest, RequeueData, RequeueRequest, RescheduleRequest,
-    ScheduleKey, ScheduleList, ScheduleQuery, ScheduleRequest, ScheduleView, SchedulesQuery,
-    StatsQuery, StatsView, TaskDelivery, TaskKey, TaskPage, TaskView, TasksQuery, TopicList,
-    TopicRequest, TopicStatsData, TouchData,
+    PutScheduleData, ReleaseRequest, RequeueData, RequeueRequest, RescheduleRequest, ScheduleKey,
+    ScheduleList, ScheduleQuery, ScheduleRequest, ScheduleView, SchedulesQuery, StatsData,
+    StatsQuery, StatsView, TaskDelivery, TaskKey, TaskPage, TaskView, TasksQuery, TopicRequest,
 };
 use delayq_core::{AddOutcome, BuryOptions, Millis, NewTask, ReleaseOptions, State, When};
 use reqwest::Url;
@@ -243,9 +244,22 @@ impl Client {
         self.exchange(call).await
     }
 
+    /// Sends a request of endpoint `E` (see [`delayq_api::endpoint`]) and returns the `data`
+    /// of the answer decoded into the endpoint's response type (`None` for `null`). Every
+    /// typed method below is this call with the request built from its arguments. `/metrics`
+    /// and `/openapi.json` answer without the envelope, so this call cannot read them; the
+    /// metrics have [`Client::metrics`].
+    pub async fn call<E: Endpoint>(
+        &self,
+        request: &E::Request,
+    ) -> Result<Option<E::Response>, ClientError> {
+        self.exchange(&Call::of::<E>(request)).await
+    }
+
     /// Adds one task. Returns whether it was added, replaced or existed already (per its
     /// `on_duplicate`).
     pub async fn add(&self, task: &NewTask) -> Result<AddOutcome, ClientError> {
+        // Read as `AddData` alone: one task's answer is never a batch's list.
         let data: Option<AddData> = self.exchange(&Call::add(task)).await?;
         Ok(wire::outcome_of(data))
     }
@@ -253,9 +267,7 @@ impl Client {
     /// Adds a batch of tasks in one round trip (and one durable write on the server). Returns
     /// one result per task, in order; a refused task does not stop the others.
     pub async fn add_batch(&self, tasks: &[NewTask]) -> Result<Vec<BatchItem>, ClientError> {
-        let call = Call::add_batch(tasks);
-        let data: Option<Vec<WireBatchItem>> = self.exchange(&call).await?;
-        wire::batch_results(data, tasks.len()).map_err(|reason| self.protocol(&call, reason))
+        self.batch(Call::add_batch(tasks), tasks.len()).await
     }
 
     /// Adds a batch given as raw JSON task objects (each the `/add` body of one task), as read
@@ -264,9 +276,7 @@ impl Client {
         &self,
         tasks: &[serde_json::Value],
     ) -> Result<Vec<BatchItem>, ClientError> {
-        let call = Call::add_batch_raw(tasks);
-        let data: Option<Vec<WireBatchItem>> = self.exchange(&call).await?;
-        wire::batch_results(data, tasks.len()).map_err(|reason| self.protocol(&call, reason))
+        self.batch(Call::add_batch_raw(tasks), tasks.len()).await
     }
 
     /// Long-polls `topic` for up to `options.count` ready tasks. Returns an empty list when
@@ -287,8 +297,8 @@ impl Client {
         id: &str,
         receipt: Option<&str>,
     ) -> Result<(), ClientError> {
-        self.exchange_ignoring_data(&Call::finish(topic, id, receipt))
-            .await
+        let request = FinishRequest::One(ack(topic, id, receipt));
+        self.call::<endpoint::Finish>(&request).await.map(drop)
     }
 
     /// Confirms a batch of popped tasks, each `(topic, id, receipt)`, in one round trip.
@@ -311,10 +321,10 @@ impl Client {
         id: &str,
         options: &ReleaseOptions,
     ) -> Result<State, ClientError> {
-        let call = Call::release(topic, id, options);
-        let data: Option<ReleaseData> = self.exchange(&call).await?;
-        data.map(|d| d.state)
-            .ok_or_else(|| self.protocol(&call, "no state in the answer".into()))
+        let request = release_request(topic, id, options);
+        self.required::<endpoint::Release>(&request, "state")
+            .await
+            .map(|d| d.state)
     }
 
     /// Restarts the time to run of a popped task. Returns the new ttr deadline (epoch ms).
@@ -324,20 +334,24 @@ impl Client {
         id: &str,
         receipt: Option<&str>,
     ) -> Result<Millis, ClientError> {
-        let call = Call::touch(topic, id, receipt);
-        let data: Option<TouchData> = self.exchange(&call).await?;
-        data.map(|d| d.deadline_ms)
-            .ok_or_else(|| self.protocol(&call, "no deadline in the answer".into()))
+        let request = ack(topic, id, receipt);
+        self.required::<endpoint::Touch>(&request, "deadline")
+            .await
+            .map(|d| d.deadline_ms)
     }
 
     /// Cancels a task: it is never delivered again.
     pub async fn cancel(&self, topic: &str, id: &str) -> Result<(), ClientError> {
-        self.exchange_ignoring_data(&Call::cancel(topic, id)).await
+        self.call::<endpoint::Cancel>(&key(topic, id))
+            .await
+            .map(drop)
     }
 
     /// Makes a DEAD task READY again, its retries reset.
     pub async fn requeue(&self, topic: &str, id: &str) -> Result<(), ClientError> {
-        self.exchange_ignoring_data(&Call::requeue(topic, id)).await
+        self.call::<endpoint::Requeue>(&requeue_request(topic, Some(id)))
+            .await
+            .map(drop)
     }
 
     /// Makes every DEAD task of `topic` READY again. Returns how many were requeued.
@@ -356,8 +370,9 @@ impl Client {
         id: &str,
         options: &BuryOptions,
     ) -> Result<(), ClientError> {
-        self.exchange_ignoring_data(&Call::bury(topic, id, options))
+        self.call::<endpoint::Bury>(&bury_request(topic, id, options))
             .await
+            .map(drop)
     }
 
     /// Gives a DELAYED or READY task a new due (rule 15). Returns its new state: DELAYED, or
@@ -368,25 +383,28 @@ impl Client {
         id: &str,
         when: When,
     ) -> Result<State, ClientError> {
-        let call = Call::reschedule(topic, id, when);
-        let data: Option<ReleaseData> = self.exchange(&call).await?;
-        data.map(|d| d.state)
-            .ok_or_else(|| self.protocol(&call, "no state in the answer".into()))
+        let request = reschedule_request(topic, id, when);
+        self.required::<endpoint::Reschedule>(&request, "state")
+            .await
+            .map(|d| d.state)
     }
 
     /// Pauses `topic` (rule 14) for `for_ms`, or until resumed when `None`. Returns the pause
     /// as it now stands.
     pub async fn pause(&self, topic: &str, for_ms: Option<u64>) -> Result<PauseData, ClientError> {
-        let call = Call::pause(topic, for_ms);
-        let data: Option<PauseData> = self.exchange(&call).await?;
-        data.ok_or_else(|| self.protocol(&call, "no pause in the answer".into()))
+        let request = PauseRequest {
+            topic: topic.to_owned(),
+            for_ms: for_ms.map(Ms),
+        };
+        self.required::<endpoint::Pause>(&request, "pause").await
     }
 
     /// Ends the pause of `topic`. Returns the pause as it now stands.
     pub async fn resume(&self, topic: &str) -> Result<PauseData, ClientError> {
-        let call = Call::resume(topic);
-        let data: Option<PauseData> = self.exchange(&call).await?;
-        data.ok_or_else(|| self.protocol(&call, "no pause in the answer".into()))
+        let request = TopicRequest {
+            topic: topic.to_owned(),
+        };
+        self.required::<endpoint::Resume>(&request, "pause").await
     }
 
     /// Creates a schedule, or replaces the definition of the one with the same topic and name.
@@ -394,16 +412,17 @@ impl Client {
         &self,
         schedule: &ScheduleRequest,
     ) -> Result<PutScheduleData, ClientError> {
-        let call = Call::put_schedule(schedule);
-        let data: Option<PutScheduleData> = self.exchange(&call).await?;
-        data.ok_or_else(|| self.protocol(&call, "no schedule in the answer".into()))
+        self.required::<endpoint::PutSchedule>(schedule, "schedule")
+            .await
     }
 
     /// Every schedule, or those of `topic`.
     pub async fn schedules(&self, topic: Option<&str>) -> Result<ScheduleList, ClientError> {
-        let call = Call::schedules(topic);
-        let data: Option<ScheduleList> = self.exchange(&call).await?;
-        data.ok_or_else(|| self.protocol(&call, "no schedules in the answer".into()))
+        let query = SchedulesQuery {
+            topic: topic.map(str::to_owned),
+        };
+        self.required::<endpoint::ListSchedules>(&query, "schedules")
+            .await
     }
 
     /// One schedule with its next `next` occurrences (server default 10).
@@ -413,15 +432,16 @@ impl Client {
         name: &str,
         next: Option<u64>,
     ) -> Result<ScheduleView, ClientError> {
-        let call = Call::schedule(topic, name, next);
-        let data: Option<ScheduleView> = self.exchange(&call).await?;
-        data.ok_or_else(|| self.protocol(&call, "no schedule in the answer".into()))
+        let at = schedule_at(topic, name, next);
+        self.required::<endpoint::GetSchedule>(&at, "schedule")
+            .await
     }
 
     /// Deletes a schedule; its pending occurrence is cancelled.
     pub async fn delete_schedule(&self, topic: &str, name: &str) -> Result<(), ClientError> {
-        self.exchange_ignoring_data(&Call::delete_schedule(topic, name))
+        self.call::<endpoint::DeleteSchedule>(&schedule_key(topic, name))
             .await
+            .map(drop)
     }
 
     /// Pauses a schedule. Returns it as it now stands.
@@ -430,9 +450,9 @@ impl Client {
         topic: &str,
         name: &str,
     ) -> Result<ScheduleView, ClientError> {
-        let call = Call::pause_schedule(topic, name);
-        let data: Option<ScheduleView> = self.exchange(&call).await?;
-        data.ok_or_else(|| self.protocol(&call, "no schedule in the answer".into()))
+        let key = schedule_key(topic, name);
+        self.required::<endpoint::PauseSchedule>(&key, "schedule")
+            .await
     }
 
     /// Resumes a paused schedule. Returns it as it now stands.
@@ -441,64 +461,73 @@ impl Client {
         topic: &str,
         name: &str,
     ) -> Result<ScheduleView, ClientError> {
-        let call = Call::resume_schedule(topic, name);
-        let data: Option<ScheduleView> = self.exchange(&call).await?;
-        data.ok_or_else(|| self.protocol(&call, "no schedule in the answer".into()))
+        let key = schedule_key(topic, name);
+        self.required::<endpoint::ResumeSchedule>(&key, "schedule")
+            .await
     }
 
     /// Removes a task's record, whatever its state.
     pub async fn delete(&self, topic: &str, id: &str) -> Result<(), ClientError> {
-        self.exchange_ignoring_data(&Call::delete(topic, id)).await
+        self.call::<endpoint::Delete>(&key(topic, id))
+            .await
+            .map(drop)
     }
 
     /// The full view of one task.
     pub async fn get(&self, topic: &str, id: &str) -> Result<TaskView, ClientError> {
-        let call = Call::get(topic, id);
-        let task: Option<TaskView> = self.exchange(&call).await?;
-        task.ok_or_else(|| self.protocol(&call, "no task in the answer".into()))
+        self.required::<endpoint::GetTask>(&get_query(topic, id), "task")
+            .await
     }
 
     /// One page of the tasks of `topic`, ordered by due time.
     pub async fn tasks(&self, topic: &str, options: &ListOptions) -> Result<TaskPage, ClientError> {
-        let call = Call::tasks(topic, options);
-        let page: Option<TaskPage> = self.exchange(&call).await?;
-        page.ok_or_else(|| self.protocol(&call, "no page in the answer".into()))
+        let query = tasks_query(topic, options);
+        self.required::<endpoint::ListTasks>(&query, "page").await
     }
 
     /// Sets the push target of `target.topic`; returns it as the server shows it.
     pub async fn push_set(&self, target: &PushTarget) -> Result<TargetView, ClientError> {
-        let call = Call::push_set(target);
-        let view: Option<TargetView> = self.exchange(&call).await?;
-        view.ok_or_else(|| self.protocol(&call, "no target in the answer".into()))
+        self.required::<endpoint::PushSet>(target, "target").await
     }
 
     /// The push targets: of one topic (none or one), or every one.
     pub async fn push_get(&self, topic: Option<&str>) -> Result<Vec<TargetView>, ClientError> {
-        let list: Option<PushList> = self.exchange(&Call::push_get(topic)).await?;
+        let list = self.call::<endpoint::PushGet>(&push_query(topic)).await?;
         Ok(list.map(|l| l.targets).unwrap_or_default())
     }
 
     /// Removes a topic's push target; whether it had one.
     pub async fn push_delete(&self, topic: &str) -> Result<bool, ClientError> {
-        let deleted: Option<PushDeleted> = self.exchange(&Call::push_delete(topic)).await?;
+        let deleted = self
+            .call::<endpoint::PushDelete>(&push_query(Some(topic)))
+            .await?;
         Ok(deleted.is_some_and(|d| d.deleted))
     }
 
     /// The counters of one topic.
     pub async fn stats(&self, topic: &str) -> Result<StatsView, ClientError> {
-        let stats: Option<TopicStatsData> = self.exchange(&Call::stats(Some(topic))).await?;
-        Ok(stats.map(|s| s.stats).unwrap_or_default())
+        let query = stats_query(Some(topic));
+        match self.call::<endpoint::Stats>(&query).await? {
+            Some(StatsData::Topic(stats)) => Ok(stats.stats),
+            None => Ok(StatsView::default()),
+            Some(StatsData::All(_)) => Err(self.protocol(
+                &Call::of::<endpoint::Stats>(&query),
+                "the counters of every topic, not of one".into(),
+            )),
+        }
     }
 
     /// The counters of every topic, by name.
     pub async fn stats_all(&self) -> Result<BTreeMap<String, StatsView>, ClientError> {
-        let stats: Option<AllStats> = self.exchange(&Call::stats(None)).await?;
+        // Read as `AllStats` alone: an answer for one topic would otherwise pass as one.
+        let call = Call::of::<endpoint::Stats>(&stats_query(None));
+        let stats: Option<AllStats> = self.exchange(&call).await?;
         Ok(stats.map(|s| s.topics).unwrap_or_default())
     }
 
     /// Every topic with its counters.
     pub async fn topics(&self) -> Result<Vec<(String, StatsView)>, ClientError> {
-        let topics: Option<TopicList> = self.exchange(&Call::topics()).await?;
+        let topics = self.call::<endpoint::Topics>(&NoParams {}).await?;
         Ok(topics
             .map(|t| t.topics.into_iter().map(|t| (t.name, t.stats)).collect())
             .unwrap_or_default())
@@ -506,12 +535,12 @@ impl Client {
 
     /// Checks that the server is alive (`/healthz`).
     pub async fn healthz(&self) -> Result<(), ClientError> {
-        self.exchange_ignoring_data(&Call::healthz()).await
+        self.call::<endpoint::Healthz>(&NoParams {}).await.map(drop)
     }
 
     /// Checks that the server is ready to serve, its storage reachable (`/readyz`).
     pub async fn readyz(&self) -> Result<(), ClientError> {
-        self.exchange_ignoring_data(&Call::readyz()).await
+        self.call::<endpoint::Readyz>(&NoParams {}).await.map(drop)
     }
 
     /// The server's metrics in Prometheus text format.
@@ -532,6 +561,23 @@ impl Client {
             ));
         }
         Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    /// [`Client::call`] for an answer that must have `data` (`what` names it in the error).
+    async fn required<E: Endpoint>(
+        &self,
+        request: &E::Request,
+        what: &str,
+    ) -> Result<E::Response, ClientError> {
+        let call = Call::of::<E>(request);
+        let data: Option<E::Response> = self.exchange(&call).await?;
+        data.ok_or_else(|| self.protocol(&call, format!("no {what} in the answer")))
+    }
+
+    /// Sends a batch `/add` and numbers its results.
+    async fn batch(&self, call: Call, expected: usize) -> Result<Vec<BatchItem>, ClientError> {
+        let data: Option<Vec<WireBatchItem>> = self.exchange(&call).await?;
+        wire::batch_results(data, expected).map_err(|reason| self.protocol(&call, reason))
     }
 
     fn url(&self, call: &Call) -> Url {
@@ -561,9 +607,9 @@ impl Client {
     async fn dispatch(&self, call: &Call) -> Result<(Url, reqwest::Response), ClientError> {
         let url = self.url(call);
         let mut request = match call.method {
-            CallMethod::Get => self.http.get(url.clone()),
-            CallMethod::Post => self.http.post(url.clone()),
-            CallMethod::Delete => self.http.delete(url.clone()),
+            Method::Get => self.http.get(url.clone()),
+            Method::Post => self.http.post(url.clone()),
+            Method::Delete => self.http.delete(url.clone()),
         };
         if let Some(auth) = &self.inner.auth {
             request = request.header(AUTHORIZATION, auth.clone());
@@ -581,11 +627,6 @@ impl Client {
             ClientError::transport(call.op, call.method.name(), url.to_string(), err)
         })?;
         Ok((url, response))
-    }
-
-    async fn exchange_ignoring_data(&self, call: &Call) -> Result<(), ClientError> {
-        let _: Option<serde::de::IgnoredAny> = self.exchange(call).await?;
-        Ok(())
     }
 
     /// Sends a call and reads the envelope, its `data` as `T`.
@@ -622,35 +663,19 @@ impl Client {
     }
 }
 
-/// The HTTP method of a [`Call`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum CallMethod {
-    Get,
-    Post,
-    Delete,
-}
-
-impl CallMethod {
-    fn name(self) -> &'static str {
-        match self {
-            CallMethod::Get => "GET",
-            CallMethod::Post => "POST",
-            CallMethod::Delete => "DELETE",
-        }
-    }
-}
-
 /// One request of the API, built but not sent: the endpoint, its query or JSON body, and what
 /// it does in words (for error messages).
 ///
-/// [`Client`]'s typed methods build one and decode the answer; [`Client::send`] sends one and
-/// returns the raw `data`, for callers that pass the server's JSON on (`delayq --json`).
+/// [`Call::of`] builds the request of any endpoint of the table ([`delayq_api::endpoint`]);
+/// the named constructors build it from the client's own arguments. [`Client::send`] sends
+/// one and returns the raw `data`, for callers that pass the server's JSON on
+/// (`delayq --json`).
 #[derive(Debug, Clone)]
 pub struct Call {
     op: &'static str,
-    method: CallMethod,
-    /// The path under the base URL: a word, or `schedules/{topic}/{name}`.
-    endpoint: std::borrow::Cow<'static, str>,
+    method: Method,
+    /// The path under the base URL: `add`, or `schedules/{topic}/{name}`.
+    endpoint: Cow<'static, str>,
     /// The query string, without the `?`.
     query: String,
     body: Option<Vec<u8>>,
@@ -659,32 +684,45 @@ pub struct Call {
 }
 
 impl Call {
-    fn get_call(
-        op: &'static str,
-        endpoint: impl Into<std::borrow::Cow<'static, str>>,
-        query: String,
-    ) -> Call {
-        Call {
-            op,
-            method: CallMethod::Get,
-            endpoint: endpoint.into(),
-            query,
-            body: None,
-            long_poll: None,
+    /// The request of endpoint `E`: a JSON body for `POST`, else a query string.
+    pub fn of<E: Endpoint>(request: &E::Request) -> Call {
+        if E::METHOD.has_body() {
+            Call::with_body::<E>(request)
+        } else {
+            let endpoint = match E::path(request) {
+                Cow::Borrowed(path) => Cow::Borrowed(path.trim_start_matches('/')),
+                Cow::Owned(path) => Cow::Owned(path.trim_start_matches('/').to_owned()),
+            };
+            Call {
+                op: E::DOING,
+                method: E::METHOD,
+                endpoint,
+                query: query_string(request),
+                body: None,
+                long_poll: None,
+            }
         }
     }
 
-    fn post_call(op: &'static str, endpoint: &'static str, body: &impl Serialize) -> Call {
+    /// A `POST` to endpoint `E` with `body`, which may be other than the endpoint's request
+    /// type (raw JSON task objects).
+    fn with_body<E: Endpoint>(body: &impl Serialize) -> Call {
         Call {
-            op,
-            method: CallMethod::Post,
-            endpoint: endpoint.into(),
+            op: E::DOING,
+            method: E::METHOD,
+            endpoint: Cow::Borrowed(E::PATH.trim_start_matches('/')),
             query: String::new(),
             // Serializing these request structs and `serde_json::Value`s cannot fail: they
             // have string keys only and no custom serializers that error.
             body: Some(serde_json::to_vec(body).expect("request bodies always serialize")),
             long_poll: None,
         }
+    }
+
+    /// The same call, described as `op` in error messages.
+    fn doing(mut self, op: &'static str) -> Call {
+        self.op = op;
+        self
     }
 
     /// What this call does, in words (`adding a task`).
@@ -694,13 +732,12 @@ impl Call {
 
     /// `POST /add` of one task.
     pub fn add(task: &NewTask) -> Call {
-        let body = AddRequest::One(AddTaskRequest::from(task));
-        Call::post_call("adding a task", "add", &body)
+        Call::of::<endpoint::Add>(&add_one(task))
     }
 
     /// `POST /add` of one raw JSON task object (the `/add` body of one task).
     pub fn add_raw(task: &serde_json::Value) -> Call {
-        Call::post_call("adding a task", "add", task)
+        Call::with_body::<endpoint::Add>(task)
     }
 
     /// `POST /add` of a batch.
@@ -708,7 +745,7 @@ impl Call {
         let body = AddRequest::Batch(AddBatchRequest {
             tasks: tasks.iter().map(AddTaskRequest::from).collect(),
         });
-        Call::post_call("adding a batch of tasks", "add", &body)
+        Call::of::<endpoint::Add>(&body).doing("adding a batch of tasks")
     }
 
     /// `POST /add` of a batch of raw JSON task objects.
@@ -717,7 +754,7 @@ impl Call {
         struct RawBatch<'a> {
             tasks: &'a [serde_json::Value],
         }
-        Call::post_call("adding a batch of tasks", "add", &RawBatch { tasks })
+        Call::with_body::<endpoint::Add>(&RawBatch { tasks }).doing("adding a batch of tasks")
     }
 
     /// `POST /pop`.
@@ -728,7 +765,7 @@ impl Call {
             count: Some(Count(options.count as u64)),
             auto_finish: options.auto_finish.then_some(true),
         };
-        let mut call = Call::post_call("popping tasks", "pop", &body);
+        let mut call = Call::of::<endpoint::Pop>(&body);
         call.long_poll = Some(Duration::from_millis(
             options.timeout_ms.unwrap_or(SERVER_DEFAULT_POP_TIMEOUT_MS),
         ));
@@ -737,7 +774,7 @@ impl Call {
 
     /// `POST /finish`.
     pub fn finish(topic: &str, id: &str, receipt: Option<&str>) -> Call {
-        Call::post_call("finishing a task", "finish", &ack(topic, id, receipt))
+        Call::of::<endpoint::Finish>(&FinishRequest::One(ack(topic, id, receipt)))
     }
 
     /// `POST /finish` of a batch, each task `(topic, id, receipt)`.
@@ -748,219 +785,235 @@ impl Call {
                 .map(|&(topic, id, receipt)| ack(topic, id, receipt))
                 .collect(),
         });
-        Call::post_call("finishing a batch of tasks", "finish", &body)
+        Call::of::<endpoint::Finish>(&body).doing("finishing a batch of tasks")
     }
 
     /// `POST /release`.
     pub fn release(topic: &str, id: &str, options: &ReleaseOptions) -> Call {
-        let body = ReleaseRequest {
-            topic: topic.to_owned(),
-            id: id.to_owned(),
-            receipt: options.receipt.clone(),
-            delay_ms: options.delay_ms.map(Ms),
-            error: options.error.clone(),
-            priority: options.priority,
-        };
-        Call::post_call("releasing a task", "release", &body)
+        Call::of::<endpoint::Release>(&release_request(topic, id, options))
     }
 
     /// `POST /bury`.
     pub fn bury(topic: &str, id: &str, options: &BuryOptions) -> Call {
-        let body = BuryRequest {
-            topic: topic.to_owned(),
-            id: id.to_owned(),
-            receipt: options.receipt.clone(),
-            error: options.error.clone(),
-            priority: options.priority,
-        };
-        Call::post_call("burying a task", "bury", &body)
+        Call::of::<endpoint::Bury>(&bury_request(topic, id, options))
     }
 
     /// `POST /reschedule`.
     pub fn reschedule(topic: &str, id: &str, when: When) -> Call {
-        let (delay_ms, run_at_ms) = delayq_api::request::when_fields(when);
-        let body = RescheduleRequest {
-            topic: topic.to_owned(),
-            id: id.to_owned(),
-            delay_ms,
-            run_at_ms,
-        };
-        Call::post_call("rescheduling a task", "reschedule", &body)
+        Call::of::<endpoint::Reschedule>(&reschedule_request(topic, id, when))
     }
 
     /// `POST /pause`.
     pub fn pause(topic: &str, for_ms: Option<u64>) -> Call {
-        let body = PauseRequest {
+        Call::of::<endpoint::Pause>(&PauseRequest {
             topic: topic.to_owned(),
             for_ms: for_ms.map(Ms),
-        };
-        Call::post_call("pausing a topic", "pause", &body)
+        })
     }
 
     /// `POST /resume`.
     pub fn resume(topic: &str) -> Call {
-        let body = TopicRequest {
+        Call::of::<endpoint::Resume>(&TopicRequest {
             topic: topic.to_owned(),
-        };
-        Call::post_call("resuming a topic", "resume", &body)
+        })
     }
 
     /// `POST /touch`.
     pub fn touch(topic: &str, id: &str, receipt: Option<&str>) -> Call {
-        Call::post_call("touching a task", "touch", &ack(topic, id, receipt))
+        Call::of::<endpoint::Touch>(&ack(topic, id, receipt))
     }
 
     /// `POST /cancel`.
     pub fn cancel(topic: &str, id: &str) -> Call {
-        Call::post_call("cancelling a task", "cancel", &key(topic, id))
+        Call::of::<endpoint::Cancel>(&key(topic, id))
     }
 
     /// `POST /requeue` of one task.
     pub fn requeue(topic: &str, id: &str) -> Call {
-        let body = RequeueRequest {
-            topic: topic.to_owned(),
-            id: Some(id.to_owned()),
-            all: None,
-        };
-        Call::post_call("requeueing a task", "requeue", &body)
+        Call::of::<endpoint::Requeue>(&requeue_request(topic, Some(id)))
     }
 
     /// `POST /requeue` of every DEAD task of a topic.
     pub fn requeue_all(topic: &str) -> Call {
-        let body = RequeueRequest {
-            topic: topic.to_owned(),
-            id: None,
-            all: Some(true),
-        };
-        Call::post_call("requeueing the dead tasks of a topic", "requeue", &body)
+        Call::of::<endpoint::Requeue>(&requeue_request(topic, None))
+            .doing("requeueing the dead tasks of a topic")
     }
 
     /// `POST /delete`.
     pub fn delete(topic: &str, id: &str) -> Call {
-        Call::post_call("deleting a task", "delete", &key(topic, id))
+        Call::of::<endpoint::Delete>(&key(topic, id))
     }
 
     /// `GET /get`.
     pub fn get(topic: &str, id: &str) -> Call {
-        let query = GetQuery {
-            topic: topic.to_owned(),
-            id: id.to_owned(),
-        };
-        Call::get_call("getting a task", "get", query_string(&query))
+        Call::of::<endpoint::GetTask>(&get_query(topic, id))
     }
 
     /// `GET /tasks`.
     pub fn tasks(topic: &str, options: &ListOptions) -> Call {
-        let query = TasksQuery {
-            topic: topic.to_owned(),
-            state: options.state.map(|s| s.name().to_owned()),
-            page: Some(options.page),
-            page_size: Some(options.page_size),
-        };
-        Call::get_call("listing tasks", "tasks", query_string(&query))
+        Call::of::<endpoint::ListTasks>(&tasks_query(topic, options))
     }
 
     /// `GET /stats`, of one topic or of all.
     pub fn stats(topic: Option<&str>) -> Call {
-        let query = StatsQuery {
-            topic: topic.map(str::to_owned),
-        };
-        Call::get_call("reading stats", "stats", query_string(&query))
+        Call::of::<endpoint::Stats>(&stats_query(topic))
     }
 
     /// `POST /push`: sets a topic's push target.
     pub fn push_set(target: &PushTarget) -> Call {
-        Call::post_call("setting a push target", "push", target)
+        Call::of::<endpoint::PushSet>(target)
     }
 
     /// `GET /push`, of one topic or of all.
     pub fn push_get(topic: Option<&str>) -> Call {
-        let query = PushQuery {
-            topic: topic.map(str::to_owned),
-        };
-        Call::get_call("reading push targets", "push", query_string(&query))
+        Call::of::<endpoint::PushGet>(&push_query(topic))
     }
 
     /// `DELETE /push?topic=`: removes a topic's push target.
     pub fn push_delete(topic: &str) -> Call {
-        let query = PushQuery {
-            topic: Some(topic.to_owned()),
-        };
-        let mut call = Call::get_call("deleting a push target", "push", query_string(&query));
-        call.method = CallMethod::Delete;
-        call
+        Call::of::<endpoint::PushDelete>(&push_query(Some(topic)))
     }
 
     /// `POST /schedules`: creates a schedule or replaces its definition.
     pub fn put_schedule(schedule: &ScheduleRequest) -> Call {
-        Call::post_call("writing a schedule", "schedules", schedule)
+        Call::of::<endpoint::PutSchedule>(schedule)
     }
 
     /// `GET /schedules`, of one topic or of all.
     pub fn schedules(topic: Option<&str>) -> Call {
-        let query = SchedulesQuery {
+        Call::of::<endpoint::ListSchedules>(&SchedulesQuery {
             topic: topic.map(str::to_owned),
-        };
-        Call::get_call("listing schedules", "schedules", query_string(&query))
+        })
     }
 
     /// `GET /schedules/{topic}/{name}` with the next `next` occurrences (server default 10).
     pub fn schedule(topic: &str, name: &str, next: Option<u64>) -> Call {
-        let query = ScheduleQuery {
-            next: next.map(Count),
-        };
-        Call::get_call(
-            "getting a schedule",
-            format!("schedules/{topic}/{name}"),
-            query_string(&query),
-        )
+        Call::of::<endpoint::GetSchedule>(&schedule_at(topic, name, next))
     }
 
     /// `POST /schedules/delete`.
     pub fn delete_schedule(topic: &str, name: &str) -> Call {
-        Call::post_call(
-            "deleting a schedule",
-            "schedules/delete",
-            &schedule_key(topic, name),
-        )
+        Call::of::<endpoint::DeleteSchedule>(&schedule_key(topic, name))
     }
 
     /// `POST /schedules/pause`.
     pub fn pause_schedule(topic: &str, name: &str) -> Call {
-        Call::post_call(
-            "pausing a schedule",
-            "schedules/pause",
-            &schedule_key(topic, name),
-        )
+        Call::of::<endpoint::PauseSchedule>(&schedule_key(topic, name))
     }
 
     /// `POST /schedules/resume`.
     pub fn resume_schedule(topic: &str, name: &str) -> Call {
-        Call::post_call(
-            "resuming a schedule",
-            "schedules/resume",
-            &schedule_key(topic, name),
-        )
+        Call::of::<endpoint::ResumeSchedule>(&schedule_key(topic, name))
     }
 
     /// `GET /topics`.
     pub fn topics() -> Call {
-        Call::get_call("listing topics", "topics", String::new())
+        Call::of::<endpoint::Topics>(&NoParams {})
     }
 
     /// `GET /healthz`.
     pub fn healthz() -> Call {
-        Call::get_call("checking the server's health", "healthz", String::new())
+        Call::of::<endpoint::Healthz>(&NoParams {})
     }
 
     /// `GET /readyz`.
     pub fn readyz() -> Call {
-        Call::get_call("checking the server's readiness", "readyz", String::new())
+        Call::of::<endpoint::Readyz>(&NoParams {})
     }
 
     /// `GET /metrics`.
     pub fn metrics() -> Call {
-        Call::get_call("reading metrics", "metrics", String::new())
+        Call::of::<endpoint::Metrics>(&NoParams {})
+    }
+}
+
+/// The body of one task's `/add`.
+fn add_one(task: &NewTask) -> AddRequest {
+    AddRequest::One(AddTaskRequest::from(task))
+}
+
+/// The body of `/release`.
+fn release_request(topic: &str, id: &str, options: &ReleaseOptions) -> ReleaseRequest {
+    ReleaseRequest {
+        topic: topic.to_owned(),
+        id: id.to_owned(),
+        receipt: options.receipt.clone(),
+        delay_ms: options.delay_ms.map(Ms),
+        error: options.error.clone(),
+        priority: options.priority,
+    }
+}
+
+/// The body of `/bury`.
+fn bury_request(topic: &str, id: &str, options: &BuryOptions) -> BuryRequest {
+    BuryRequest {
+        topic: topic.to_owned(),
+        id: id.to_owned(),
+        receipt: options.receipt.clone(),
+        error: options.error.clone(),
+        priority: options.priority,
+    }
+}
+
+/// The body of `/reschedule`.
+fn reschedule_request(topic: &str, id: &str, when: When) -> RescheduleRequest {
+    let (delay_ms, run_at_ms) = delayq_api::request::when_fields(when);
+    RescheduleRequest {
+        topic: topic.to_owned(),
+        id: id.to_owned(),
+        delay_ms,
+        run_at_ms,
+    }
+}
+
+/// The body of `/requeue`: one task, or every DEAD task of the topic when `id` is `None`.
+fn requeue_request(topic: &str, id: Option<&str>) -> RequeueRequest {
+    RequeueRequest {
+        topic: topic.to_owned(),
+        id: id.map(str::to_owned),
+        all: id.is_none().then_some(true),
+    }
+}
+
+/// The query of `/get`.
+fn get_query(topic: &str, id: &str) -> GetQuery {
+    GetQuery {
+        topic: topic.to_owned(),
+        id: id.to_owned(),
+    }
+}
+
+/// The query of `/tasks`.
+fn tasks_query(topic: &str, options: &ListOptions) -> TasksQuery {
+    TasksQuery {
+        topic: topic.to_owned(),
+        state: options.state.map(|s| s.name().to_owned()),
+        page: Some(options.page),
+        page_size: Some(options.page_size),
+    }
+}
+
+/// The query of `/stats`.
+fn stats_query(topic: Option<&str>) -> StatsQuery {
+    StatsQuery {
+        topic: topic.map(str::to_owned),
+    }
+}
+
+/// The query of `/push`.
+fn push_query(topic: Option<&str>) -> PushQuery {
+    PushQuery {
+        topic: topic.map(str::to_owned),
+    }
+}
+
+/// The request of `GET /schedules/{topic}/{name}`.
+fn schedule_at(topic: &str, name: &str, next: Option<u64>) -> ScheduleAt {
+    ScheduleAt {
+        key: schedule_key(topic, name),
+        query: ScheduleQuery {
+            next: next.map(Count),
+        },
     }
 }
 

@@ -7,7 +7,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::backoff::Backoff;
-use crate::task::{DEFAULT_PRIORITY, MaxRetries, Millis, NewTask, OnDuplicate, Priority, When};
+use crate::task::{
+    DEFAULT_PRIORITY, MaxRetries, Millis, NewTask, OnDuplicate, Priority, State, When,
+};
 
 /// Ten years of milliseconds (365.25-day years): the longest delay docs/design.md §2 rule 12 accepts.
 pub const TEN_YEARS_MS: u64 = 315_576_000_000;
@@ -201,6 +203,41 @@ pub fn check_duration(field: &str, value: u64, max: u64) -> Result<(), InvalidFi
     Ok(())
 }
 
+/// Reads a state filter given by name (`ready`) or code (`1`): the one reading of a state
+/// named in a request, for the HTTP API and the dashboard alike.
+pub fn parse_state(field: &str, text: &str) -> Result<State, InvalidField> {
+    State::parse(text).ok_or_else(|| {
+        let names: Vec<String> = State::ALL
+            .iter()
+            .map(|s| format!("{} ({})", s.name(), s.code()))
+            .collect();
+        InvalidField::new(
+            field,
+            format!("is {text:?}; accepted are {}", names.join(", ")),
+        )
+    })
+}
+
+/// Checks the options of a pop: `count` from 1 to `max_pop_count`, a long-poll of at most
+/// `max_pop_timeout_ms`. The one check of both, for the library and the HTTP API alike.
+pub fn check_pop(count: u64, timeout_ms: u64, limits: &Limits) -> Result<(), InvalidField> {
+    let max_count = limits.max_pop_count;
+    if count == 0 || count > max_count as u64 {
+        return Err(InvalidField::new(
+            "count",
+            format!("is {count}, it must be 1 to {max_count} (max_pop_count)"),
+        ));
+    }
+    let max_timeout = limits.max_pop_timeout_ms;
+    if timeout_ms > max_timeout {
+        return Err(InvalidField::new(
+            "timeout_ms",
+            format!("is {timeout_ms} ms, the limit is {max_timeout} ms (max_pop_timeout_ms)"),
+        ));
+    }
+    Ok(())
+}
+
 /// Checks an absolute due (`run_at_ms`) against the longest delay and returns the due it
 /// means: a past instant means now, so a task is never due before it was added or moved.
 pub fn check_run_at(at: Millis, now: Millis, limits: &Limits) -> Result<Millis, InvalidField> {
@@ -326,6 +363,35 @@ mod tests {
     use super::*;
 
     const NOW: Millis = 1_800_000_000_000;
+
+    #[test]
+    fn state_filters_by_name_or_code() {
+        assert_eq!(parse_state("state", "ready"), Ok(State::Ready));
+        assert_eq!(parse_state("state", "DEAD"), Ok(State::Dead));
+        assert_eq!(parse_state("state", "2"), Ok(State::Active));
+        let err = parse_state("state", "done").unwrap_err();
+        assert_eq!(err.field, "state");
+        assert!(
+            err.reason.contains("accepted are delayed (0), ready (1)"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn pop_limits() {
+        let limits = Limits::default();
+        assert_eq!(check_pop(1, 0, &limits), Ok(()));
+        let max = limits.max_pop_count as u64;
+        assert_eq!(check_pop(max, limits.max_pop_timeout_ms, &limits), Ok(()));
+        for count in [0, max + 1] {
+            let err = check_pop(count, 0, &limits).unwrap_err();
+            assert_eq!(err.field, "count");
+            assert!(err.reason.contains("(max_pop_count)"), "{err}");
+        }
+        let err = check_pop(1, limits.max_pop_timeout_ms + 1, &limits).unwrap_err();
+        assert_eq!(err.field, "timeout_ms");
+        assert!(err.reason.contains("(max_pop_timeout_ms)"), "{err}");
+    }
 
     #[test]
     fn topic_and_id_charsets() {

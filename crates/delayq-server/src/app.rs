@@ -15,7 +15,6 @@ use axum::extract::DefaultBodyLimit;
 use axum::http::{Method, Uri};
 use axum::middleware;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use delayq::{Limits, Queue};
 use delayq::{Scheduler, SchedulerOptions};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
@@ -25,7 +24,7 @@ use tower_http::trace::TraceLayer;
 use crate::auth::{self, Auth};
 use crate::config::{AppConfig, HttpLimits};
 use crate::error::AppError;
-use crate::handlers;
+use crate::handlers::Handle;
 use crate::history::History;
 use crate::metrics::{self, HttpMetrics};
 use crate::push::PushControl;
@@ -214,59 +213,11 @@ impl Drop for LongPoll {
 
 /// The router with every endpoint of docs/design.md §3 over `state`.
 pub fn app(state: AppState) -> Router {
-    let protected = Router::new()
-        .route("/add", post(handlers::add::add))
-        .route("/pop", post(handlers::pop::pop))
-        .route("/finish", post(handlers::ack::finish))
-        .route("/release", post(handlers::ack::release))
-        .route("/touch", post(handlers::ack::touch))
-        .route("/cancel", post(handlers::manage::cancel))
-        .route("/requeue", post(handlers::manage::requeue))
-        .route("/delete", post(handlers::manage::delete))
-        .route("/bury", post(handlers::control::bury))
-        .route("/reschedule", post(handlers::control::reschedule))
-        .route("/pause", post(handlers::control::pause))
-        .route("/resume", post(handlers::control::resume))
-        .route("/get", get(handlers::inspect::get_task))
-        .route("/tasks", get(handlers::inspect::list_tasks))
-        .route("/stats", get(handlers::inspect::stats))
-        .route("/topics", get(handlers::inspect::topics))
-        .route("/metrics", get(handlers::ops::metrics))
-        .route("/openapi.json", get(handlers::ops::openapi))
-        .route(
-            "/push",
-            post(handlers::push::set)
-                .get(handlers::push::get)
-                .delete(handlers::push::delete),
-        )
-        // Recurring schedules (docs/schedules.md).
-        .route(
-            "/schedules",
-            get(handlers::schedules::list_schedules).post(handlers::schedules::put_schedule),
-        )
-        .route(
-            "/schedules/pause",
-            post(handlers::schedules::pause_schedule),
-        )
-        .route(
-            "/schedules/resume",
-            post(handlers::schedules::resume_schedule),
-        )
-        .route(
-            "/schedules/delete",
-            post(handlers::schedules::delete_schedule),
-        )
-        .route(
-            "/schedules/{*path}",
-            get(handlers::schedules::get_schedule).delete(handlers::schedules::delete_schedule_at),
-        )
-        .route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            auth::require_auth,
-        ));
-    let open = Router::new()
-        .route("/healthz", get(handlers::ops::healthz))
-        .route("/readyz", get(handlers::ops::readyz));
+    let (protected, open) = endpoints();
+    let protected = protected.route_layer(middleware::from_fn_with_state(
+        state.clone(),
+        auth::require_auth,
+    ));
     let body_limit = state.http().max_request_bytes;
     Router::new()
         .merge(protected)
@@ -285,6 +236,35 @@ pub fn app(state: AppState) -> Router {
         ))
         .layer(middleware::from_fn(crate::error::log_failures))
         .with_state(state)
+}
+
+/// Every endpoint of the table at its handler: those that need a token, and the open ones.
+fn endpoints() -> (Router<AppState>, Router<AppState>) {
+    let mut routes = Routes::default();
+    macro_rules! register {
+        ($($endpoint:path),*) => {
+            $(routes.add::<$endpoint>();)*
+        };
+    }
+    delayq_api::for_each_endpoint!(register);
+    (routes.protected, routes.open)
+}
+
+#[derive(Default)]
+struct Routes {
+    protected: Router<AppState>,
+    open: Router<AppState>,
+}
+
+impl Routes {
+    fn add<E: Handle>(&mut self) {
+        let router = if E::OPEN {
+            &mut self.open
+        } else {
+            &mut self.protected
+        };
+        *router = std::mem::take(router).route(E::ROUTE, E::handler());
+    }
 }
 
 async fn route_not_found(method: Method, uri: Uri) -> AppError {

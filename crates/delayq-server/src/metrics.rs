@@ -27,7 +27,8 @@ use axum::middleware::Next;
 use axum::response::Response;
 use delayq::State as TaskState;
 use delayq::core::validate::check_topic;
-use delayq::metrics::LATENESS_BUCKETS_MS;
+use delayq::metrics::{LATENESS_BUCKETS_MS, MetricsSnapshot};
+use delayq::{Millis, TopicStats};
 use parking_lot::RwLock;
 
 use crate::app::AppState;
@@ -407,8 +408,6 @@ pub async fn track_requests(State(state): State<AppState>, req: Request, next: N
 pub async fn render(state: &AppState) -> String {
     let mut out = String::with_capacity(4_096);
     state.metrics().write_ops(&mut out);
-
-    out.push_str("# HELP delayq_tasks Tasks by topic and state.\n# TYPE delayq_tasks gauge\n");
     let topics = match state.queue().topics().await {
         Ok(topics) => topics,
         Err(e) => {
@@ -416,53 +415,69 @@ pub async fn render(state: &AppState) -> String {
             Vec::new()
         }
     };
-    for (topic, stats) in &topics {
+    let now = state.queue().context().clock.now_ms();
+    write_topics(&mut out, &topics, now);
+    write_topic_activity(&mut out, &state.queue().activity());
+    write_engine(&mut out, &state.queue().context().metrics.snapshot());
+    write_waiting(&mut out, state);
+    state.metrics().write_connections(&mut out);
+    state.metrics().write_requests(&mut out);
+    if let Some(push) = state.push() {
+        write_push(&mut out, &push.all_stats());
+    }
+    out
+}
+
+/// The `# HELP` and `# TYPE` lines of one metric.
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+/// Tasks by topic and state, and whether each topic is paused.
+fn write_topics(out: &mut String, topics: &[(String, TopicStats)], now: Millis) {
+    header(out, "delayq_tasks", "gauge", "Tasks by topic and state.");
+    for (topic, stats) in topics {
         for s in TaskState::ALL {
+            let (topic, state, n) = (escape(topic), s.name(), stats.count(s));
             let _ = writeln!(
                 out,
-                "delayq_tasks{{topic=\"{}\",state=\"{}\"}} {}",
-                escape(topic),
-                s.name(),
-                stats.count(s)
+                "delayq_tasks{{topic=\"{topic}\",state=\"{state}\"}} {n}"
             );
         }
     }
-    out.push_str(
-        "# HELP delayq_topic_paused Whether a topic is paused (1) or hands out tasks (0).\n\
-         # TYPE delayq_topic_paused gauge\n",
-    );
-    let now = state.queue().context().clock.now_ms();
-    for (topic, stats) in &topics {
-        let _ = writeln!(
-            out,
-            "delayq_topic_paused{{topic=\"{}\"}} {}",
-            escape(topic),
-            u8::from(stats.pause.holds(now))
-        );
-    }
-
-    write_topic_activity(&mut out, &state.queue().activity());
-
-    let snap = state.queue().context().metrics.snapshot();
-    out.push_str(
-        "# HELP delayq_fire_lateness_seconds How long after its due time a task became ready.\n\
-         # TYPE delayq_fire_lateness_seconds histogram\n",
-    );
-    for (i, n) in snap.lateness_cumulative.iter().enumerate() {
-        let le = LATENESS_BUCKETS_MS
-            .get(i)
-            .map_or_else(|| "+Inf".to_owned(), |ms| (*ms as f64 / 1000.0).to_string());
-        let _ = writeln!(
-            out,
-            "delayq_fire_lateness_seconds_bucket{{le=\"{le}\"}} {n}"
-        );
-    }
-    let count = snap.lateness_cumulative.last().copied().unwrap_or(0);
-    let _ = writeln!(
+    header(
         out,
-        "delayq_fire_lateness_seconds_sum {}\ndelayq_fire_lateness_seconds_count {count}",
-        snap.lateness_sum_ms as f64 / 1000.0
+        "delayq_topic_paused",
+        "gauge",
+        "Whether a topic is paused (1) or hands out tasks (0).",
     );
+    for (topic, stats) in topics {
+        let paused = u8::from(stats.pause.holds(now));
+        let _ = writeln!(
+            out,
+            "delayq_topic_paused{{topic=\"{}\"}} {paused}",
+            escape(topic)
+        );
+    }
+}
+
+/// The engine's figures: the lateness of fired tasks and its event counters.
+fn write_engine(out: &mut String, snap: &MetricsSnapshot) {
+    header(
+        out,
+        "delayq_fire_lateness_seconds",
+        "histogram",
+        "How long after its due time a task became ready.",
+    );
+    let count = snap.lateness_cumulative.last().copied().unwrap_or(0);
+    let lateness = Figures {
+        bounds_ms: &LATENESS_BUCKETS_MS,
+        buckets: &snap.lateness_cumulative,
+        sum_ms: snap.lateness_sum_ms,
+        count,
+    };
+    lateness.write(out, "delayq_fire_lateness_seconds", "");
     let counters = [
         (
             "delayq_fired_total",
@@ -481,29 +496,63 @@ pub async fn render(state: &AppState) -> String {
         ),
     ];
     for (name, help, value) in counters {
-        let _ = writeln!(
-            out,
-            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
-        );
+        header(out, name, "counter", help);
+        let _ = writeln!(out, "{name} {value}");
     }
-    let _ = writeln!(
-        out,
-        "# HELP delayq_long_polls_open Long-polling pops in progress.\n\
-         # TYPE delayq_long_polls_open gauge\ndelayq_long_polls_open {}",
-        state.open_long_polls()
-    );
-    let _ = writeln!(
-        out,
-        "# HELP delayq_waiters_parked Consumers parked waiting for ready tasks.\n\
-         # TYPE delayq_waiters_parked gauge\ndelayq_waiters_parked {}",
-        state.queue().context().waiters.parked()
-    );
-    state.metrics().write_connections(&mut out);
-    state.metrics().write_requests(&mut out);
-    if let Some(push) = state.push() {
-        write_push(&mut out, &push.all_stats());
+}
+
+/// The long-polls open and the consumers parked.
+fn write_waiting(out: &mut String, state: &AppState) {
+    let gauges = [
+        (
+            "delayq_long_polls_open",
+            "Long-polling pops in progress.",
+            state.open_long_polls(),
+        ),
+        (
+            "delayq_waiters_parked",
+            "Consumers parked waiting for ready tasks.",
+            state.queue().context().waiters.parked(),
+        ),
+    ];
+    for (name, help, value) in gauges {
+        header(out, name, "gauge", help);
+        let _ = writeln!(out, "{name} {value}");
     }
-    out
+}
+
+/// A histogram's figures: cumulative counts per bound (and `+Inf`), their sum and count.
+struct Figures<'a> {
+    bounds_ms: &'a [u64],
+    buckets: &'a [u64],
+    sum_ms: u64,
+    count: u64,
+}
+
+impl Figures<'_> {
+    /// Writes the samples of `name`: a bucket per bound (ms, written in seconds) and `+Inf`,
+    /// then the sum and the count; `labels` go before `le` (none when empty).
+    fn write(&self, out: &mut String, name: &str, labels: &str) {
+        let sep = if labels.is_empty() { "" } else { "," };
+        for (i, n) in self.buckets.iter().enumerate() {
+            let le = self
+                .bounds_ms
+                .get(i)
+                .map_or_else(|| "+Inf".to_owned(), |ms| seconds(*ms).to_string());
+            let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{le}\"}} {n}");
+        }
+        let labels = if labels.is_empty() {
+            String::new()
+        } else {
+            format!("{{{labels}}}")
+        };
+        let _ = writeln!(out, "{name}_sum{labels} {}", seconds(self.sum_ms));
+        let _ = writeln!(out, "{name}_count{labels} {}", self.count);
+    }
+}
+
+fn seconds(ms: u64) -> f64 {
+    ms as f64 / 1000.0
 }
 
 /// The per-topic activity counters of [`delayq::Queue::activity`], one series per topic and
@@ -535,21 +584,22 @@ fn write_push(out: &mut String, topics: &[(String, delayq_api::push::PushStats)]
     if topics.is_empty() {
         return;
     }
-    out.push_str(
-        "# HELP delayq_push_delivered_total Push calls answered 2xx (tasks finished).\n\
-         # TYPE delayq_push_delivered_total counter\n",
+    let name = "delayq_push_delivered_total";
+    header(
+        out,
+        name,
+        "counter",
+        "Push calls answered 2xx (tasks finished).",
     );
     for (topic, s) in topics {
-        let _ = writeln!(
-            out,
-            "delayq_push_delivered_total{{topic=\"{}\"}} {}",
-            escape(topic),
-            s.delivered
-        );
+        let _ = writeln!(out, "{name}{{topic=\"{}\"}} {}", escape(topic), s.delivered);
     }
-    out.push_str(
-        "# HELP delayq_push_failed_total Push calls that failed, by class: status (a non-2xx answer), timeout, connect.\n\
-         # TYPE delayq_push_failed_total counter\n",
+    let name = "delayq_push_failed_total";
+    header(
+        out,
+        name,
+        "counter",
+        "Push calls that failed, by class: status (a non-2xx answer), timeout, connect.",
     );
     for (topic, s) in topics {
         for (class, n) in [
@@ -557,47 +607,30 @@ fn write_push(out: &mut String, topics: &[(String, delayq_api::push::PushStats)]
             ("timeout", s.failed_timeout),
             ("connect", s.failed_connect),
         ] {
-            let _ = writeln!(
-                out,
-                "delayq_push_failed_total{{topic=\"{}\",class=\"{class}\"}} {n}",
-                escape(topic)
-            );
+            let topic = escape(topic);
+            let _ = writeln!(out, "{name}{{topic=\"{topic}\",class=\"{class}\"}} {n}");
         }
     }
-    out.push_str(
-        "# HELP delayq_push_in_flight Push calls under way.\n\
-         # TYPE delayq_push_in_flight gauge\n",
-    );
+    let name = "delayq_push_in_flight";
+    header(out, name, "gauge", "Push calls under way.");
     for (topic, s) in topics {
-        let _ = writeln!(
-            out,
-            "delayq_push_in_flight{{topic=\"{}\"}} {}",
-            escape(topic),
-            s.in_flight
-        );
+        let _ = writeln!(out, "{name}{{topic=\"{}\"}} {}", escape(topic), s.in_flight);
     }
-    out.push_str(
-        "# HELP delayq_push_latency_seconds How long push targets took to answer.\n\
-         # TYPE delayq_push_latency_seconds histogram\n",
+    let name = "delayq_push_latency_seconds";
+    header(
+        out,
+        name,
+        "histogram",
+        "How long push targets took to answer.",
     );
     for (topic, s) in topics {
-        let topic = escape(topic);
-        for (i, n) in s.latency_buckets.iter().enumerate() {
-            let le = delayq_api::push::LATENCY_BUCKETS_MS
-                .get(i)
-                .map_or_else(|| "+Inf".to_owned(), |ms| (*ms as f64 / 1000.0).to_string());
-            let _ = writeln!(
-                out,
-                "delayq_push_latency_seconds_bucket{{topic=\"{topic}\",le=\"{le}\"}} {n}"
-            );
-        }
-        let _ = writeln!(
-            out,
-            "delayq_push_latency_seconds_sum{{topic=\"{topic}\"}} {}\n\
-             delayq_push_latency_seconds_count{{topic=\"{topic}\"}} {}",
-            s.latency_sum_ms as f64 / 1000.0,
-            s.latency_count
-        );
+        let latency = Figures {
+            bounds_ms: &delayq_api::push::LATENCY_BUCKETS_MS,
+            buckets: &s.latency_buckets,
+            sum_ms: s.latency_sum_ms,
+            count: s.latency_count,
+        };
+        latency.write(out, name, &format!("topic=\"{}\"", escape(topic)));
     }
 }
 

@@ -46,46 +46,23 @@ fn openapi_document_matches_the_snapshot() {
 fn the_document_describes_every_route_and_the_envelope() {
     let doc: serde_json::Value =
         serde_json::from_str(&delayq_server::openapi::document().to_json().unwrap()).unwrap();
-    let routes = [
-        ("/add", "post"),
-        ("/pop", "post"),
-        ("/finish", "post"),
-        ("/release", "post"),
-        ("/touch", "post"),
-        ("/cancel", "post"),
-        ("/requeue", "post"),
-        ("/delete", "post"),
-        ("/get", "get"),
-        ("/tasks", "get"),
-        ("/stats", "get"),
-        ("/topics", "get"),
-        ("/metrics", "get"),
-        ("/healthz", "get"),
-        ("/readyz", "get"),
-        ("/openapi.json", "get"),
-        ("/bury", "post"),
-        ("/reschedule", "post"),
-        ("/pause", "post"),
-        ("/resume", "post"),
-        ("/push", "post"),
-        ("/push", "get"),
-        ("/push", "delete"),
-        // Recurring schedules.
-        ("/schedules", "post"),
-        ("/schedules", "get"),
-        ("/schedules/{topic}/{name}", "get"),
-        ("/schedules/{topic}/{name}", "delete"),
-        ("/schedules/delete", "post"),
-        ("/schedules/pause", "post"),
-        ("/schedules/resume", "post"),
-    ];
-    for (path, method) in routes {
+    let routes = delayq_api::endpoint::ROUTES;
+    assert!(routes.len() >= 30, "the table lists every endpoint");
+    for route in routes {
+        let method = route.method.name().to_ascii_lowercase();
+        let operation = &doc["paths"][route.path][&method];
         assert!(
-            doc["paths"][path][method].is_object(),
-            "{method} {path} is described"
+            operation.is_object(),
+            "{method} {} is described",
+            route.path
+        );
+        assert_eq!(
+            operation["operationId"], route.name,
+            "{method} {}",
+            route.path
         );
     }
-    let distinct: std::collections::BTreeSet<_> = routes.iter().map(|(p, _)| *p).collect();
+    let distinct: std::collections::BTreeSet<_> = routes.iter().map(|r| r.path).collect();
     assert_eq!(doc["paths"].as_object().unwrap().len(), distinct.len());
     let schemas = &doc["components"]["schemas"];
     for schema in [
@@ -110,4 +87,25 @@ async fn the_served_document_is_the_generated_one() {
     let generated: serde_json::Value =
         serde_json::from_str(&delayq_server::openapi::document().to_json().unwrap()).unwrap();
     assert_eq!(served.json, generated);
+}
+
+/// Every endpoint of the table is routed at its method: whatever it answers to an empty
+/// request, it is not "no route" (404) nor "method not allowed" (405).
+#[tokio::test]
+async fn every_endpoint_of_the_table_is_served() {
+    let s = server().start().await;
+    for route in delayq_api::endpoint::ROUTES {
+        let path = route.path.replace("{topic}", "t").replace("{name}", "n");
+        let method = reqwest::Method::from_bytes(route.method.name().as_bytes()).unwrap();
+        let reply = s.request(method, &path).await;
+        let what = format!(
+            "{} {}: {} {}",
+            route.method.name(),
+            route.path,
+            reply.status,
+            reply.text
+        );
+        assert_ne!(reply.status, 405, "{what}");
+        assert!(!reply.message().starts_with("no route"), "{what}");
+    }
 }

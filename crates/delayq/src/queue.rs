@@ -273,25 +273,8 @@ impl Queue {
     }
 
     fn check_pop_options(&self, options: PopOptions) -> Result<()> {
-        let limits = &self.inner.ctx.limits;
-        if options.count == 0 || options.count > limits.max_pop_count {
-            return Err(Error::invalid(
-                "count",
-                format!(
-                    "is {}, it must be 1 to {}",
-                    options.count, limits.max_pop_count
-                ),
-            ));
-        }
-        if options.timeout_ms > limits.max_pop_timeout_ms {
-            return Err(Error::invalid(
-                "timeout_ms",
-                format!(
-                    "is {} ms, the limit is {} ms",
-                    options.timeout_ms, limits.max_pop_timeout_ms
-                ),
-            ));
-        }
+        let count = options.count as u64;
+        validate::check_pop(count, options.timeout_ms, &self.inner.ctx.limits)?;
         Ok(())
     }
 

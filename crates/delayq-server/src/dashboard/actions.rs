@@ -1,35 +1,25 @@
 //! `POST /ui/act`: every button and form of the dashboard.
 //!
 //! A form names its `action` and carries the fields of the matching API request. They are
-//! turned into that request's JSON (numbers as numbers, empty fields left out) and handed to
-//! the API's own handler, so the dashboard validates, checks topics, counts metrics and
-//! fails exactly like `POST /cancel`, `/reschedule`, ... do. The answer is a redirect back
-//! (`back`, a local path) with a notice, or with the server's error message to show.
+//! read into that request's type ([`Params::request`]: empty fields left out, a bad value a
+//! 400 naming the field) and handed to the API's own handler, so the dashboard validates,
+//! checks topics, counts metrics and fails exactly like `POST /cancel`, `/reschedule`, ... do;
+//! a field the dashboard sets itself is set on the typed request, so a renamed field fails to
+//! compile. The answer is a redirect back (`back`, a local path) with a notice, or with the
+//! server's error message to show.
 
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::{IntoResponse, Redirect, Response};
+use delayq_api::{Ms, RequeueRequest, RescheduleRequest};
 use serde::de::DeserializeOwned;
-use serde_json::{Map, Value};
 
 use super::params::{Params, query};
 use crate::app::AppState;
 use crate::auth::Caller;
 use crate::error::AppError;
-use crate::extract::{JsonBody, parse_json};
-use crate::handlers::{control, manage};
-
-/// Form fields that the API reads as numbers.
-const NUMBERS: &[&str] = &[
-    "delay_ms",
-    "run_at_ms",
-    "for_ms",
-    "priority",
-    "ttr_ms",
-    "max_retries",
-];
-/// Form fields that are the dashboard's own, not the request's.
-const OWN: &[&str] = &["action", "back"];
+use crate::extract::JsonBody;
+use crate::handlers::{add, control, manage};
 
 /// `POST /ui/act`.
 pub(super) async fn act(State(state): State<AppState>, caller: Caller, body: Bytes) -> Response {
@@ -53,77 +43,40 @@ async fn apply(
     caller: &Caller,
     form: &Params,
 ) -> Result<(String, Option<String>), AppError> {
-    let action = form.required("action")?;
-    let fields = request_json(form);
-    let st = || State(state.clone());
-    let who = || caller.clone();
-    let key = || {
-        format!(
-            "{} of {}",
-            form.get("id").unwrap_or("?"),
-            form.get("topic").unwrap_or("?")
-        )
+    let act = Act {
+        state,
+        caller,
+        form,
     };
-    let notice = match action {
+    let notice = match form.required("action")? {
         "cancel" => {
-            let _ = manage::cancel(st(), who(), JsonBody(req(&fields)?)).await?;
-            format!("Cancelled {}.", key())
+            let _ = manage::cancel(act.state(), act.caller(), act.body()?).await?;
+            format!("Cancelled {}.", act.key())
         }
         "delete" => {
-            let _ = manage::delete(st(), who(), JsonBody(req(&fields)?)).await?;
-            format!("Deleted {}.", key())
+            let _ = manage::delete(act.state(), act.caller(), act.body()?).await?;
+            format!("Deleted {}.", act.key())
         }
         "requeue" => {
-            let _ = manage::requeue(st(), who(), JsonBody(req(&fields)?)).await?;
-            format!("Requeued {}.", key())
+            let _ = manage::requeue(act.state(), act.caller(), act.body()?).await?;
+            format!("Requeued {}.", act.key())
         }
-        "requeue_all" => {
-            let mut all = fields.clone();
-            all.insert("all".into(), Value::Bool(true));
-            let n = manage::requeue(st(), who(), JsonBody(req(&all)?)).await?;
-            format!("Requeued {} dead tasks.", n.0.data.requeued)
-        }
+        "requeue_all" => act.requeue_all().await?,
         "bury" => {
-            let _ = control::bury(st(), who(), JsonBody(req(&fields)?)).await?;
-            format!("Buried {}.", key())
+            let _ = control::bury(act.state(), act.caller(), act.body()?).await?;
+            format!("Buried {}.", act.key())
         }
-        "reschedule" | "run_now" => {
-            let mut r = fields.clone();
-            if action == "run_now" {
-                r.insert("delay_ms".into(), Value::from(0));
-            }
-            let got = control::reschedule(st(), who(), JsonBody(req(&r)?)).await?;
-            format!(
-                "Rescheduled {}: now {}.",
-                key(),
-                serde_json::to_value(&got.0.data)
-                    .ok()
-                    .and_then(|v| v
-                        .get("state_name")
-                        .and_then(Value::as_str)
-                        .map(str::to_owned))
-                    .unwrap_or_else(|| "rescheduled".into())
-            )
-        }
+        "reschedule" => act.reschedule(false).await?,
+        "run_now" => act.reschedule(true).await?,
         "pause" => {
-            let _ = control::pause(st(), who(), JsonBody(req(&fields)?)).await?;
-            format!("Paused {}.", form.get("topic").unwrap_or("?"))
+            let _ = control::pause(act.state(), act.caller(), act.body()?).await?;
+            format!("Paused {}.", act.topic())
         }
         "resume" => {
-            let _ = control::resume(st(), who(), JsonBody(req(&fields)?)).await?;
-            format!("Resumed {}.", form.get("topic").unwrap_or("?"))
+            let _ = control::resume(act.state(), act.caller(), act.body()?).await?;
+            format!("Resumed {}.", act.topic())
         }
-        "add" => {
-            let _ =
-                crate::handlers::add::add(st(), who(), crate::extract::RawBody(to_bytes(&fields)))
-                    .await?;
-            let (topic, id) = (
-                form.get("topic").unwrap_or(""),
-                form.get("id").unwrap_or(""),
-            );
-            let to = format!("/ui/task?{}", query(&[("topic", topic), ("id", id)]));
-            return Ok((format!("Added {}.", key()), Some(to)));
-        }
+        "add" => return act.add().await,
         other => {
             return Err(AppError::invalid(
                 "action",
@@ -138,34 +91,64 @@ async fn apply(
     Ok((notice, None))
 }
 
-/// The form's fields as the API request's JSON object.
-fn request_json(form: &Params) -> Map<String, Value> {
-    let mut out = Map::new();
-    for (name, value) in form.pairs() {
-        if value.is_empty() || OWN.contains(&name.as_str()) {
-            continue;
-        }
-        let v = if NUMBERS.contains(&name.as_str()) {
-            // Not a number: left as text, so the API's validation names the field.
-            value
-                .trim()
-                .parse::<i64>()
-                .map_or_else(|_| Value::String(value.clone()), Value::from)
-        } else {
-            Value::String(value.clone())
-        };
-        out.insert(name.clone(), v);
+/// One action of a form: what the handlers are called with.
+struct Act<'a> {
+    state: &'a AppState,
+    caller: &'a Caller,
+    form: &'a Params,
+}
+
+impl Act<'_> {
+    fn state(&self) -> State<AppState> {
+        State(self.state.clone())
     }
-    out
-}
 
-fn to_bytes(fields: &Map<String, Value>) -> Bytes {
-    Bytes::from(serde_json::to_vec(fields).unwrap_or_default())
-}
+    fn caller(&self) -> Caller {
+        self.caller.clone()
+    }
 
-/// Reads the request type of an API handler from the fields, with the API's errors.
-fn req<T: DeserializeOwned>(fields: &Map<String, Value>) -> Result<T, AppError> {
-    parse_json(&to_bytes(fields))
+    /// The form as the body of the API request `T`.
+    fn body<T: DeserializeOwned>(&self) -> Result<JsonBody<T>, AppError> {
+        self.form.request().map(JsonBody)
+    }
+
+    fn topic(&self) -> &str {
+        self.form.get("topic").unwrap_or("?")
+    }
+
+    /// `id of topic`, for notices.
+    fn key(&self) -> String {
+        format!("{} of {}", self.form.get("id").unwrap_or("?"), self.topic())
+    }
+
+    async fn requeue_all(&self) -> Result<String, AppError> {
+        let mut req: RequeueRequest = self.form.request()?;
+        req.all = Some(true);
+        let done = manage::requeue(self.state(), self.caller(), JsonBody(req)).await?;
+        Ok(format!("Requeued {} dead tasks.", done.0.data.requeued))
+    }
+
+    /// `reschedule`, or `run_now`: a reschedule to now.
+    async fn reschedule(&self, now: bool) -> Result<String, AppError> {
+        let mut req: RescheduleRequest = self.form.request()?;
+        if now {
+            req.delay_ms = Some(Ms(0));
+        }
+        let got = control::reschedule(self.state(), self.caller(), JsonBody(req)).await?;
+        let state = got.0.data.state_name;
+        Ok(format!("Rescheduled {}: now {}.", self.key(), state.name()))
+    }
+
+    /// Adds a task and goes to its page.
+    async fn add(&self) -> Result<(String, Option<String>), AppError> {
+        add::add_one(self.state, self.caller, self.form.request()?).await?;
+        let (topic, id) = (
+            self.form.get("topic").unwrap_or(""),
+            self.form.get("id").unwrap_or(""),
+        );
+        let to = format!("/ui/task?{}", query(&[("topic", topic), ("id", id)]));
+        Ok((format!("Added {}.", self.key()), Some(to)))
+    }
 }
 
 /// A local path to go back to; anything else goes to the overview.
@@ -198,14 +181,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn form_fields_become_the_request_json() {
-        let form =
-            Params::parse("action=reschedule&topic=t&id=a&delay_ms=250&back=%2F&body=&priority=x");
-        let json = Value::Object(request_json(&form));
-        assert_eq!(
-            json,
-            serde_json::json!({"topic": "t", "id": "a", "delay_ms": 250, "priority": "x"})
-        );
+    fn form_fields_become_the_request() {
+        let form = Params::parse("action=reschedule&topic=t&id=a&delay_ms=250&back=%2F&run_at_ms=");
+        let req: RescheduleRequest = form.request().unwrap();
+        assert_eq!((req.topic.as_str(), req.id.as_str()), ("t", "a"));
+        assert_eq!((req.delay_ms, req.run_at_ms), (Some(Ms(250)), None));
+        let bad = Params::parse("topic=t&id=a&delay_ms=soon");
+        let err = bad.request::<RescheduleRequest>().unwrap_err();
+        assert_eq!(err.status(), 400);
+        assert_eq!(err.field(), Some("delay_ms"), "{err}");
+        let missing = Params::parse("topic=t&id=");
+        let err = missing.request::<RescheduleRequest>().unwrap_err();
+        assert_eq!(err.field(), Some("id"), "{err}");
     }
 
     #[test]

@@ -9,7 +9,9 @@
 use axum::extract::{RawQuery, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Redirect, Response};
-use delayq::{State as TaskState, TaskInfo, TopicStats};
+use delayq::core::validate;
+use delayq::{ScheduleInfo, State as TaskState, TaskInfo, TopicStats};
+use delayq_api::push::PushFigures;
 use maud::{Markup, html};
 
 use super::activity;
@@ -80,7 +82,12 @@ async fn overview_content(
     let pages = (shown.len() as u64).div_ceil(TOPICS_PER_PAGE).max(1);
     let page = params.number("page", 1, 1, pages)?;
     let from = ((page - 1) * TOPICS_PER_PAGE) as usize;
-    let rows = shown.iter().skip(from).take(TOPICS_PER_PAGE as usize);
+    let rows: Vec<_> = shown
+        .iter()
+        .skip(from)
+        .take(TOPICS_PER_PAGE as usize)
+        .copied()
+        .collect();
     let sum = all.iter().fold(TopicStats::default(), |mut sum, (_, s)| {
         sum.merge(s);
         sum
@@ -96,11 +103,7 @@ async fn overview_content(
     };
     Ok(html! {
         @if all.is_empty() {
-            div.card.empty #empty {
-                h2 { "No topics yet" }
-                p { "A topic appears here as soon as a task is added to it (POST /add, "
-                    code { "delayq add" } ", or the form below)." }
-            }
+            (no_topics())
         } @else {
             @if let Some(instances) = instances { (instances) }
             @if let Some(charts) = charts { (charts) }
@@ -109,31 +112,7 @@ async fn overview_content(
                     @if let Some(f) = filter { ", " (shown.len()) " matching " code { (f) } }
                     ")" }
             }
-            table #topics {
-                thead { tr {
-                    th { "topic" } th { "state" }
-                    @for s in TaskState::ALL { th.num { (s.name()) } }
-                    th.num { "total" } th { "next due" }
-                    (activity::hour_header())
-                } }
-                tbody {
-                    @for (name, stats) in rows {
-                        tr data-topic=(name) {
-                            td { a href=(topic_link(name)) { (name) } }
-                            td { (pause_badge(stats, now)) }
-                            (count_cells(stats))
-                            td { @if let Some(due) = stats.next_due_ms { (views::when(due, now)) } @else { span.muted { "—" } } }
-                            (activity::hour_cells(state, Some(name)))
-                        }
-                    }
-                    tr.sum #sum {
-                        td { "all topics" } td {}
-                        (count_cells(&sum))
-                        td { @if let Some(due) = sum.next_due_ms { (views::when(due, now)) } }
-                        @if caller.is_unrestricted() { (activity::hour_cells(state, None)) }
-                    }
-                }
-            }
+            (topics_table(state, caller, &rows, &sum, now))
             @if pages > 1 {
                 (pager(page, pages, |p| {
                     let p = p.to_string();
@@ -144,6 +123,54 @@ async fn overview_content(
             }
         }
     })
+}
+
+/// What the overview shows before the first task is added.
+fn no_topics() -> Markup {
+    html! {
+        div.card.empty #empty {
+            h2 { "No topics yet" }
+            p { "A topic appears here as soon as a task is added to it (POST /add, "
+                code { "delayq add" } ", or the form below)." }
+        }
+    }
+}
+
+/// The overview's table: a row per topic of `rows`, then the sum over every topic.
+fn topics_table(
+    state: &AppState,
+    caller: &Caller,
+    rows: &[&(String, TopicStats)],
+    sum: &TopicStats,
+    now: u64,
+) -> Markup {
+    html! {
+        table #topics {
+            thead { tr {
+                th { "topic" } th { "state" }
+                @for s in TaskState::ALL { th.num { (s.name()) } }
+                th.num { "total" } th { "next due" }
+                (activity::hour_header())
+            } }
+            tbody {
+                @for (name, stats) in rows.iter().copied() {
+                    tr data-topic=(name) {
+                        td { a href=(topic_link(name)) { (name) } }
+                        td { (pause_badge(stats, now)) }
+                        (count_cells(stats))
+                        td { @if let Some(due) = stats.next_due_ms { (views::when(due, now)) } @else { span.muted { "—" } } }
+                        (activity::hour_cells(state, Some(name)))
+                    }
+                }
+                tr.sum #sum {
+                    td { "all topics" } td {}
+                    (count_cells(sum))
+                    td { @if let Some(due) = sum.next_due_ms { (views::when(due, now)) } }
+                    @if caller.is_unrestricted() { (activity::hour_cells(state, None)) }
+                }
+            }
+        }
+    }
 }
 
 fn count_cells(stats: &TopicStats) -> Markup {
@@ -223,30 +250,9 @@ async fn topic_content(
     let stats = state.queue().stats(name).await?;
     let filter = match params.get("state") {
         None => None,
-        Some(s) => Some(
-            TaskState::ALL
-                .into_iter()
-                .find(|st| st.name() == s)
-                .ok_or_else(|| {
-                    AppError::invalid(
-                        "state",
-                        format!(
-                            "is {s:?}; expected delayed, ready, active, finished, cancelled or dead"
-                        ),
-                    )
-                })?,
-        ),
+        Some(s) => Some(validate::parse_state("state", s).map_err(delayq::Error::from)?),
     };
-    let desc = match params.get("sort") {
-        None | Some("due") => false,
-        Some("-due") => true,
-        Some(other) => {
-            return Err(AppError::invalid(
-                "sort",
-                format!("is {other:?}; expected due or -due"),
-            ));
-        }
-    };
+    let desc = descending(params)?;
     let total = filter.map_or(stats.total, |s| stats.count(s));
     let pages = total.div_ceil(TASKS_PER_PAGE).max(1);
     let page = params.number("page", 1, 1, pages)?;
@@ -262,15 +268,7 @@ async fn topic_content(
     let timeline = activity::timeline(state, name, now).await?;
     let more = extensions(state, name, now).await?;
     Ok(html! {
-        div.card {
-            (pause_badge(&stats, now))
-            " next due: "
-            @if let Some(due) = stats.next_due_ms { (views::when(due, now)) } @else { span.muted { "none" } }
-            table #counts {
-                thead { tr { @for s in TaskState::ALL { th.num { (s.name()) } } th.num { "total" } } }
-                tbody { tr data-topic=(name) { (count_cells(&stats)) } }
-            }
-        }
+        (counts_card(name, &stats, now))
         (timeline)
         @if let Some(charts) = activity::charts(state, Some(name)) { (charts) }
         @if let Some(more) = more { (more) }
@@ -286,29 +284,64 @@ async fn topic_content(
         @if tasks.is_empty() {
             div.card.empty { "No tasks" @if let Some(s) = state_name { " in state " (s) } "." }
         } @else {
-            table #tasks {
-                thead { tr {
-                    th { "id" } th { "state" } th.num { "priority" }
-                    th { a #sort-due href=(link(state_name, if desc { "due" } else { "-due" }, 1)) {
-                        "due " @if desc { "↓" } @else { "↑" } } }
-                    th.num { "retries" } th { "last error" }
-                } }
-                tbody {
-                    @for t in &tasks {
-                        tr data-id=(t.id) {
-                            td { a href=(task_link(&t.topic, &t.id)) { (t.id) } }
-                            td { (views::state_badge(t.state)) }
-                            td.num { (t.priority) }
-                            td { (views::when(t.due_ms, now)) }
-                            td.num { (t.retries) }
-                            td { @if let Some(e) = &t.last_error { (clip(e, 80)) } }
-                        }
-                    }
-                }
-            }
+            (tasks_table(&tasks, now, desc, &link(state_name, if desc { "due" } else { "-due" }, 1)))
             (pager(page, pages, |p| link(state_name, sort, p)))
         }
     })
+}
+
+/// Whether the `sort` parameter asks for the latest due first (`-due`; `due`, the default,
+/// is earliest first).
+fn descending(params: &Params) -> Result<bool, AppError> {
+    match params.get("sort") {
+        None | Some("due") => Ok(false),
+        Some("-due") => Ok(true),
+        Some(other) => Err(AppError::invalid(
+            "sort",
+            format!("is {other:?}; expected due or -due"),
+        )),
+    }
+}
+
+/// A topic's pause, next due and counters.
+fn counts_card(name: &str, stats: &TopicStats, now: u64) -> Markup {
+    html! {
+        div.card {
+            (pause_badge(stats, now))
+            " next due: "
+            @if let Some(due) = stats.next_due_ms { (views::when(due, now)) } @else { span.muted { "none" } }
+            table #counts {
+                thead { tr { @for s in TaskState::ALL { th.num { (s.name()) } } th.num { "total" } } }
+                tbody { tr data-topic=(name) { (count_cells(stats)) } }
+            }
+        }
+    }
+}
+
+/// One page of tasks; the due column's head links to `resort`, the other order.
+fn tasks_table(tasks: &[TaskInfo], now: u64, desc: bool, resort: &str) -> Markup {
+    html! {
+        table #tasks {
+            thead { tr {
+                th { "id" } th { "state" } th.num { "priority" }
+                th { a #sort-due href=(resort) {
+                    "due " @if desc { "↓" } @else { "↑" } } }
+                th.num { "retries" } th { "last error" }
+            } }
+            tbody {
+                @for t in tasks {
+                    tr data-id=(t.id) {
+                        td { a href=(task_link(&t.topic, &t.id)) { (t.id) } }
+                        td { (views::state_badge(t.state)) }
+                        td.num { (t.priority) }
+                        td { (views::when(t.due_ms, now)) }
+                        td.num { (t.retries) }
+                        td { @if let Some(e) = &t.last_error { (clip(e, 80)) } }
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// One page of a topic's tasks by due time, earliest first or (`desc`) latest first. The
@@ -370,73 +403,85 @@ async fn extensions(state: &AppState, topic: &str, now: u64) -> Result<Option<Ma
         return Ok(None);
     }
     Ok(Some(html! {
-        @if let Some(t) = &target {
-            h2 { "Push target" }
-            div.card #push-target {
-                table {
-                    tbody {
-                        tr { th { "url" } td { code { (t.url) } } }
-                        tr { th { "signed" } td { @if t.secret.is_some() { "yes (Delayq-Signature)" } @else { "no" } } }
-                        tr { th { "concurrency" } td { (t.concurrency) } }
-                        tr { th { "rate" } td {
-                            @if let Some(r) = t.rate_per_s { (r) " /s" @if let Some(b) = t.burst { ", burst " (b) } }
-                            @else { span.muted { "unlimited" } }
-                        } }
-                        tr { th { "timeout" } td {
-                            @if let Some(ms) = t.timeout_ms { (ms) " ms" } @else { span.muted { "the task's ttr" } }
-                        } }
-                    }
-                }
-                @if let Some(f) = &figures {
-                    table #push-figures {
-                        thead { tr {
-                            th.num { "delivered" } th.num { "failed: status" } th.num { "timeout" }
-                            th.num { "connect" } th.num { "in flight" } th.num { "latency avg" }
-                            th.num { "p99" }
-                        } }
-                        tbody { tr {
-                            td.num { (f.delivered) } td.num { (f.failed_status) }
-                            td.num { (f.failed_timeout) } td.num { (f.failed_connect) }
-                            td.num { (f.in_flight) } td.num { (f.latency_avg_ms) " ms" }
-                            td.num { (f.latency_p99_ms) " ms" }
-                        } }
-                    }
-                    p.muted { "Calls made by this instance since it started." }
+        @if let Some(t) = &target { (push_section(t, figures.as_ref())) }
+        @if !schedules.is_empty() { (schedules_section(&schedules, now)) }
+    }))
+}
+
+/// The topic's push target, and this instance's figures of it.
+fn push_section(t: &delayq_push::PushTarget, figures: Option<&PushFigures>) -> Markup {
+    html! {
+        h2 { "Push target" }
+        div.card #push-target {
+            table {
+                tbody {
+                    tr { th { "url" } td { code { (t.url) } } }
+                    tr { th { "signed" } td { @if t.secret.is_some() { "yes (Delayq-Signature)" } @else { "no" } } }
+                    tr { th { "concurrency" } td { (t.concurrency) } }
+                    tr { th { "rate" } td {
+                        @if let Some(r) = t.rate_per_s { (r) " /s" @if let Some(b) = t.burst { ", burst " (b) } }
+                        @else { span.muted { "unlimited" } }
+                    } }
+                    tr { th { "timeout" } td {
+                        @if let Some(ms) = t.timeout_ms { (ms) " ms" } @else { span.muted { "the task's ttr" } }
+                    } }
                 }
             }
+            @if let Some(f) = figures {
+                table #push-figures {
+                    thead { tr {
+                        th.num { "delivered" } th.num { "failed: status" } th.num { "timeout" }
+                        th.num { "connect" } th.num { "in flight" } th.num { "latency avg" }
+                        th.num { "p99" }
+                    } }
+                    tbody { tr {
+                        td.num { (f.delivered) } td.num { (f.failed_status) }
+                        td.num { (f.failed_timeout) } td.num { (f.failed_connect) }
+                        td.num { (f.in_flight) } td.num { (f.latency_avg_ms) " ms" }
+                        td.num { (f.latency_p99_ms) " ms" }
+                    } }
+                }
+                p.muted { "Calls made by this instance since it started." }
+            }
         }
-        @if !schedules.is_empty() {
-            h2 { "Schedules" }
-            table #schedules {
-                thead { tr {
-                    th { "name" } th { "when" } th { "state" } th { "last added" } th { "next occurrences" }
-                } }
-                tbody {
-                    @for info in &schedules {
-                        tr data-schedule=(info.def.name) {
-                            td { (info.def.name) }
-                            td {
-                                @if let Some(cron) = &info.def.cron {
-                                    code { (cron) } " " (info.def.timezone.as_deref().unwrap_or("UTC"))
-                                } @else if let Some(every) = info.def.every_ms {
-                                    "every " (views::duration(every))
-                                }
+
+    }
+}
+
+/// The topic's schedules with their next occurrences.
+fn schedules_section(schedules: &[ScheduleInfo], now: u64) -> Markup {
+    html! {
+        h2 { "Schedules" }
+        table #schedules {
+            thead { tr {
+                th { "name" } th { "when" } th { "state" } th { "last added" } th { "next occurrences" }
+            } }
+            tbody {
+                @for info in schedules {
+                    tr data-schedule=(info.def.name) {
+                        td { (info.def.name) }
+                        td {
+                            @if let Some(cron) = &info.def.cron {
+                                code { (cron) } " " (info.def.timezone.as_deref().unwrap_or("UTC"))
+                            } @else if let Some(every) = info.def.every_ms {
+                                "every " (views::duration(every))
                             }
-                            td { @if info.def.paused { span.badge.paused { "paused" } } @else { "active" } }
-                            td { @if let Some(c) = info.cursor_ms { (views::when(c, now)) } @else { span.muted { "none" } } }
-                            td {
-                                @for (i, due) in info.upcoming_ms.iter().enumerate() {
-                                    @if i > 0 { ", " }
-                                    (views::when(*due, now))
-                                }
-                                @if info.upcoming_ms.is_empty() { span.muted { "none" } }
+                        }
+                        td { @if info.def.paused { span.badge.paused { "paused" } } @else { "active" } }
+                        td { @if let Some(c) = info.cursor_ms { (views::when(c, now)) } @else { span.muted { "none" } } }
+                        td {
+                            @for (i, due) in info.upcoming_ms.iter().enumerate() {
+                                @if i > 0 { ", " }
+                                (views::when(*due, now))
                             }
+                            @if info.upcoming_ms.is_empty() { span.muted { "none" } }
                         }
                     }
                 }
             }
         }
-    }))
+
+    }
 }
 
 /// How many next occurrences of each schedule the topic page lists.

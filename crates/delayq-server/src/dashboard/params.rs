@@ -1,7 +1,10 @@
 //! Query strings and form bodies of the dashboard, read by hand so that a bad value renders
 //! as a page naming the field (an [`AppError`]) rather than a bare extractor rejection.
 
+use serde::de::DeserializeOwned;
+
 use crate::error::AppError;
+use crate::extract::parse_query;
 
 /// The decoded `name=value` pairs of a query string or an urlencoded form.
 #[derive(Debug, Clone, Default)]
@@ -50,6 +53,18 @@ impl Params {
     /// Every pair, in order.
     pub fn pairs(&self) -> &[(String, String)] {
         &self.0
+    }
+
+    /// The pairs as the API request `T`: empty fields are left out (not given), others are
+    /// read as the API reads a query string, a bad value a 400 naming its field.
+    pub fn request<T: DeserializeOwned>(&self) -> Result<T, AppError> {
+        let given: Vec<(&str, &str)> = self
+            .0
+            .iter()
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        parse_query(&query(&given))
     }
 }
 

@@ -8,37 +8,30 @@ use axum::extract::State;
 use delayq::ReleaseOptions;
 
 use super::add::in_batch;
-use super::{ApiResult, check_batch, counted};
+use super::{Body, Reply, check_batch, counted};
 use crate::app::AppState;
 use crate::auth::Caller;
-use crate::error::{AppError, Envelope, ErrorData, ok};
+use crate::error::{AppError, ok};
 use crate::extract::{JsonBody, RawBody, parse_json};
 use crate::metrics::Op;
+use delayq_api::endpoint;
 use delayq_api::{
     AckRequest, FinishBatchData, FinishBatchRequest, FinishItem, FinishRequest, ReleaseData,
-    ReleaseRequest, TouchData,
+    TouchData,
 };
 
-/// ACTIVE → FINISHED, for one task or a batch `{"tasks": [{topic, id, receipt?}, ...]}`.
-#[utoipa::path(
-    post,
-    path = "/finish",
-    tag = "tasks",
-    request_body = FinishRequest,
-    responses(
-        (status = 200, description = "Finished; data is null for one task, for a batch one result per task in order (code 0, or the status the task alone would have got)", body = Envelope<Option<FinishBatchData>>),
-        (status = 400, description = "A field is missing or invalid (named in the message)", body = Envelope<Option<ErrorData>>),
-        (status = 404, description = "No such task", body = Envelope<Option<ErrorData>>),
-        (status = 409, description = "Not ACTIVE, or a stale receipt", body = Envelope<Option<ErrorData>>),
-        (status = 413, description = "The request or the batch is too large", body = Envelope<Option<ErrorData>>),
-    ),
-    security(("bearer" = []))
-)]
+super::handles!(
+    endpoint::Finish => finish,
+    endpoint::Release => release,
+    endpoint::Touch => touch,
+);
+
+/// The handler of [`endpoint::Finish`] (its summary and answers are in the table).
 pub async fn finish(
     State(state): State<AppState>,
     caller: Caller,
     RawBody(bytes): RawBody,
-) -> ApiResult<Option<FinishBatchData>> {
+) -> Reply<endpoint::Finish> {
     if FinishRequest::is_batch(&bytes) {
         let batch = finish_batch(&state, &caller, parse_json(&bytes)?).await?;
         return Ok(ok(Some(batch)));
@@ -93,24 +86,12 @@ async fn finish_batch(
     Ok(FinishBatchData { items })
 }
 
-/// ACTIVE → READY, DELAYED or DEAD: the attempt failed.
-#[utoipa::path(
-    post,
-    path = "/release",
-    tag = "tasks",
-    request_body = ReleaseRequest,
-    responses(
-        (status = 200, description = "Released; data is the new state", body = Envelope<ReleaseData>),
-        (status = 404, description = "No such task", body = Envelope<Option<ErrorData>>),
-        (status = 409, description = "Not ACTIVE, or a stale receipt", body = Envelope<Option<ErrorData>>),
-    ),
-    security(("bearer" = []))
-)]
+/// The handler of [`endpoint::Release`] (its summary and answers are in the table).
 pub async fn release(
     State(state): State<AppState>,
     caller: Caller,
-    JsonBody(req): JsonBody<ReleaseRequest>,
-) -> ApiResult<ReleaseData> {
+    JsonBody(req): Body<endpoint::Release>,
+) -> Reply<endpoint::Release> {
     caller.check_topic(&req.topic, "topic")?;
     let mut options = ReleaseOptions::default();
     if let Some(receipt) = req.receipt {
@@ -134,24 +115,12 @@ pub async fn release(
     Ok(ok(ReleaseData::from(new_state)))
 }
 
-/// ACTIVE: restarts the ttr.
-#[utoipa::path(
-    post,
-    path = "/touch",
-    tag = "tasks",
-    request_body = AckRequest,
-    responses(
-        (status = 200, description = "The ttr restarted; data has the new deadline", body = Envelope<TouchData>),
-        (status = 404, description = "No such task", body = Envelope<Option<ErrorData>>),
-        (status = 409, description = "Not ACTIVE, or a stale receipt", body = Envelope<Option<ErrorData>>),
-    ),
-    security(("bearer" = []))
-)]
+/// The handler of [`endpoint::Touch`] (its summary and answers are in the table).
 pub async fn touch(
     State(state): State<AppState>,
     caller: Caller,
-    JsonBody(req): JsonBody<AckRequest>,
-) -> ApiResult<TouchData> {
+    JsonBody(req): Body<endpoint::Touch>,
+) -> Reply<endpoint::Touch> {
     caller.check_topic(&req.topic, "topic")?;
     let result = state
         .queue()

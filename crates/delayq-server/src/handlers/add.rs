@@ -11,32 +11,24 @@ use delayq_api::{
     AddBatchRequest, AddData, AddRequest, AddResponse, AddTaskRequest, BatchItem, batch_field,
 };
 
-use super::{ApiResult, check_batch, counted};
+use super::{Reply, check_batch, counted};
 use crate::app::AppState;
 use crate::auth::Caller;
-use crate::error::{AppError, Envelope, ErrorData, ok};
+use crate::error::{AppError, ok};
 use crate::extract::{RawBody, parse_json};
 use crate::metrics::Op;
+use delayq_api::endpoint;
 
-/// Adds one task or a batch.
-#[utoipa::path(
-    post,
-    path = "/add",
-    tag = "tasks",
-    request_body = AddRequest,
-    responses(
-        (status = 200, description = "Added (or kept/replaced); for a batch, one result per task in order", body = Envelope<AddResponse>),
-        (status = 400, description = "A field is missing or invalid (named in the message)", body = Envelope<Option<ErrorData>>),
-        (status = 409, description = "The task exists and on_duplicate is reject", body = Envelope<Option<ErrorData>>),
-        (status = 413, description = "The request or the batch is too large", body = Envelope<Option<ErrorData>>),
-    ),
-    security(("bearer" = []))
-)]
+super::handles!(
+    endpoint::Add => add,
+);
+
+/// The handler of [`endpoint::Add`] (its summary and answers are in the table).
 pub async fn add(
     State(state): State<AppState>,
     caller: Caller,
     RawBody(bytes): RawBody,
-) -> ApiResult<AddResponse> {
+) -> Reply<endpoint::Add> {
     let data = if AddRequest::is_batch(&bytes) {
         AddResponse::Batch(add_batch(&state, &caller, parse_json(&bytes)?).await?)
     } else {
@@ -45,7 +37,8 @@ pub async fn add(
     Ok(ok(data))
 }
 
-async fn add_one(
+/// Adds one task (also the dashboard's add form).
+pub(crate) async fn add_one(
     state: &AppState,
     caller: &Caller,
     req: AddTaskRequest,

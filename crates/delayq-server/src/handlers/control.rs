@@ -8,37 +8,28 @@
 
 use axum::extract::State;
 
-use super::{ApiResult, counted};
+use super::{Body, Reply, counted};
 use crate::app::AppState;
 use crate::auth::Caller;
-use crate::error::{AppError, Envelope, ErrorData, ok};
+use crate::error::{AppError, ok};
 use crate::extract::JsonBody;
 use crate::metrics::Op;
-use delayq_api::{
-    BuryRequest, NoData, PauseData, PauseRequest, ReleaseData, RescheduleRequest, StatsView,
-    TopicRequest,
-};
+use delayq_api::endpoint;
+use delayq_api::{PauseData, ReleaseData, StatsView};
 
-/// ACTIVE → DEAD with the reason "buried" (or the `error` given), optionally with a new
-/// priority. A kick or a requeue brings it back.
-#[utoipa::path(
-    post,
-    path = "/bury",
-    tag = "tasks",
-    request_body = BuryRequest,
-    responses(
-        (status = 200, description = "Buried; data is null", body = Envelope<Option<NoData>>),
-        (status = 400, description = "A field is missing or invalid (named in the message)", body = Envelope<Option<ErrorData>>),
-        (status = 404, description = "No such task", body = Envelope<Option<ErrorData>>),
-        (status = 409, description = "Not ACTIVE, or a stale receipt", body = Envelope<Option<ErrorData>>),
-    ),
-    security(("bearer" = []))
-)]
+super::handles!(
+    endpoint::Bury => bury,
+    endpoint::Reschedule => reschedule,
+    endpoint::Pause => pause,
+    endpoint::Resume => resume,
+);
+
+/// The handler of [`endpoint::Bury`] (its summary and answers are in the table).
 pub async fn bury(
     State(state): State<AppState>,
     caller: Caller,
-    JsonBody(req): JsonBody<BuryRequest>,
-) -> ApiResult<Option<()>> {
+    JsonBody(req): Body<endpoint::Bury>,
+) -> Reply<endpoint::Bury> {
     caller.check_topic(&req.topic, "topic")?;
     let result = state
         .queue()
@@ -49,26 +40,12 @@ pub async fn bury(
     Ok(ok(None))
 }
 
-/// DELAYED or READY → a new due: `delay_ms` from now, `run_at_ms`, or now when neither is
-/// given; never earlier than now. Body, id, priority and retries are kept.
-#[utoipa::path(
-    post,
-    path = "/reschedule",
-    tag = "tasks",
-    request_body = RescheduleRequest,
-    responses(
-        (status = 200, description = "Rescheduled; data is the new state (delayed, or ready when due now)", body = Envelope<ReleaseData>),
-        (status = 400, description = "A field is missing or invalid, or both delay_ms and run_at_ms", body = Envelope<Option<ErrorData>>),
-        (status = 404, description = "No such task", body = Envelope<Option<ErrorData>>),
-        (status = 409, description = "Not DELAYED or READY (an ACTIVE task cannot be rescheduled)", body = Envelope<Option<ErrorData>>),
-    ),
-    security(("bearer" = []))
-)]
+/// The handler of [`endpoint::Reschedule`] (its summary and answers are in the table).
 pub async fn reschedule(
     State(state): State<AppState>,
     caller: Caller,
-    JsonBody(req): JsonBody<RescheduleRequest>,
-) -> ApiResult<ReleaseData> {
+    JsonBody(req): Body<endpoint::Reschedule>,
+) -> Reply<endpoint::Reschedule> {
     caller.check_topic(&req.topic, "topic")?;
     let when = req.when().map_err(delayq::Error::from)?;
     let result = state
@@ -80,24 +57,12 @@ pub async fn reschedule(
     Ok(ok(ReleaseData::from(new_state)))
 }
 
-/// Pauses a topic: it keeps accepting adds and promoting due tasks, but hands nothing out
-/// until `POST /resume` or until `for_ms` has passed. Pausing a paused topic sets the new end.
-#[utoipa::path(
-    post,
-    path = "/pause",
-    tag = "tasks",
-    request_body = PauseRequest,
-    responses(
-        (status = 200, description = "Paused; data is the pause as it now stands", body = Envelope<PauseData>),
-        (status = 400, description = "A field is missing or invalid (named in the message)", body = Envelope<Option<ErrorData>>),
-    ),
-    security(("bearer" = []))
-)]
+/// The handler of [`endpoint::Pause`] (its summary and answers are in the table).
 pub async fn pause(
     State(state): State<AppState>,
     caller: Caller,
-    JsonBody(req): JsonBody<PauseRequest>,
-) -> ApiResult<PauseData> {
+    JsonBody(req): Body<endpoint::Pause>,
+) -> Reply<endpoint::Pause> {
     caller.check_topic(&req.topic, "topic")?;
     let result = state
         .queue()
@@ -108,23 +73,12 @@ pub async fn pause(
     Ok(ok(pause_data(&state, req.topic).await?))
 }
 
-/// Ends a topic's pause (nothing when it is not paused); waiting pops get its ready tasks.
-#[utoipa::path(
-    post,
-    path = "/resume",
-    tag = "tasks",
-    request_body = TopicRequest,
-    responses(
-        (status = 200, description = "Resumed; data is the pause as it now stands", body = Envelope<PauseData>),
-        (status = 400, description = "A field is missing or invalid (named in the message)", body = Envelope<Option<ErrorData>>),
-    ),
-    security(("bearer" = []))
-)]
+/// The handler of [`endpoint::Resume`] (its summary and answers are in the table).
 pub async fn resume(
     State(state): State<AppState>,
     caller: Caller,
-    JsonBody(req): JsonBody<TopicRequest>,
-) -> ApiResult<PauseData> {
+    JsonBody(req): Body<endpoint::Resume>,
+) -> Reply<endpoint::Resume> {
     caller.check_topic(&req.topic, "topic")?;
     let result = state
         .queue()

@@ -3,34 +3,31 @@
 
 use axum::extract::State;
 use delayq_api::{
-    AllStats, GetQuery, StatsData, StatsQuery, StatsView, TaskPage, TaskView, TasksQuery,
-    TopicEntry, TopicList, TopicStatsData,
+    AllStats, StatsData, StatsView, TaskPage, TaskView, TasksQuery, TopicEntry, TopicList,
+    TopicStatsData,
 };
 
-use super::{ApiResult, counted};
+use super::{Query, Reply, counted};
 use crate::app::AppState;
 use crate::auth::Caller;
-use crate::error::{AppError, Envelope, ErrorData, ok};
+use crate::error::{AppError, ok};
 use crate::extract::QueryParams;
 use crate::metrics::Op;
+use delayq_api::endpoint;
 
-/// One task, with its state as a code and a name.
-#[utoipa::path(
-    get,
-    path = "/get",
-    tag = "inspect",
-    params(GetQuery),
-    responses(
-        (status = 200, description = "The task", body = Envelope<TaskView>),
-        (status = 404, description = "No such task", body = Envelope<Option<ErrorData>>),
-    ),
-    security(("bearer" = []))
-)]
+super::handles!(
+    endpoint::GetTask => get_task,
+    endpoint::ListTasks => list_tasks,
+    endpoint::Stats => stats,
+    endpoint::Topics => topics,
+);
+
+/// The handler of [`endpoint::GetTask`] (its summary and answers are in the table).
 pub async fn get_task(
     State(state): State<AppState>,
     caller: Caller,
-    QueryParams(q): QueryParams<GetQuery>,
-) -> ApiResult<TaskView> {
+    QueryParams(q): Query<endpoint::GetTask>,
+) -> Reply<endpoint::GetTask> {
     caller.check_topic(&q.topic, "topic")?;
     let result = state
         .queue()
@@ -41,23 +38,12 @@ pub async fn get_task(
     Ok(ok(TaskView::from(info)))
 }
 
-/// A page of a topic's tasks (optionally of one state), by due time.
-#[utoipa::path(
-    get,
-    path = "/tasks",
-    tag = "inspect",
-    params(TasksQuery),
-    responses(
-        (status = 200, description = "One page of tasks", body = Envelope<TaskPage>),
-        (status = 400, description = "A bad state, a page of 0 or a page_size of 0 (one over the maximum is clamped)", body = Envelope<Option<ErrorData>>),
-    ),
-    security(("bearer" = []))
-)]
+/// The handler of [`endpoint::ListTasks`] (its summary and answers are in the table).
 pub async fn list_tasks(
     State(state): State<AppState>,
     caller: Caller,
-    QueryParams(q): QueryParams<TasksQuery>,
-) -> ApiResult<TaskPage> {
+    QueryParams(q): Query<endpoint::ListTasks>,
+) -> Reply<endpoint::ListTasks> {
     caller.check_topic(&q.topic, "topic")?;
     let result = list(&state, &q).await;
     let page = counted(&state, &q.topic, Op::List, result)?;
@@ -78,24 +64,12 @@ async fn list(state: &AppState, q: &TasksQuery) -> Result<TaskPage, AppError> {
     Ok(TaskPage::from(got))
 }
 
-/// The counters of one topic (`{topic, stats, ...counters}`), or, without `topic`, of every
-/// topic the caller may see (`{topics: {name: counters}, name: counters, ...}`): seqdelay's
-/// shape with delayq's beside it.
-#[utoipa::path(
-    get,
-    path = "/stats",
-    tag = "inspect",
-    params(StatsQuery),
-    responses(
-        (status = 200, description = "With topic: TopicStatsData. Without: AllStats", body = Envelope<StatsData>),
-    ),
-    security(("bearer" = []))
-)]
+/// The handler of [`endpoint::Stats`] (its summary and answers are in the table).
 pub async fn stats(
     State(state): State<AppState>,
     caller: Caller,
-    QueryParams(q): QueryParams<StatsQuery>,
-) -> ApiResult<StatsData> {
+    QueryParams(q): Query<endpoint::Stats>,
+) -> Reply<endpoint::Stats> {
     let data = match q.topic {
         Some(topic) => {
             caller.check_topic(&topic, "topic")?;
@@ -120,17 +94,8 @@ pub async fn stats(
     Ok(ok(data))
 }
 
-/// Every topic with records (that the caller may see), with its counters.
-#[utoipa::path(
-    get,
-    path = "/topics",
-    tag = "inspect",
-    responses(
-        (status = 200, description = "The topics by name", body = Envelope<TopicList>),
-    ),
-    security(("bearer" = []))
-)]
-pub async fn topics(State(state): State<AppState>, caller: Caller) -> ApiResult<TopicList> {
+/// The handler of [`endpoint::Topics`] (its summary and answers are in the table).
+pub async fn topics(State(state): State<AppState>, caller: Caller) -> Reply<endpoint::Topics> {
     let now = now(&state);
     let topics: Vec<TopicEntry> = visible_topics(&state, &caller)
         .await?

@@ -2,32 +2,27 @@
 
 use axum::extract::State;
 
-use super::{ApiResult, counted};
+use super::{Body, Reply, counted};
 use crate::app::AppState;
 use crate::auth::Caller;
-use crate::error::{AppError, Envelope, ErrorData, ok};
+use crate::error::{AppError, ok};
 use crate::extract::JsonBody;
 use crate::metrics::Op;
-use delayq_api::{NoData, RequeueData, RequeueRequest, TaskKey};
+use delayq_api::RequeueData;
+use delayq_api::endpoint;
 
-/// DELAYED, READY or ACTIVE → CANCELLED. After success the task is never delivered again.
-#[utoipa::path(
-    post,
-    path = "/cancel",
-    tag = "tasks",
-    request_body = TaskKey,
-    responses(
-        (status = 200, description = "Cancelled; data is null", body = Envelope<Option<NoData>>),
-        (status = 404, description = "No such task", body = Envelope<Option<ErrorData>>),
-        (status = 409, description = "Already finished, cancelled or dead", body = Envelope<Option<ErrorData>>),
-    ),
-    security(("bearer" = []))
-)]
+super::handles!(
+    endpoint::Cancel => cancel,
+    endpoint::Requeue => requeue,
+    endpoint::Delete => delete,
+);
+
+/// The handler of [`endpoint::Cancel`] (its summary and answers are in the table).
 pub async fn cancel(
     State(state): State<AppState>,
     caller: Caller,
-    JsonBody(req): JsonBody<TaskKey>,
-) -> ApiResult<Option<()>> {
+    JsonBody(req): Body<endpoint::Cancel>,
+) -> Reply<endpoint::Cancel> {
     caller.check_topic(&req.topic, "topic")?;
     let result = state
         .queue()
@@ -38,25 +33,12 @@ pub async fn cancel(
     Ok(ok(None))
 }
 
-/// DEAD → READY with retries reset: one task (`id`) or all of the topic (`all: true`).
-#[utoipa::path(
-    post,
-    path = "/requeue",
-    tag = "tasks",
-    request_body = RequeueRequest,
-    responses(
-        (status = 200, description = "Requeued; data says how many", body = Envelope<RequeueData>),
-        (status = 400, description = "Neither or both of id and all", body = Envelope<Option<ErrorData>>),
-        (status = 404, description = "No such task", body = Envelope<Option<ErrorData>>),
-        (status = 409, description = "The task is not dead", body = Envelope<Option<ErrorData>>),
-    ),
-    security(("bearer" = []))
-)]
+/// The handler of [`endpoint::Requeue`] (its summary and answers are in the table).
 pub async fn requeue(
     State(state): State<AppState>,
     caller: Caller,
-    JsonBody(req): JsonBody<RequeueRequest>,
-) -> ApiResult<RequeueData> {
+    JsonBody(req): Body<endpoint::Requeue>,
+) -> Reply<endpoint::Requeue> {
     caller.check_topic(&req.topic, "topic")?;
     let queue = state.queue();
     let result = match (req.id.as_deref(), req.all.unwrap_or(false)) {
@@ -83,23 +65,12 @@ pub async fn requeue(
     Ok(ok(RequeueData { requeued }))
 }
 
-/// Removes a task's record, whatever its state.
-#[utoipa::path(
-    post,
-    path = "/delete",
-    tag = "tasks",
-    request_body = TaskKey,
-    responses(
-        (status = 200, description = "Deleted; data is null", body = Envelope<Option<NoData>>),
-        (status = 404, description = "No such task", body = Envelope<Option<ErrorData>>),
-    ),
-    security(("bearer" = []))
-)]
+/// The handler of [`endpoint::Delete`] (its summary and answers are in the table).
 pub async fn delete(
     State(state): State<AppState>,
     caller: Caller,
-    JsonBody(req): JsonBody<TaskKey>,
-) -> ApiResult<Option<()>> {
+    JsonBody(req): Body<endpoint::Delete>,
+) -> Reply<endpoint::Delete> {
     caller.check_topic(&req.topic, "topic")?;
     let result = state
         .queue()

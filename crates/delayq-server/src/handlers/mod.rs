@@ -23,7 +23,10 @@ pub mod pop;
 pub mod push;
 pub mod schedules;
 
+use axum::handler::Handler;
+use axum::routing::{MethodFilter, MethodRouter};
 use delayq_api::batch_field;
+use delayq_api::endpoint::{Endpoint, Method};
 use delayq_api::request::BATCH_FIELD;
 
 use crate::app::AppState;
@@ -33,6 +36,50 @@ use crate::metrics::Op;
 
 /// The result type of handlers.
 pub type ApiResult<T> = Result<axum::Json<crate::error::Envelope<T>>, AppError>;
+
+/// The result of the handler of endpoint `E`: its `data` type is the table's.
+pub type Reply<E> = ApiResult<<E as Endpoint>::Response>;
+
+/// The JSON body of endpoint `E`: its request type is the table's.
+pub type Body<E> = crate::extract::JsonBody<<E as Endpoint>::Request>;
+
+/// The query of endpoint `E`: its request type is the table's.
+pub type Query<E> = crate::extract::QueryParams<<E as Endpoint>::Request>;
+
+/// The handler of an endpoint of the table ([`delayq_api::endpoint`]), the one piece of the
+/// server written per endpoint; [`crate::app::app`] registers every one at its method and route.
+pub trait Handle: Endpoint {
+    /// The handler, at the endpoint's method.
+    fn handler() -> MethodRouter<AppState>;
+}
+
+/// `handler` at the method of `E`.
+pub(crate) fn at<E: Endpoint, H, T>(handler: H) -> MethodRouter<AppState>
+where
+    H: Handler<T, AppState>,
+    T: 'static,
+{
+    let filter = match E::METHOD {
+        Method::Get => MethodFilter::GET,
+        Method::Post => MethodFilter::POST,
+        Method::Delete => MethodFilter::DELETE,
+    };
+    axum::routing::on(filter, handler)
+}
+
+/// Names the handler of each endpoint: `handles!(Add => add)`.
+macro_rules! handles {
+    ($($endpoint:ty => $handler:path),* $(,)?) => {
+        $(
+            impl $crate::handlers::Handle for $endpoint {
+                fn handler() -> axum::routing::MethodRouter<$crate::app::AppState> {
+                    $crate::handlers::at::<Self, _, _>($handler)
+                }
+            }
+        )*
+    };
+}
+pub(crate) use handles;
 
 /// Counts one operation on `topic` in the metrics and passes its result through.
 pub(crate) fn counted<T>(

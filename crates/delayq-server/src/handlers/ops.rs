@@ -7,38 +7,30 @@ use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
 
-use super::ApiResult;
+use super::Reply;
 use crate::app::AppState;
 use crate::auth::Caller;
-use crate::error::{AppError, Envelope, ErrorData, ok};
+use crate::error::{AppError, ok};
 use crate::{metrics, openapi};
 use delayq_api::Health;
+use delayq_api::endpoint;
 
-/// Liveness: 200 while the process runs.
-#[utoipa::path(
-    get,
-    path = "/healthz",
-    tag = "ops",
-    responses((status = 200, description = "Alive", body = Envelope<Health>))
-)]
-pub async fn healthz() -> ApiResult<Health> {
+super::handles!(
+    endpoint::Healthz => healthz,
+    endpoint::Readyz => readyz,
+    endpoint::Metrics => metrics,
+    endpoint::OpenApiDocument => openapi,
+);
+
+/// The handler of [`endpoint::Healthz`] (its summary and answers are in the table).
+pub async fn healthz() -> Reply<endpoint::Healthz> {
     Ok(ok(Health {
         status: "alive".into(),
     }))
 }
 
-/// Readiness: 200 when the storage is reachable, 503 when it is not or the server is
-/// shutting down.
-#[utoipa::path(
-    get,
-    path = "/readyz",
-    tag = "ops",
-    responses(
-        (status = 200, description = "Ready", body = Envelope<Health>),
-        (status = 503, description = "Storage unreachable or shutting down", body = Envelope<Option<ErrorData>>),
-    )
-)]
-pub async fn readyz(State(state): State<AppState>) -> ApiResult<Health> {
+/// The handler of [`endpoint::Readyz`] (its summary and answers are in the table).
+pub async fn readyz(State(state): State<AppState>) -> Reply<endpoint::Readyz> {
     if state.is_draining() {
         return Err(AppError::ShuttingDown);
     }
@@ -48,17 +40,7 @@ pub async fn readyz(State(state): State<AppState>) -> ApiResult<Health> {
     }))
 }
 
-/// The server's metrics in the Prometheus text format.
-#[utoipa::path(
-    get,
-    path = "/metrics",
-    tag = "ops",
-    responses(
-        (status = 200, description = "Prometheus text format 0.0.4", body = String, content_type = "text/plain"),
-        (status = 403, description = "The token is limited to topics", body = Envelope<Option<ErrorData>>),
-    ),
-    security(("bearer" = []))
-)]
+/// The handler of [`endpoint::Metrics`] (its summary and answers are in the table).
 pub async fn metrics(
     State(state): State<AppState>,
     caller: Caller,
@@ -75,14 +57,7 @@ pub async fn metrics(
     ))
 }
 
-/// This API described in OpenAPI 3.
-#[utoipa::path(
-    get,
-    path = "/openapi.json",
-    tag = "ops",
-    responses((status = 200, description = "The OpenAPI document", body = Object)),
-    security(("bearer" = []))
-)]
+/// The handler of [`endpoint::OpenApiDocument`] (its summary and answers are in the table).
 pub async fn openapi(_caller: Caller) -> Json<utoipa::openapi::OpenApi> {
     Json(openapi::document())
 }

@@ -11,34 +11,27 @@
 
 use axum::extract::State;
 use delayq::PopOptions;
+use delayq::core::validate;
 use delayq_api::{PopData, PopRequest, TaskDelivery};
 
-use super::ApiResult;
+use super::{Body, Reply};
 use crate::app::AppState;
 use crate::auth::Caller;
-use crate::error::{AppError, Envelope, ok};
+use crate::error::{AppError, ok};
 use crate::extract::JsonBody;
 use crate::metrics::Op;
+use delayq_api::endpoint;
 
-/// Takes ready tasks, waiting up to `timeout_ms` for the first.
-#[utoipa::path(
-    post,
-    path = "/pop",
-    tag = "tasks",
-    request_body = PopRequest,
-    responses(
-        (status = 200, description = "The task, or null on timeout; a list when count is given", body = Envelope<Option<PopData>>),
-        (status = 400, description = "A field is missing or invalid", body = Envelope<Option<crate::error::ErrorData>>),
-        (status = 409, description = "The topic has a push target: delayq delivers it itself", body = Envelope<Option<crate::error::ErrorData>>),
-        (status = 503, description = "Too many open long-polls, or shutting down; retry later", body = Envelope<Option<crate::error::ErrorData>>),
-    ),
-    security(("bearer" = []))
-)]
+super::handles!(
+    endpoint::Pop => pop,
+);
+
+/// The handler of [`endpoint::Pop`] (its summary and answers are in the table).
 pub async fn pop(
     State(state): State<AppState>,
     caller: Caller,
-    JsonBody(req): JsonBody<PopRequest>,
-) -> ApiResult<Option<PopData>> {
+    JsonBody(req): Body<endpoint::Pop>,
+) -> Reply<endpoint::Pop> {
     caller.check_topic(&req.topic, "topic")?;
     if state.is_pushed(&req.topic) {
         return Err(AppError::PushedTopic { topic: req.topic });
@@ -67,26 +60,9 @@ async fn take(state: &AppState, req: PopRequest) -> Result<Vec<delayq::Delivery>
         .timeout_ms
         .map_or(state.http().default_pop_timeout_ms, |t| t.0);
     let count = req.count.map_or(1, |c| c.0);
-    // Checked here as well as in the queue so that a bad request is a 400 even when every
-    // long-poll slot is taken.
-    if count == 0 || count > limits.max_pop_count as u64 {
-        return Err(AppError::invalid(
-            "count",
-            format!(
-                "is {count}, it must be 1 to {} (max_pop_count)",
-                limits.max_pop_count
-            ),
-        ));
-    }
-    if timeout_ms > limits.max_pop_timeout_ms {
-        return Err(AppError::invalid(
-            "timeout_ms",
-            format!(
-                "is {timeout_ms} ms, the limit is {} ms (max_pop_timeout_ms)",
-                limits.max_pop_timeout_ms
-            ),
-        ));
-    }
+    // Checked before a long-poll slot is taken, so that a bad request is a 400 even when every
+    // slot is taken; the queue checks the same again.
+    validate::check_pop(count, timeout_ms, limits).map_err(delayq::Error::from)?;
     let options = PopOptions::default()
         .count(count as usize)
         .timeout_ms(timeout_ms)

@@ -6,14 +6,21 @@
 //! needs a token that may write, like every POST (auth.rs): read-only tokens get 403.
 
 use axum::extract::State;
-use delayq_api::push::{PushDeleted, PushList, PushQuery, PushTarget, TargetView};
+use delayq_api::push::{PushDeleted, PushList, PushTarget, TargetView};
 
-use super::ApiResult;
+use super::{Body, Query, Reply};
 use crate::app::AppState;
 use crate::auth::Caller;
-use crate::error::{AppError, Envelope, ErrorData, ok};
+use crate::error::{AppError, ok};
 use crate::extract::{JsonBody, QueryParams};
 use crate::push::PushControl;
+use delayq_api::endpoint;
+
+super::handles!(
+    endpoint::PushSet => set,
+    endpoint::PushGet => get,
+    endpoint::PushDelete => delete,
+);
 
 /// The dispatcher, or 503 when this server runs none.
 fn dispatcher(state: &AppState) -> Result<&dyn PushControl, AppError> {
@@ -25,46 +32,24 @@ fn dispatcher(state: &AppState) -> Result<&dyn PushControl, AppError> {
     })
 }
 
-/// Sets the push target of a topic; from then on delayq delivers the topic's tasks itself.
-#[utoipa::path(
-    post,
-    path = "/push",
-    tag = "push",
-    request_body = PushTarget,
-    responses(
-        (status = 200, description = "Set; data is the target as GET shows it", body = Envelope<TargetView>),
-        (status = 400, description = "A field is missing or invalid (named in the message)", body = Envelope<Option<ErrorData>>),
-        (status = 403, description = "A read-only token, or a topic the token may not use", body = Envelope<Option<ErrorData>>),
-    ),
-    security(("bearer" = []))
-)]
+/// The handler of [`endpoint::PushSet`] (its summary and answers are in the table).
 pub async fn set(
     State(state): State<AppState>,
     caller: Caller,
-    JsonBody(target): JsonBody<PushTarget>,
-) -> ApiResult<TargetView> {
+    JsonBody(target): Body<endpoint::PushSet>,
+) -> Reply<endpoint::PushSet> {
     caller.check_topic(&target.topic, "topic")?;
     let view = target.view();
     dispatcher(&state)?.set(target).await?;
     Ok(ok(view))
 }
 
-/// The target of one topic, or every target the caller may see.
-#[utoipa::path(
-    get,
-    path = "/push",
-    tag = "push",
-    params(PushQuery),
-    responses(
-        (status = 200, description = "The targets (one, or none, with topic)", body = Envelope<PushList>),
-    ),
-    security(("bearer" = []))
-)]
+/// The handler of [`endpoint::PushGet`] (its summary and answers are in the table).
 pub async fn get(
     State(state): State<AppState>,
     caller: Caller,
-    QueryParams(q): QueryParams<PushQuery>,
-) -> ApiResult<PushList> {
+    QueryParams(q): Query<endpoint::PushGet>,
+) -> Reply<endpoint::PushGet> {
     let push = dispatcher(&state)?;
     let targets = match &q.topic {
         Some(topic) => {
@@ -83,24 +68,12 @@ pub async fn get(
     Ok(ok(PushList { targets, total }))
 }
 
-/// Removes a topic's target: its tasks then wait for ordinary consumers again.
-#[utoipa::path(
-    delete,
-    path = "/push",
-    tag = "push",
-    params(PushQuery),
-    responses(
-        (status = 200, description = "Removed, or there was none (deleted: false)", body = Envelope<PushDeleted>),
-        (status = 400, description = "No topic given, or an invalid one", body = Envelope<Option<ErrorData>>),
-        (status = 403, description = "A read-only token, or a topic the token may not use", body = Envelope<Option<ErrorData>>),
-    ),
-    security(("bearer" = []))
-)]
+/// The handler of [`endpoint::PushDelete`] (its summary and answers are in the table).
 pub async fn delete(
     State(state): State<AppState>,
     caller: Caller,
-    QueryParams(q): QueryParams<PushQuery>,
-) -> ApiResult<PushDeleted> {
+    QueryParams(q): Query<endpoint::PushDelete>,
+) -> Reply<endpoint::PushDelete> {
     let topic = q.topic.ok_or_else(|| AppError::Missing {
         field: "topic".into(),
     })?;

@@ -11,16 +11,24 @@
 use axum::extract::{Path, State};
 use delayq::{ScheduleInfo, Scheduler};
 use delayq_api::schedule::DEFAULT_NEXT;
-use delayq_api::{
-    NoData, PutScheduleData, ScheduleKey, ScheduleList, ScheduleQuery, ScheduleRequest,
-    ScheduleView, SchedulesQuery,
-};
+use delayq_api::{PutScheduleData, ScheduleList, ScheduleQuery, ScheduleView};
 
-use super::ApiResult;
+use super::{Body, Query, Reply};
 use crate::app::AppState;
 use crate::auth::Caller;
-use crate::error::{AppError, Envelope, ErrorData, ok};
+use crate::error::{AppError, ok};
 use crate::extract::{JsonBody, QueryParams};
+use delayq_api::endpoint;
+
+super::handles!(
+    endpoint::PutSchedule => put_schedule,
+    endpoint::ListSchedules => list_schedules,
+    endpoint::GetSchedule => get_schedule,
+    endpoint::DeleteScheduleAt => delete_schedule_at,
+    endpoint::DeleteSchedule => delete_schedule,
+    endpoint::PauseSchedule => pause_schedule,
+    endpoint::ResumeSchedule => resume_schedule,
+);
 
 fn view(info: ScheduleInfo) -> ScheduleView {
     ScheduleView::new(
@@ -43,24 +51,12 @@ fn scheduler(state: &AppState) -> &Scheduler {
     state.scheduler()
 }
 
-/// Creates a schedule, or gives the one with the same topic and name a new definition.
-/// Changing its times starts the new series after now; pausing cancels the pending occurrence.
-#[utoipa::path(
-    post,
-    path = "/schedules",
-    tag = "schedules",
-    request_body = ScheduleRequest,
-    responses(
-        (status = 200, description = "Created, updated or unchanged; data is the schedule with its next 10 occurrences", body = Envelope<PutScheduleData>),
-        (status = 400, description = "A bad cron expression, unknown time zone, every_ms below the minimum, bad name or other field (named in the message)", body = Envelope<Option<ErrorData>>),
-    ),
-    security(("bearer" = []))
-)]
+/// The handler of [`endpoint::PutSchedule`] (its summary and answers are in the table).
 pub async fn put_schedule(
     State(state): State<AppState>,
     caller: Caller,
-    JsonBody(req): JsonBody<ScheduleRequest>,
-) -> ApiResult<PutScheduleData> {
+    JsonBody(req): Body<endpoint::PutSchedule>,
+) -> Reply<endpoint::PutSchedule> {
     caller.check_topic(&req.topic, "topic")?;
     let def = req.into_def().map_err(delayq::Error::from)?;
     let (topic, name) = (def.topic.clone(), def.name.clone());
@@ -74,23 +70,12 @@ pub async fn put_schedule(
     }))
 }
 
-/// Every schedule (of one topic), by topic and name, each with its next occurrence. A token
-/// limited to topics sees only its topics' schedules.
-#[utoipa::path(
-    get,
-    path = "/schedules",
-    tag = "schedules",
-    params(SchedulesQuery),
-    responses(
-        (status = 200, description = "The schedules", body = Envelope<ScheduleList>),
-    ),
-    security(("bearer" = []))
-)]
+/// The handler of [`endpoint::ListSchedules`] (its summary and answers are in the table).
 pub async fn list_schedules(
     State(state): State<AppState>,
     caller: Caller,
-    QueryParams(q): QueryParams<SchedulesQuery>,
-) -> ApiResult<ScheduleList> {
+    QueryParams(q): Query<endpoint::ListSchedules>,
+) -> Reply<endpoint::ListSchedules> {
     if let Some(topic) = &q.topic {
         caller.check_topic(topic, "topic")?;
     }
@@ -106,28 +91,13 @@ pub async fn list_schedules(
     }))
 }
 
-/// One schedule with its next occurrences (`next`, default 10).
-#[utoipa::path(
-    get,
-    path = "/schedules/{topic}/{name}",
-    tag = "schedules",
-    params(
-        ("topic" = String, Path, description = "The topic (may hold /)"),
-        ("name" = String, Path, description = "The schedule's name"),
-        ScheduleQuery,
-    ),
-    responses(
-        (status = 200, description = "The schedule", body = Envelope<ScheduleView>),
-        (status = 404, description = "No such schedule", body = Envelope<Option<ErrorData>>),
-    ),
-    security(("bearer" = []))
-)]
+/// The handler of [`endpoint::GetSchedule`] (its summary and answers are in the table).
 pub async fn get_schedule(
     State(state): State<AppState>,
     caller: Caller,
     Path(path): Path<String>,
     QueryParams(q): QueryParams<ScheduleQuery>,
-) -> ApiResult<ScheduleView> {
+) -> Reply<endpoint::GetSchedule> {
     let (topic, name) = split_path(&path)?;
     caller.check_topic(topic, "topic")?;
     let next = q.next.map_or(DEFAULT_NEXT, |n| n.0);
@@ -142,72 +112,35 @@ pub async fn get_schedule(
     Ok(ok(view(info)))
 }
 
-/// Deletes a schedule and cancels its pending occurrence (`DELETE /schedules/{topic}/{name}`).
-#[utoipa::path(
-    delete,
-    path = "/schedules/{topic}/{name}",
-    tag = "schedules",
-    params(
-        ("topic" = String, Path, description = "The topic (may hold /)"),
-        ("name" = String, Path, description = "The schedule's name"),
-    ),
-    responses(
-        (status = 200, description = "Deleted; data is null", body = Envelope<Option<NoData>>),
-        (status = 404, description = "No such schedule", body = Envelope<Option<ErrorData>>),
-    ),
-    security(("bearer" = []))
-)]
+/// The handler of [`endpoint::DeleteScheduleAt`] (its summary and answers are in the table).
 pub async fn delete_schedule_at(
     State(state): State<AppState>,
     caller: Caller,
     Path(path): Path<String>,
-) -> ApiResult<Option<()>> {
+) -> Reply<endpoint::DeleteScheduleAt> {
     let (topic, name) = split_path(&path)?;
     caller.check_topic(topic, "topic")?;
     scheduler(&state).delete(topic, name).await?;
     Ok(ok(None))
 }
 
-/// Deletes a schedule and cancels its pending occurrence (the JSON form of `DELETE`).
-#[utoipa::path(
-    post,
-    path = "/schedules/delete",
-    tag = "schedules",
-    request_body = ScheduleKey,
-    responses(
-        (status = 200, description = "Deleted; data is null", body = Envelope<Option<NoData>>),
-        (status = 404, description = "No such schedule", body = Envelope<Option<ErrorData>>),
-    ),
-    security(("bearer" = []))
-)]
+/// The handler of [`endpoint::DeleteSchedule`] (its summary and answers are in the table).
 pub async fn delete_schedule(
     State(state): State<AppState>,
     caller: Caller,
-    JsonBody(key): JsonBody<ScheduleKey>,
-) -> ApiResult<Option<()>> {
+    JsonBody(key): Body<endpoint::DeleteSchedule>,
+) -> Reply<endpoint::DeleteSchedule> {
     caller.check_topic(&key.topic, "topic")?;
     scheduler(&state).delete(&key.topic, &key.name).await?;
     Ok(ok(None))
 }
 
-/// Pauses a schedule: its pending occurrence is cancelled and none is added until it is
-/// resumed.
-#[utoipa::path(
-    post,
-    path = "/schedules/pause",
-    tag = "schedules",
-    request_body = ScheduleKey,
-    responses(
-        (status = 200, description = "Paused; data is the schedule", body = Envelope<ScheduleView>),
-        (status = 404, description = "No such schedule", body = Envelope<Option<ErrorData>>),
-    ),
-    security(("bearer" = []))
-)]
+/// The handler of [`endpoint::PauseSchedule`] (its summary and answers are in the table).
 pub async fn pause_schedule(
     State(state): State<AppState>,
     caller: Caller,
-    JsonBody(key): JsonBody<ScheduleKey>,
-) -> ApiResult<ScheduleView> {
+    JsonBody(key): Body<endpoint::PauseSchedule>,
+) -> Reply<endpoint::PauseSchedule> {
     caller.check_topic(&key.topic, "topic")?;
     scheduler(&state).pause(&key.topic, &key.name).await?;
     let info = scheduler(&state)
@@ -216,24 +149,12 @@ pub async fn pause_schedule(
     Ok(ok(view(info)))
 }
 
-/// Resumes a paused schedule with the first occurrence after now; those that fell in the
-/// pause are skipped.
-#[utoipa::path(
-    post,
-    path = "/schedules/resume",
-    tag = "schedules",
-    request_body = ScheduleKey,
-    responses(
-        (status = 200, description = "Resumed; data is the schedule", body = Envelope<ScheduleView>),
-        (status = 404, description = "No such schedule", body = Envelope<Option<ErrorData>>),
-    ),
-    security(("bearer" = []))
-)]
+/// The handler of [`endpoint::ResumeSchedule`] (its summary and answers are in the table).
 pub async fn resume_schedule(
     State(state): State<AppState>,
     caller: Caller,
-    JsonBody(key): JsonBody<ScheduleKey>,
-) -> ApiResult<ScheduleView> {
+    JsonBody(key): Body<endpoint::ResumeSchedule>,
+) -> Reply<endpoint::ResumeSchedule> {
     caller.check_topic(&key.topic, "topic")?;
     scheduler(&state).resume(&key.topic, &key.name).await?;
     let info = scheduler(&state)
