@@ -42,7 +42,7 @@ pub use body::{BodyEncoding, decode_body, encode_body};
 pub use delayq_core::{AddOutcome, Attempt, Backoff, MaxRetries, Millis, OnDuplicate, State};
 pub use envelope::{Envelope, ErrorData};
 pub use limits::{DEFAULT_PAGE_SIZE, DEFAULT_POP_TIMEOUT_MS, MAX_PAGE_SIZE};
-pub use number::{BodyText, Count, Ms};
+pub use number::{BodyText, Count, WholeMillis};
 pub use request::{
     AckRequest, AddBatchRequest, AddRequest, AddTaskRequest, BuryRequest, FinishBatchRequest,
     FinishRequest, GetQuery, PauseRequest, PopRequest, ReleaseRequest, RequeueRequest,

@@ -1,6 +1,6 @@
 //! Strict readers of the numbers and bodies of requests.
 //!
-//! Numbers of milliseconds and counts are read by [`Ms`] and [`Count`], which accept only
+//! Numbers of milliseconds and counts are read by [`WholeMillis`] and [`Count`], which accept only
 //! whole non-negative JSON numbers and say so in their error: a negative, fractional or huge
 //! number is a 400 naming the field, never a wrap-around. A task body ([`BodyText`]) is text;
 //! a client that sends a JSON object or array instead gets it stored as its JSON text.
@@ -10,10 +10,12 @@ use std::fmt;
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize};
 
-/// A whole, non-negative number of milliseconds.
+/// A number of milliseconds as a request carries it: the wire form of
+/// [`delayq_core::Millis`], read strictly (a whole JSON number from 0 up; no sign, fraction or
+/// string).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(transparent)]
-pub struct Ms(pub u64);
+pub struct WholeMillis(pub u64);
 
 /// A whole, non-negative count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -34,12 +36,12 @@ impl Visitor<'_> for WholeVisitor {
     }
 }
 
-impl<'de> Deserialize<'de> for Ms {
+impl<'de> Deserialize<'de> for WholeMillis {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         d.deserialize_u64(WholeVisitor(
             "a whole number of milliseconds from 0 to 18446744073709551615",
         ))
-        .map(Ms)
+        .map(WholeMillis)
     }
 }
 
@@ -116,10 +118,12 @@ mod tests {
             ("18446744073709551616", None),
         ];
         for (json, want) in table {
-            let got = serde_json::from_str::<Ms>(json).ok().map(|m| m.0);
+            let got = serde_json::from_str::<WholeMillis>(json).ok().map(|m| m.0);
             assert_eq!(got, want, "{json}");
         }
-        let err = serde_json::from_str::<Ms>("-1").unwrap_err().to_string();
+        let err = serde_json::from_str::<WholeMillis>("-1")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("whole number of milliseconds"), "{err}");
     }
 

@@ -14,7 +14,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::body::{BodyEncoding, decode_body, encode_body};
 use crate::limits::DEFAULT_PAGE_SIZE;
-use crate::number::{BodyText, Count, Ms};
+use crate::number::{BodyText, Count, WholeMillis};
 
 /// The name of the list of a batch (`/add` or `/finish`), and the prefix of its fields in
 /// errors.
@@ -50,15 +50,15 @@ pub struct AddTaskRequest {
     /// Due this many ms after arrival (default 0). Excludes `run_at_ms`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<u64>, example = 900000)]
-    pub delay_ms: Option<Ms>,
+    pub delay_ms: Option<WholeMillis>,
     /// Due at this epoch millisecond (a past instant means now). Excludes `delay_ms`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<u64>)]
-    pub run_at_ms: Option<Ms>,
+    pub run_at_ms: Option<WholeMillis>,
     /// Time to run: how long a consumer may hold the task (default: server setting).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<u64>, example = 30000)]
-    pub ttr_ms: Option<Ms>,
+    pub ttr_ms: Option<WholeMillis>,
     /// Redeliveries allowed: a count, or -1 for no limit (default: server setting).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<i64>, example = 3)]
@@ -104,16 +104,19 @@ impl AddTaskRequest {
 }
 
 /// The wire fields of a due: `(delay_ms, run_at_ms)`, one of them set.
-pub fn when_fields(when: When) -> (Option<Ms>, Option<Ms>) {
+pub fn when_fields(when: When) -> (Option<WholeMillis>, Option<WholeMillis>) {
     match when {
-        When::Delay(ms) => (Some(Ms(ms)), None),
-        When::At(at) => (None, Some(Ms(at))),
+        When::Delay(ms) => (Some(WholeMillis(ms)), None),
+        When::At(at) => (None, Some(WholeMillis(at))),
     }
 }
 
 /// The due that `delay_ms` and `run_at_ms` give, `None` when neither is given; both at once
 /// are refused.
-fn when_of(delay_ms: Option<Ms>, run_at_ms: Option<Ms>) -> Result<Option<When>, InvalidField> {
+fn when_of(
+    delay_ms: Option<WholeMillis>,
+    run_at_ms: Option<WholeMillis>,
+) -> Result<Option<When>, InvalidField> {
     match (delay_ms, run_at_ms) {
         (Some(_), Some(_)) => Err(InvalidField::new(
             "run_at_ms",
@@ -137,7 +140,7 @@ impl From<&NewTask> for AddTaskRequest {
             priority: task.priority,
             delay_ms,
             run_at_ms,
-            ttr_ms: task.ttr_ms.map(Ms),
+            ttr_ms: task.ttr_ms.map(WholeMillis),
             max_retries: task.max_retries,
             backoff: task.backoff.clone(),
             on_duplicate: (task.on_duplicate != OnDuplicate::Reject).then_some(task.on_duplicate),
@@ -192,7 +195,7 @@ pub struct PopRequest {
     /// 60 000 by default). 0 returns at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<u64>, example = 30000)]
-    pub timeout_ms: Option<Ms>,
+    pub timeout_ms: Option<WholeMillis>,
     /// Take up to this many tasks; when given, `data` is a list.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<u64>)]
@@ -252,7 +255,7 @@ pub struct ReleaseRequest {
     /// Redeliver after this many ms instead of the task's backoff.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<u64>)]
-    pub delay_ms: Option<Ms>,
+    pub delay_ms: Option<WholeMillis>,
     /// What went wrong, kept as the task's last error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -306,11 +309,11 @@ pub struct RescheduleRequest {
     /// Due this many ms from now (0, or neither field: now). Excludes `run_at_ms`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<u64>, example = 60000)]
-    pub delay_ms: Option<Ms>,
+    pub delay_ms: Option<WholeMillis>,
     /// Due at this epoch millisecond (a past instant means now). Excludes `delay_ms`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<u64>)]
-    pub run_at_ms: Option<Ms>,
+    pub run_at_ms: Option<WholeMillis>,
 }
 
 impl RescheduleRequest {
@@ -330,7 +333,7 @@ pub struct PauseRequest {
     /// End the pause by itself after this many ms; without it, until `POST /resume`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<u64>, example = 60000)]
-    pub for_ms: Option<Ms>,
+    pub for_ms: Option<WholeMillis>,
 }
 
 /// `POST /resume`: ends a topic's pause.

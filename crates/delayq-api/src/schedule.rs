@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::body::{BodyEncoding, decode_body, encode_body};
-use crate::number::{BodyText, Count, Ms};
+use crate::number::{BodyText, Count, WholeMillis};
 
 /// How many upcoming occurrences `GET /schedules/{topic}/{name}` shows unless `next` says.
 pub const DEFAULT_NEXT: u64 = 10;
@@ -34,7 +34,7 @@ pub struct ScheduleRequest {
     /// the epoch when `start_ms` is absent). At least the server's `min_every_ms` (1 s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<u64>)]
-    pub every_ms: Option<Ms>,
+    pub every_ms: Option<WholeMillis>,
     /// The IANA time zone `cron` is read in (default `UTC`); only with `cron`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(example = "Europe/Berlin")]
@@ -52,7 +52,7 @@ pub struct ScheduleRequest {
     /// The time to run of every occurrence (default: server setting).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<u64>)]
-    pub ttr_ms: Option<Ms>,
+    pub ttr_ms: Option<WholeMillis>,
     /// The redeliveries of every occurrence: a count, or -1 for no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<i64>)]
@@ -63,11 +63,11 @@ pub struct ScheduleRequest {
     /// No occurrence before this epoch ms.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<u64>)]
-    pub start_ms: Option<Ms>,
+    pub start_ms: Option<WholeMillis>,
     /// No occurrence after this epoch ms.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<u64>)]
-    pub end_ms: Option<Ms>,
+    pub end_ms: Option<WholeMillis>,
     /// Create it paused (default false).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused: Option<bool>,
@@ -256,16 +256,16 @@ mod tests {
     fn the_fields_are_the_keys_of_a_full_request() {
         let full = ScheduleRequest {
             cron: Some("@daily".into()),
-            every_ms: Some(Ms(1)),
+            every_ms: Some(WholeMillis(1)),
             timezone: Some("UTC".into()),
             body: Some(BodyText("b".into())),
             body_encoding: Some(BodyEncoding::Text),
             priority: Some(1),
-            ttr_ms: Some(Ms(1)),
+            ttr_ms: Some(WholeMillis(1)),
             max_retries: Some(MaxRetries::Limited(1)),
             backoff: Some(Backoff::Fixed { ms: 1 }),
-            start_ms: Some(Ms(1)),
-            end_ms: Some(Ms(1)),
+            start_ms: Some(WholeMillis(1)),
+            end_ms: Some(WholeMillis(1)),
             paused: Some(true),
             missed: Some(Missed::Skip),
             ..ScheduleRequest::default()

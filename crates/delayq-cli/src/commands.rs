@@ -8,8 +8,8 @@
 use std::io::{IsTerminal as _, Write};
 
 use delayq_client::{
-    AddOutcome, BodyText, BuryOptions, Call, ListOptions, MaxRetries, Missed, Ms, NewTask,
-    PauseData, PopOptions, ReleaseData, ReleaseOptions, ScheduleRequest, When,
+    AddOutcome, BodyText, BuryOptions, Call, ListOptions, MaxRetries, Missed, NewTask, PauseData,
+    PopOptions, ReleaseData, ReleaseOptions, ScheduleRequest, When, WholeMillis,
 };
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::Value;
@@ -564,14 +564,14 @@ fn schedule_request(args: &ScheduleAddArgs) -> Result<ScheduleRequest, CliError>
         topic: args.topic.clone(),
         name: args.name.clone(),
         cron: args.cron.clone(),
-        every_ms: args.every.or(args.every_ms).map(Ms),
+        every_ms: args.every.or(args.every_ms).map(WholeMillis),
         timezone: args.timezone.clone(),
         body: args.body.clone().map(BodyText),
         priority: args.priority,
-        ttr_ms: args.ttr.map(Ms),
+        ttr_ms: args.ttr.map(WholeMillis),
         max_retries,
-        start_ms: args.start.map(Ms),
-        end_ms: args.end.map(Ms),
+        start_ms: args.start.map(WholeMillis),
+        end_ms: args.end.map(WholeMillis),
         paused: args.paused.then_some(true),
         missed: args.missed.map(|m| match m {
             MissedPolicy::FireOnce => Missed::FireOnce,

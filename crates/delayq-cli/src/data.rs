@@ -1,6 +1,6 @@
 //! `delayq data check|repair`: offline tools for an embedded data directory.
 //!
-//! `check` reads every shard's log and snapshots the way a start would, changes nothing and
+//! `check` reads every log of the data directory (each shard's, the settings') and its snapshots the way a start would, changes nothing and
 //! reports each problem with its file and byte offset. `repair` is the explicit step after a
 //! start refused damaged data: it cuts each damaged log back to its valid prefix, keeping
 //! what it cuts (see `delayq_log::repair`). Both work on the files, so the server must not be
@@ -22,8 +22,9 @@ pub fn run(command: DataCommand, out: &mut dyn Write) -> Result<(), CliError> {
     }
 }
 
-fn shards(args: &DataArgs) -> Result<Vec<std::path::PathBuf>, CliError> {
-    embedded::shard_dirs(&args.data_dir).map_err(|e| CliError::Data(e.to_string()))
+/// Every log of the data directory: the shards' and the settings'.
+fn logs(args: &DataArgs) -> Result<Vec<std::path::PathBuf>, CliError> {
+    embedded::log_dirs(&args.data_dir).map_err(|e| CliError::Data(e.to_string()))
 }
 
 fn describe(problem: &Problem) -> String {
@@ -48,7 +49,7 @@ fn describe(problem: &Problem) -> String {
 
 fn check(args: &DataArgs, out: &mut dyn Write) -> Result<(), CliError> {
     let mut damaged = 0;
-    for dir in shards(args)? {
+    for dir in logs(args)? {
         let report = delayq_log::inspect(&dir).map_err(|e| CliError::Data(e.to_string()))?;
         let blocking: Vec<&Problem> = report
             .problems
@@ -103,7 +104,7 @@ fn repair(args: &RepairArgs, out: &mut dyn Write) -> Result<(), CliError> {
             "repair discards the records after the damage: pass --yes to confirm, or --dry-run to see what it would do".into(),
         ));
     }
-    for dir in shards(&args.data)? {
+    for dir in logs(&args.data)? {
         let report = delayq_log::repair(&dir, RepairOptions::default().with_dry_run(args.dry_run))
             .map_err(|e| CliError::Data(e.to_string()))?;
         let verb = if args.dry_run { "would" } else { "did" };

@@ -50,6 +50,13 @@ fn check_and_repair_a_damaged_data_directory() {
     let ok = delayq(&["data", "check", "--data-dir", data_arg]);
     ok.assert_code(0);
     assert!(ok.stdout.contains(": ok"), "{}", ok.stdout);
+    // The settings have a log of their own (format 3), checked like the shards'.
+    let settings = data.join("settings").display().to_string();
+    assert!(
+        ok.stdout.contains(&format!("{settings}: ")),
+        "checks {settings}: {}",
+        ok.stdout
+    );
 
     let seg = segment_of(&data);
     let mut bytes = std::fs::read(&seg).unwrap();

@@ -16,10 +16,11 @@ use delayq_api::push::{PushQuery, PushTarget, TargetView};
 use delayq_api::{
     AckRequest, AddBatchRequest, AddData, AddRequest, AddTaskRequest, AllStats,
     BatchItem as WireBatchItem, BuryRequest, Count, Envelope, ErrorData, FinishBatchData,
-    FinishBatchRequest, FinishRequest, GetQuery, Ms, PauseData, PauseRequest, PopData, PopRequest,
+    FinishBatchRequest, FinishRequest, GetQuery, PauseData, PauseRequest, PopData, PopRequest,
     PutScheduleData, ReleaseRequest, RequeueData, RequeueRequest, RescheduleRequest, ScheduleKey,
     ScheduleList, ScheduleQuery, ScheduleRequest, ScheduleView, SchedulesQuery, StatsData,
     StatsQuery, StatsView, TaskDelivery, TaskKey, TaskPage, TaskView, TasksQuery, TopicRequest,
+    WholeMillis,
 };
 use delayq_core::{AddOutcome, BuryOptions, Millis, NewTask, ReleaseOptions, State, When};
 use reqwest::Url;
@@ -394,7 +395,7 @@ impl Client {
     pub async fn pause(&self, topic: &str, for_ms: Option<u64>) -> Result<PauseData, ClientError> {
         let request = PauseRequest {
             topic: topic.to_owned(),
-            for_ms: for_ms.map(Ms),
+            for_ms: for_ms.map(WholeMillis),
         };
         self.required::<endpoint::Pause>(&request, "pause").await
     }
@@ -761,7 +762,7 @@ impl Call {
     pub fn pop(topic: &str, options: PopOptions) -> Call {
         let body = PopRequest {
             topic: topic.to_owned(),
-            timeout_ms: options.timeout_ms.map(Ms),
+            timeout_ms: options.timeout_ms.map(WholeMillis),
             count: Some(Count(options.count as u64)),
             auto_finish: options.auto_finish.then_some(true),
         };
@@ -807,7 +808,7 @@ impl Call {
     pub fn pause(topic: &str, for_ms: Option<u64>) -> Call {
         Call::of::<endpoint::Pause>(&PauseRequest {
             topic: topic.to_owned(),
-            for_ms: for_ms.map(Ms),
+            for_ms: for_ms.map(WholeMillis),
         })
     }
 
@@ -938,7 +939,7 @@ fn release_request(topic: &str, id: &str, options: &ReleaseOptions) -> ReleaseRe
         topic: topic.to_owned(),
         id: id.to_owned(),
         receipt: options.receipt.clone(),
-        delay_ms: options.delay_ms.map(Ms),
+        delay_ms: options.delay_ms.map(WholeMillis),
         error: options.error.clone(),
         priority: options.priority,
     }

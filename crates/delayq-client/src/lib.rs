@@ -32,7 +32,9 @@ pub use delayq_api::{
     BodyEncoding, PauseData, ReleaseData, StatsView, TaskDelivery, TaskListItem, TaskPage,
     TaskView, decode_body, encode_body,
 };
-pub use delayq_api::{BodyText, Ms, PutScheduleData, ScheduleList, ScheduleRequest, ScheduleView};
+pub use delayq_api::{
+    BodyText, PutScheduleData, ScheduleList, ScheduleRequest, ScheduleView, WholeMillis,
+};
 pub use delayq_core::schedule::Missed;
 pub use delayq_core::{AddOutcome, Backoff, MaxRetries, Millis, NewTask, OnDuplicate, State, When};
 pub use delayq_core::{BuryOptions, ReleaseOptions};

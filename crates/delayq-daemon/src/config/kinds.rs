@@ -764,16 +764,16 @@ mod tests {
     fn the_schedule_keys_are_the_fields_of_post_schedules() {
         let req = delayq_api::ScheduleRequest {
             cron: Some("@daily".into()),
-            every_ms: Some(delayq_api::Ms(1)),
+            every_ms: Some(delayq_api::WholeMillis(1)),
             timezone: Some("UTC".into()),
             body: Some(delayq_api::BodyText("b".into())),
             body_encoding: Some(delayq_api::BodyEncoding::Text),
             priority: Some(1),
-            ttr_ms: Some(delayq_api::Ms(1)),
+            ttr_ms: Some(delayq_api::WholeMillis(1)),
             max_retries: Some(MaxRetries::Limited(1)),
             backoff: Some(delayq::Backoff::Fixed { ms: 1 }),
-            start_ms: Some(delayq_api::Ms(1)),
-            end_ms: Some(delayq_api::Ms(1)),
+            start_ms: Some(delayq_api::WholeMillis(1)),
+            end_ms: Some(delayq_api::WholeMillis(1)),
             paused: Some(true),
             missed: Some(delayq::core::schedule::Missed::Skip),
             ..delayq_api::ScheduleRequest::default()

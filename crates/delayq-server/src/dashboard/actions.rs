@@ -11,7 +11,7 @@
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::{IntoResponse, Redirect, Response};
-use delayq_api::{Ms, RequeueRequest, RescheduleRequest};
+use delayq_api::{RequeueRequest, RescheduleRequest, WholeMillis};
 use serde::de::DeserializeOwned;
 
 use super::params::{Params, query};
@@ -132,7 +132,7 @@ impl Act<'_> {
     async fn reschedule(&self, now: bool) -> Result<String, AppError> {
         let mut req: RescheduleRequest = self.form.request()?;
         if now {
-            req.delay_ms = Some(Ms(0));
+            req.delay_ms = Some(WholeMillis(0));
         }
         let got = control::reschedule(self.state(), self.caller(), JsonBody(req)).await?;
         let state = got.0.data.state_name;
@@ -185,7 +185,10 @@ mod tests {
         let form = Params::parse("action=reschedule&topic=t&id=a&delay_ms=250&back=%2F&run_at_ms=");
         let req: RescheduleRequest = form.request().unwrap();
         assert_eq!((req.topic.as_str(), req.id.as_str()), ("t", "a"));
-        assert_eq!((req.delay_ms, req.run_at_ms), (Some(Ms(250)), None));
+        assert_eq!(
+            (req.delay_ms, req.run_at_ms),
+            (Some(WholeMillis(250)), None)
+        );
         let bad = Params::parse("topic=t&id=a&delay_ms=soon");
         let err = bad.request::<RescheduleRequest>().unwrap_err();
         assert_eq!(err.status(), 400);

@@ -409,7 +409,7 @@ async fn extensions(state: &AppState, topic: &str, now: u64) -> Result<Option<Ma
 }
 
 /// The topic's push target, and this instance's figures of it.
-fn push_section(t: &delayq_push::PushTarget, figures: Option<&PushFigures>) -> Markup {
+fn push_section(t: &delayq_api::push::PushTarget, figures: Option<&PushFigures>) -> Markup {
     html! {
         h2 { "Push target" }
         div.card #push-target {
