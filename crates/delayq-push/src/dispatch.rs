@@ -113,8 +113,9 @@ pub enum PushError {
     Client(String),
 }
 
-/// What the loops and calls share.
-struct Shared {
+/// What every topic loop and push call works with: the queue, the HTTP client and its allow
+/// list, the global cap on calls, the figures and the options.
+struct CallContext {
     queue: Queue,
     client: reqwest::Client,
     allow: Arc<AllowList>,
@@ -133,7 +134,7 @@ struct Running {
 }
 
 struct Inner {
-    shared: Arc<Shared>,
+    shared: Arc<CallContext>,
     loops: Mutex<BTreeMap<String, Running>>,
     /// Serializes reloads, so two never start loops for one topic.
     reloading: tokio::sync::Mutex<()>,
@@ -160,7 +161,7 @@ impl Push {
     pub fn new(queue: Queue, options: PushOptions) -> Result<Push, PushError> {
         let allow = Arc::new(options.allow.clone());
         let client = build_client(&options, Arc::clone(&allow))?;
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(CallContext {
             queue,
             client,
             allow,
@@ -386,7 +387,7 @@ fn build_client(
 }
 
 /// The loop of one topic; see the module doc.
-async fn run_topic(shared: Arc<Shared>, target: Arc<PushTarget>, stop: watch::Receiver<bool>) {
+async fn run_topic(shared: Arc<CallContext>, target: Arc<PushTarget>, stop: watch::Receiver<bool>) {
     let counters = shared.stats.topic(&target.topic);
     let mut topic = TopicLoop::new(shared, target, stop);
     let mut calls = JoinSet::new();
@@ -413,7 +414,7 @@ async fn run_topic(shared: Arc<Shared>, target: Arc<PushTarget>, stop: watch::Re
 /// (its target removed) must not take one more task just because a task was ready at the
 /// same moment. Each step answers `None` once the loop is to stop.
 struct TopicLoop {
-    shared: Arc<Shared>,
+    shared: Arc<CallContext>,
     target: Arc<PushTarget>,
     /// The target's concurrency.
     slots: Arc<Semaphore>,
@@ -427,7 +428,7 @@ struct TopicLoop {
 }
 
 impl TopicLoop {
-    fn new(shared: Arc<Shared>, target: Arc<PushTarget>, stop: watch::Receiver<bool>) -> Self {
+    fn new(shared: Arc<CallContext>, target: Arc<PushTarget>, stop: watch::Receiver<bool>) -> Self {
         // The pops stay within the queue's limits, whatever they are set to.
         let limits = &shared.queue.context().limits;
         let max_count = limits.max_pop_count.max(1);
@@ -535,7 +536,7 @@ impl TopicLoop {
 
 /// One call and what follows from it: finish or release with the attempt's receipt.
 async fn deliver(
-    shared: Arc<Shared>,
+    shared: Arc<CallContext>,
     target: Arc<PushTarget>,
     counters: Arc<TopicCounters>,
     delivery: Delivery,
@@ -585,7 +586,12 @@ async fn deliver(
 
 /// POSTs the task to the target, the whole exchange (connect, send, the answer up to its
 /// bound) under `timeout_ms`.
-async fn call(shared: &Shared, target: &PushTarget, d: &Delivery, timeout_ms: u64) -> CallResult {
+async fn call(
+    shared: &CallContext,
+    target: &PushTarget,
+    d: &Delivery,
+    timeout_ms: u64,
+) -> CallResult {
     let url = match reqwest::Url::parse(&target.url) {
         Ok(url) => url,
         Err(e) => {

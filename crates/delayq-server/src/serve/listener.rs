@@ -60,8 +60,8 @@ use crate::config::HttpLimits;
 use crate::error::AppError;
 use crate::metrics::Cut;
 
-/// What every connection of one listener shares.
-struct Shared {
+/// What every connection of one listener is served with: the router, the timeouts, TLS.
+struct ConnectionSetup {
     router: Router,
     state: AppState,
     idle: Duration,
@@ -82,7 +82,7 @@ pub(crate) async fn serve(
     tls: Option<TlsAcceptor>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let shared = Arc::new(Shared {
+    let shared = Arc::new(ConnectionSetup {
         router,
         state,
         idle: Duration::from_millis(http.idle_timeout_ms),
@@ -181,7 +181,7 @@ async fn connection(
     tcp: TcpStream,
     peer: SocketAddr,
     _slot: OwnedSemaphorePermit,
-    shared: Arc<Shared>,
+    shared: Arc<ConnectionSetup>,
     stop: watch::Receiver<bool>,
 ) {
     let _open = Open::new(&shared.state);
@@ -198,7 +198,7 @@ async fn serve_tls(
     tcp: TcpStream,
     peer: SocketAddr,
     acceptor: TlsAcceptor,
-    shared: Arc<Shared>,
+    shared: Arc<ConnectionSetup>,
     stop: watch::Receiver<bool>,
 ) {
     let handshake = async {
@@ -227,7 +227,7 @@ async fn serve_tls(
 
 /// Answers a plain-HTTP request on the TLS port with a 400 that says to use `https://`, then
 /// closes the connection.
-async fn refuse_plain_http(tcp: TcpStream, peer: SocketAddr, shared: &Shared) {
+async fn refuse_plain_http(tcp: TcpStream, peer: SocketAddr, shared: &ConnectionSetup) {
     let service = hyper::service::service_fn(|_req: Request<Incoming>| async {
         Ok::<_, Infallible>(axum::response::IntoResponse::into_response(
             AppError::invalid(
@@ -252,7 +252,7 @@ async fn refuse_plain_http(tcp: TcpStream, peer: SocketAddr, shared: &Shared) {
 async fn serve_http<IO>(
     io: IO,
     peer: SocketAddr,
-    shared: Arc<Shared>,
+    shared: Arc<ConnectionSetup>,
     mut stop: watch::Receiver<bool>,
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -338,7 +338,7 @@ impl Activity {
     }
 
     /// Completes when the connection has been idle or receiving headers for too long.
-    async fn expired(&self, shared: &Shared) -> Cut {
+    async fn expired(&self, shared: &ConnectionSetup) -> Cut {
         loop {
             let (phase, since) = *self.phase.lock();
             let (limit, cut) = match phase {
@@ -417,7 +417,7 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Tracked<IO> {
 /// The router as one connection's hyper service: marks the connection busy while a request
 /// is handled, and puts a deadline on its body.
 struct ConnService {
-    shared: Arc<Shared>,
+    shared: Arc<ConnectionSetup>,
     activity: Arc<Activity>,
 }
 
@@ -463,7 +463,7 @@ struct TimedBody {
     deadline: Instant,
     /// Made only when the body has to wait: most bodies have arrived with their headers.
     timer: Option<Pin<Box<Sleep>>>,
-    shared: Arc<Shared>,
+    shared: Arc<ConnectionSetup>,
 }
 
 /// Why a request body could not be read.
