@@ -756,7 +756,7 @@ endpoints! { $
 
     /// Sets the push target of a topic; from then on delayq delivers the topic's tasks itself.
     PushSet = post "/push" {
-        name: "set",
+        name: "set_push",
         doing: "setting a push target",
         tag: "push",
         auth: bearer,
@@ -773,7 +773,7 @@ endpoints! { $
 
     /// The target of one topic, or every target the caller may see.
     PushGet = get "/push" {
-        name: "get",
+        name: "get_push",
         doing: "reading push targets",
         tag: "push",
         auth: bearer,
@@ -787,7 +787,7 @@ endpoints! { $
 
     /// Removes a topic's target: its tasks then wait for ordinary consumers again.
     PushDelete = delete "/push" {
-        name: "delete",
+        name: "delete_push",
         doing: "deleting a push target",
         tag: "push",
         auth: bearer,
@@ -806,4 +806,25 @@ endpoints! { $
 /// The path of `/schedules/{topic}/{name}` for one schedule.
 fn schedule_path(at: &ScheduleAt) -> Cow<'static, str> {
     Cow::Owned(format!("/schedules/{}/{}", at.key.topic, at.key.name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ROUTES;
+
+    /// OpenAPI requires every `operationId` to be unique; generators name client methods by it.
+    #[test]
+    fn every_operation_name_is_used_once() {
+        let mut names: Vec<&str> = ROUTES.iter().map(|r| r.name).collect();
+        names.sort_unstable();
+        let repeated: Vec<&&str> = names
+            .windows(2)
+            .filter(|w| w[0] == w[1])
+            .map(|w| &w[0])
+            .collect();
+        assert!(
+            repeated.is_empty(),
+            "operation names used twice: {repeated:?}"
+        );
+    }
 }
