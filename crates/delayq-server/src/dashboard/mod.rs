@@ -7,15 +7,15 @@
 //!   built with Node and nothing is fetched from the network at build or run time: the
 //!   stylesheet and the one script are our own files, embedded with `include_str!`.
 //! - **Charts drawn on the server.** Throughput, lateness and the due-time timeline are SVG
-//!   drawn by `plotters`' SVG backend ([`charts`]) and inlined in the page.
+//!   drawn by `plotters`' SVG backend (`charts.rs`) and inlined in the page.
 //! - **Live updates without reloads.** A page marks its changing part with `data-live`; the
 //!   script asks the server for that part again every two seconds (the same handler, told by
 //!   the `X-Delayq-Fragment` header to render only the part) and swaps it in. When a request
 //!   fails the page says "server not answering" and keeps trying; a storage outage (503) is
 //!   rendered by the server as a banner in place of the part, so both recover by themselves.
 //! - **The API's own rules.** Actions are HTML form POSTs to `/ui/act`, turned into the API's
-//!   request types and handed to the API's handlers ([`actions`]): the same validation, topic
-//!   checks, metrics and errors. Auth is the API's tokens ([`session`]): the login page takes
+//!   request types and handed to the API's handlers (`actions.rs`): the same validation, topic
+//!   checks, metrics and errors. Auth is the API's tokens (`session.rs`): the login page takes
 //!   a token and keeps it in an HttpOnly, SameSite=Strict session cookie; a read-only token
 //!   sees no action buttons and its POSTs are refused by the server; POSTs must come from the
 //!   same origin. TLS is the API's, as the dashboard is served on the same listener.
