@@ -149,9 +149,14 @@ impl Session {
     fn job_stats(&self, id: u64, tube: String, info: &TaskInfo) -> JobStats {
         let now = self.now() as i64;
         let secs = |ms: i64| ms.div_euclid(1_000);
+        // A ttr or delay was counted from the clock's upper bound of now (so that it never
+        // ends early); what is left of it is counted from the same bound. From the lower one,
+        // a Redis-mode reading would show the width of the bounds as extra time: beanstalkd
+        // clients check that `time-left` went down by the seconds they waited.
+        let upper = self.server.queue.context().clock.upper_ms() as i64;
         let time_left = match info.state {
-            State::Active => info.deadline_ms.map_or(0, |d| secs(d as i64 - now)),
-            State::Delayed => secs(info.due_ms as i64 - now),
+            State::Active => info.deadline_ms.map_or(0, |d| secs(d as i64 - upper)),
+            State::Delayed => secs(info.due_ms as i64 - upper),
             _ => 0,
         };
         let outcomes =
