@@ -203,6 +203,14 @@ pub struct PopRequest {
     /// Finish the tasks as they are handed out (at-most-once).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auto_finish: Option<bool>,
+    /// Finish this task first, exactly as `POST /finish` would: a consumer's loop of one
+    /// request a task. When it fails, its error is the answer and nothing is popped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finish: Option<AckRequest>,
+    /// Release this task first, exactly as `POST /release` would (not with `finish`). When
+    /// it fails, its error is the answer and nothing is popped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release: Option<ReleaseRequest>,
 }
 
 /// `POST /finish` and `POST /touch`.

@@ -126,6 +126,29 @@ impl PopOptions {
     }
 }
 
+/// The acknowledgement a pop carries ([`Client::pop_after`]).
+#[derive(Debug, Clone, Copy)]
+pub enum Ack<'a> {
+    /// Finish the task (ACTIVE → FINISHED).
+    Finish {
+        /// Its topic.
+        topic: &'a str,
+        /// Its id.
+        id: &'a str,
+        /// The receipt of the attempt.
+        receipt: Option<&'a str>,
+    },
+    /// Release the task (a failed attempt: READY, DELAYED or DEAD).
+    Release {
+        /// Its topic.
+        topic: &'a str,
+        /// Its id.
+        id: &'a str,
+        /// The receipt, delay, error and priority, as for [`Client::release`].
+        options: &'a ReleaseOptions,
+    },
+}
+
 /// Which tasks [`Client::tasks`] lists.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -288,6 +311,20 @@ impl Client {
         options: PopOptions,
     ) -> Result<Vec<TaskDelivery>, ClientError> {
         let data: Option<PopData> = self.exchange(&Call::pop(topic, options)).await?;
+        Ok(data.map(PopData::into_vec).unwrap_or_default())
+    }
+
+    /// Acknowledges the task a consumer held and takes the next in one request: a consumer
+    /// loop of one request a task. The acknowledgement is applied first, exactly as
+    /// [`Client::finish`] or [`Client::release`] would apply it; when it fails, that is the
+    /// error and nothing was popped. Then the pop long-polls as [`Client::pop`] does.
+    pub async fn pop_after(
+        &self,
+        ack: Ack<'_>,
+        topic: &str,
+        options: PopOptions,
+    ) -> Result<Vec<TaskDelivery>, ClientError> {
+        let data: Option<PopData> = self.exchange(&Call::pop_after(ack, topic, options)).await?;
         Ok(data.map(PopData::into_vec).unwrap_or_default())
     }
 
@@ -760,11 +797,34 @@ impl Call {
 
     /// `POST /pop`.
     pub fn pop(topic: &str, options: PopOptions) -> Call {
+        Call::pop_request(PopRequest::default(), topic, options)
+    }
+
+    /// `POST /pop` carrying the acknowledgement of the task held before.
+    pub fn pop_after(ack: Ack<'_>, topic: &str, options: PopOptions) -> Call {
+        let mut body = PopRequest::default();
+        match ack {
+            Ack::Finish {
+                topic: held,
+                id,
+                receipt,
+            } => body.finish = Some(self::ack(held, id, receipt)),
+            Ack::Release {
+                topic: held,
+                id,
+                options: release,
+            } => body.release = Some(release_request(held, id, release)),
+        }
+        Call::pop_request(body, topic, options)
+    }
+
+    fn pop_request(body: PopRequest, topic: &str, options: PopOptions) -> Call {
         let body = PopRequest {
             topic: topic.to_owned(),
             timeout_ms: options.timeout_ms.map(WholeMillis),
             count: Some(Count(options.count as u64)),
             auto_finish: options.auto_finish.then_some(true),
+            ..body
         };
         let mut call = Call::of::<endpoint::Pop>(&body);
         call.long_poll = Some(Duration::from_millis(

@@ -26,7 +26,7 @@ pub mod client;
 pub mod error;
 mod wire;
 
-pub use client::{Call, Client, ClientOptions, ListOptions, PopOptions};
+pub use client::{Ack, Call, Client, ClientOptions, ListOptions, PopOptions};
 pub use delayq_api::push::{PushFigures, PushTarget, TargetView};
 pub use delayq_api::{
     BodyEncoding, PauseData, ReleaseData, StatsView, TaskDelivery, TaskListItem, TaskPage,

@@ -3,8 +3,8 @@
 //! the right [`ErrorKind`], retryable or not.
 
 use delayq_client::{
-    AddOutcome, Backoff, Call, Client, ClientOptions, ErrorKind, ListOptions, MaxRetries, NewTask,
-    OnDuplicate, PopOptions, ReleaseOptions, State,
+    Ack, AddOutcome, Backoff, Call, Client, ClientOptions, ErrorKind, ListOptions, MaxRetries,
+    NewTask, OnDuplicate, PopOptions, ReleaseOptions, State,
 };
 use delayq_daemon::ServerConfig;
 use delayq_daemon::config::{StorageConfig, TokenConfig};
@@ -252,4 +252,61 @@ async fn timeouts_are_retryable() {
     let err = client.stats("t").await.expect_err("no answer");
     assert_eq!(err.kind(), ErrorKind::Timeout);
     assert!(err.is_retryable() && err.is_timeout());
+}
+
+#[tokio::test]
+async fn pop_after_acknowledges_the_held_task_and_takes_the_next() {
+    let server = start(Vec::new()).await;
+    let client = Client::new(&server.url, None).expect("client");
+    for id in ["a", "b", "c"] {
+        client.add(&NewTask::new("loop", id)).await.expect("add");
+    }
+    let now = PopOptions::default().timeout_ms(0);
+    let a = client.pop("loop", now).await.expect("pop").remove(0);
+    let finish_a = Ack::Finish {
+        topic: "loop",
+        id: &a.id,
+        receipt: Some(&a.receipt),
+    };
+    let b = client
+        .pop_after(finish_a, "loop", now)
+        .await
+        .expect("finish a, pop b");
+    assert_eq!(b[0].id, "b");
+    assert_eq!(
+        client.get("loop", "a").await.expect("get").state,
+        State::Finished
+    );
+
+    // A failed acknowledgement is the error, and nothing was popped: c stays READY.
+    let stale = Ack::Finish {
+        topic: "loop",
+        id: "b",
+        receipt: Some("stale"),
+    };
+    let err = client
+        .pop_after(stale, "loop", now)
+        .await
+        .expect_err("stale");
+    assert_eq!(err.kind(), ErrorKind::Conflict);
+    assert_eq!(
+        client.get("loop", "c").await.expect("get").state,
+        State::Ready
+    );
+
+    let release = ReleaseOptions::default()
+        .receipt(b[0].receipt.clone())
+        .delay_ms(60_000);
+    let release_b = Ack::Release {
+        topic: "loop",
+        id: "b",
+        options: &release,
+    };
+    let c = client
+        .pop_after(release_b, "loop", now)
+        .await
+        .expect("release b, pop c");
+    assert_eq!(c[0].id, "c");
+    let b = client.get("loop", "b").await.expect("get");
+    assert_eq!((b.state, b.retries), (State::Delayed, 1));
 }

@@ -17,7 +17,7 @@ use crate::metrics::Op;
 use delayq_api::endpoint;
 use delayq_api::{
     AckRequest, FinishBatchData, FinishBatchRequest, FinishItem, FinishRequest, ReleaseData,
-    TouchData,
+    ReleaseRequest, TouchData,
 };
 
 super::handles!(
@@ -37,14 +37,25 @@ pub async fn finish(
         return Ok(ok(Some(batch)));
     }
     let req: AckRequest = parse_json(&bytes)?;
-    caller.check_topic(&req.topic, "topic")?;
+    finish_one(&state, &caller, &req, "topic").await?;
+    Ok(ok(None))
+}
+
+/// Finishes one task as `POST /finish` does (also the `finish` of an ack-and-next pop, whose
+/// topic is the field `topic_field`).
+pub(super) async fn finish_one(
+    state: &AppState,
+    caller: &Caller,
+    req: &AckRequest,
+    topic_field: &str,
+) -> Result<(), AppError> {
+    caller.check_topic(&req.topic, topic_field)?;
     let result = state
         .queue()
         .finish(&req.topic, &req.id, req.receipt.as_deref())
         .await
         .map_err(AppError::from);
-    counted(&state, &req.topic, Op::Finish, result)?;
-    Ok(ok(None))
+    counted(state, &req.topic, Op::Finish, result)
 }
 
 /// A batch finish: each task its own result; only a batch over `max_batch` (413), an empty
@@ -92,7 +103,19 @@ pub async fn release(
     caller: Caller,
     JsonBody(req): Body<endpoint::Release>,
 ) -> Reply<endpoint::Release> {
-    caller.check_topic(&req.topic, "topic")?;
+    let new_state = release_one(&state, &caller, req, "topic").await?;
+    Ok(ok(ReleaseData::from(new_state)))
+}
+
+/// Releases one task as `POST /release` does (also the `release` of an ack-and-next pop,
+/// whose topic is the field `topic_field`); returns its new state.
+pub(super) async fn release_one(
+    state: &AppState,
+    caller: &Caller,
+    req: ReleaseRequest,
+    topic_field: &str,
+) -> Result<delayq::State, AppError> {
+    caller.check_topic(&req.topic, topic_field)?;
     let mut options = ReleaseOptions::default();
     if let Some(receipt) = req.receipt {
         options = options.receipt(receipt);
@@ -111,8 +134,7 @@ pub async fn release(
         .release(&req.topic, &req.id, options)
         .await
         .map_err(AppError::from);
-    let new_state = counted(&state, &req.topic, Op::Release, result)?;
-    Ok(ok(ReleaseData::from(new_state)))
+    counted(state, &req.topic, Op::Release, result)
 }
 
 /// The handler of [`endpoint::Touch`] (its summary and answers are in the table).

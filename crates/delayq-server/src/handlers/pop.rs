@@ -8,14 +8,19 @@
 //! `Retry-After: 1`, which tells clients to come back rather than to give up. A pop with
 //! `timeout_ms: 0` never waits and does not count. During a graceful shutdown open long-polls
 //! return at once with no task.
+//!
+//! A pop may carry the acknowledgement of the task its consumer held (`finish` or `release`),
+//! so that a consumer loop costs one request a task. The acknowledgement is applied first, by
+//! the same code as its own endpoint (checks, metrics, errors); when it fails, its error is
+//! the answer and nothing is popped.
 
 use axum::extract::State;
 use delayq::PopOptions;
 use delayq::core::validate;
 use delayq_api::{PopData, PopRequest, TaskDelivery};
 
-use super::{Body, Reply};
-use crate::app::AppState;
+use super::{Body, Reply, ack};
+use crate::app::{AppState, LongPoll};
 use crate::auth::Caller;
 use crate::error::{AppError, ok};
 use crate::extract::JsonBody;
@@ -30,21 +35,42 @@ super::handles!(
 pub async fn pop(
     State(state): State<AppState>,
     caller: Caller,
-    JsonBody(req): Body<endpoint::Pop>,
+    JsonBody(mut req): Body<endpoint::Pop>,
 ) -> Reply<endpoint::Pop> {
     caller.check_topic(&req.topic, "topic")?;
     if state.is_pushed(&req.topic) {
         return Err(AppError::PushedTopic { topic: req.topic });
     }
-    let topic = req.topic.clone();
+    // The pop's own fields are checked before the acknowledgement is applied, so a 400 never
+    // follows a change.
+    let options = pop_options(&state, &req)?;
+    // So is the long-poll slot taken: a 503 for want of one must not follow a change either.
+    let slot = if options.timeout_ms > 0 && !state.is_draining() {
+        Some(state.begin_long_poll()?)
+    } else {
+        None
+    };
+    match (req.finish.take(), req.release.take()) {
+        (Some(_), Some(_)) => {
+            return Err(AppError::invalid(
+                "release",
+                "give finish or release, not both: one task is acknowledged per pop",
+            ));
+        }
+        (Some(done), None) => ack::finish_one(&state, &caller, &done, "finish.topic").await?,
+        (None, Some(failed)) => {
+            ack::release_one(&state, &caller, failed, "release.topic").await?;
+        }
+        (None, None) => {}
+    }
     let as_list = req.count.is_some();
-    let result = take(&state, req).await;
+    let result = take(&state, &req.topic, options, slot).await;
     let outcome = match &result {
         Ok(got) if got.is_empty() => "empty",
         Ok(_) => "ok",
         Err(e) => e.outcome(),
     };
-    state.metrics().count(&topic, Op::Pop, outcome, 1);
+    state.metrics().count(&req.topic, Op::Pop, outcome, 1);
     let mut tasks = result?.into_iter().map(TaskDelivery::from);
     let data = if as_list {
         Some(PopData::Many(tasks.collect()))
@@ -54,29 +80,33 @@ pub async fn pop(
     Ok(ok(data))
 }
 
-async fn take(state: &AppState, req: PopRequest) -> Result<Vec<delayq::Delivery>, AppError> {
-    let limits = state.limits();
+/// The options of a pop, checked against the limits (before a long-poll slot is taken, so
+/// that a bad request is a 400 even when every slot is taken; the queue checks the same again).
+fn pop_options(state: &AppState, req: &PopRequest) -> Result<PopOptions, AppError> {
     let timeout_ms = req
         .timeout_ms
         .map_or(state.http().default_pop_timeout_ms, |t| t.0);
     let count = req.count.map_or(1, |c| c.0);
-    // Checked before a long-poll slot is taken, so that a bad request is a 400 even when every
-    // slot is taken; the queue checks the same again.
-    validate::check_pop(count, timeout_ms, limits).map_err(delayq::Error::from)?;
-    let options = PopOptions::default()
+    validate::check_pop(count, timeout_ms, state.limits()).map_err(delayq::Error::from)?;
+    Ok(PopOptions::default()
         .count(count as usize)
         .timeout_ms(timeout_ms)
-        .auto_finish(req.auto_finish.unwrap_or(false));
-    if timeout_ms == 0 {
-        return Ok(state.queue().pop(&req.topic, options).await?);
-    }
-    if state.is_draining() {
-        return Ok(state.queue().pop(&req.topic, options.timeout_ms(0)).await?);
-    }
-    let _slot = state.begin_long_poll()?;
+        .auto_finish(req.auto_finish.unwrap_or(false)))
+}
+
+/// Pops, waiting only with a long-poll slot (none for `timeout_ms: 0`, nor while draining).
+async fn take(
+    state: &AppState,
+    topic: &str,
+    options: PopOptions,
+    slot: Option<LongPoll>,
+) -> Result<Vec<delayq::Delivery>, AppError> {
+    let Some(_slot) = slot else {
+        return Ok(state.queue().pop(topic, options.timeout_ms(0)).await?);
+    };
     tokio::select! {
         biased;
-        got = state.queue().pop(&req.topic, options) => Ok(got?),
+        got = state.queue().pop(topic, options) => Ok(got?),
         () = state.drained() => Ok(Vec::new()),
     }
 }
