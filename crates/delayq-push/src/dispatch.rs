@@ -215,8 +215,8 @@ impl Push {
         crate::target::validate(&target)?;
         let value = serde_json::to_vec(&target).expect("a target always serializes");
         self.queue()
-            .storage()
-            .put_meta(META_NAMESPACE, &target.topic, value)
+            .settings()
+            .put(META_NAMESPACE, &target.topic, value)
             .await?;
         self.reload_if_started().await
     }
@@ -229,7 +229,7 @@ impl Push {
 
     /// Every stored target, by topic.
     pub async fn list(&self) -> delayq::Result<Vec<PushTarget>> {
-        let stored = self.queue().storage().list_meta(META_NAMESPACE).await?;
+        let stored = self.queue().settings().list(META_NAMESPACE).await?;
         let mut targets: Vec<PushTarget> = stored
             .into_iter()
             .filter_map(|(topic, value)| match serde_json::from_slice(&value) {
@@ -250,8 +250,8 @@ impl Push {
         delayq::core::validate::check_topic(topic)?;
         let existed = self
             .queue()
-            .storage()
-            .delete_meta(META_NAMESPACE, topic)
+            .settings()
+            .delete(META_NAMESPACE, topic)
             .await?;
         self.reload_if_started().await?;
         Ok(existed)

@@ -387,10 +387,10 @@ impl History {
                 own,
             )
         };
-        let storage = queue.storage();
-        storage.put_meta(NAMESPACE, &id, entry.encode()).await?;
+        let settings = queue.settings();
+        settings.put(NAMESPACE, &id, entry.encode()).await?;
         self.inner.lock().own_published = published.into_iter().collect();
-        let all = storage.list_meta(NAMESPACE).await?;
+        let all = settings.list(NAMESPACE).await?;
         let mut stale = Vec::new();
         for (key, raw) in &all {
             if *key == id {
@@ -405,7 +405,7 @@ impl History {
             }
         }
         for key in stale {
-            storage.delete_meta(NAMESPACE, &key).await?;
+            settings.delete(NAMESPACE, &key).await?;
             self.inner.lock().instances.remove(&key);
         }
         self.inner.lock().forget_gone_peers();

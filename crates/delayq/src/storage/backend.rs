@@ -3,7 +3,6 @@
 use std::sync::Arc;
 
 use super::{BeanstalkOps, JobIds, SettingsStore, TaskStore};
-use crate::error::Result;
 
 /// One implementation of each storage concern. The built-in backends implement all four on
 /// one type and convert with `From<Arc<_>>`; a backend may also combine implementations of
@@ -56,22 +55,6 @@ impl Backend {
     /// ([`TaskStore::instance`]).
     pub fn instance(&self) -> Option<String> {
         self.tasks.instance()
-    }
-
-    /// [`SettingsStore::put`], under the name callers of the single storage trait of earlier
-    /// versions use.
-    pub async fn put_meta(&self, namespace: &str, key: &str, value: Vec<u8>) -> Result<()> {
-        self.settings.put(namespace, key, value).await
-    }
-
-    /// [`SettingsStore::list`], under its earlier name (see [`Backend::put_meta`]).
-    pub async fn list_meta(&self, namespace: &str) -> Result<Vec<(String, Vec<u8>)>> {
-        self.settings.list(namespace).await
-    }
-
-    /// [`SettingsStore::delete`], under its earlier name (see [`Backend::put_meta`]).
-    pub async fn delete_meta(&self, namespace: &str, key: &str) -> Result<bool> {
-        self.settings.delete(namespace, key).await
     }
 }
 
