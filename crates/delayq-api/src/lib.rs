@@ -37,6 +37,7 @@ pub mod response;
 pub mod schedule;
 pub mod state;
 pub mod task;
+pub mod trace;
 
 pub use body::{BodyEncoding, decode_body, encode_body};
 pub use delayq_core::{AddOutcome, Attempt, Backoff, MaxRetries, Millis, OnDuplicate, State};

@@ -15,6 +15,7 @@ use utoipa::{IntoParams, ToSchema};
 use crate::body::{BodyEncoding, decode_body, encode_body};
 use crate::limits::DEFAULT_PAGE_SIZE;
 use crate::number::{BodyText, Count, WholeMillis};
+use crate::trace::{trace_fields, trace_of};
 
 /// The name of the list of a batch (`/add` or `/finish`), and the prefix of its fields in
 /// errors.
@@ -69,6 +70,14 @@ pub struct AddTaskRequest {
     /// What to do if the (topic, id) exists: `reject` (default, 409), `replace`, `keep`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_duplicate: Option<OnDuplicate>,
+    /// The W3C `traceparent` of the producer's span this task continues (overrides the
+    /// request's `traceparent` header); stored with the task and handed to its consumers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(example = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")]
+    pub traceparent: Option<String>,
+    /// The W3C `tracestate` that goes with `traceparent` (at most 512 bytes, 32 members).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracestate: Option<String>,
 }
 
 impl AddTaskRequest {
@@ -98,6 +107,9 @@ impl AddTaskRequest {
         }
         if let Some(policy) = self.on_duplicate {
             task = task.on_duplicate(policy);
+        }
+        if let Some(trace) = trace_of(self.traceparent.as_deref(), self.tracestate.as_deref())? {
+            task = task.trace(trace);
         }
         Ok(task)
     }
@@ -132,6 +144,7 @@ impl From<&NewTask> for AddTaskRequest {
     fn from(task: &NewTask) -> Self {
         let (delay_ms, run_at_ms) = when_fields(task.when);
         let (body, body_encoding) = encode_body(task.body.clone());
+        let (traceparent, tracestate) = trace_fields(task.trace.as_ref());
         AddTaskRequest {
             topic: task.topic.clone(),
             id: task.id.clone(),
@@ -144,6 +157,8 @@ impl From<&NewTask> for AddTaskRequest {
             max_retries: task.max_retries,
             backoff: task.backoff.clone(),
             on_duplicate: (task.on_duplicate != OnDuplicate::Reject).then_some(task.on_duplicate),
+            traceparent,
+            tracestate,
         }
     }
 }

@@ -10,6 +10,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::body::{BodyEncoding, decode_body, encode_body};
 use crate::number::{BodyText, Count, WholeMillis};
+use crate::trace::{trace_fields, trace_of};
 
 /// How many upcoming occurrences `GET /schedules/{topic}/{name}` shows unless `next` says.
 pub const DEFAULT_NEXT: u64 = 10;
@@ -75,6 +76,13 @@ pub struct ScheduleRequest {
     /// `skip`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub missed: Option<Missed>,
+    /// The W3C `traceparent` of the span that creates the schedule (the request's header
+    /// when absent); each occurrence starts a new trace derived from it (docs/tracing.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+    /// The W3C `tracestate` that goes with `traceparent`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracestate: Option<String>,
 }
 
 impl ScheduleRequest {
@@ -104,6 +112,7 @@ impl ScheduleRequest {
         def.end_ms = self.end_ms.map(|m| m.0);
         def.paused = self.paused.unwrap_or(false);
         def.missed = self.missed.unwrap_or_default();
+        def.trace = trace_of(self.traceparent.as_deref(), self.tracestate.as_deref())?;
         Ok(def)
     }
 }
@@ -190,6 +199,12 @@ pub struct ScheduleView {
     pub cursor_ms: Option<Millis>,
     /// The next occurrences that will fire if nothing changes (none while paused).
     pub next_ms: Vec<Millis>,
+    /// The W3C `traceparent` the schedule was created with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+    /// The W3C `tracestate` the schedule was created with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracestate: Option<String>,
 }
 
 impl ScheduleView {
@@ -202,6 +217,7 @@ impl ScheduleView {
         next_ms: Vec<Millis>,
     ) -> Self {
         let (body, body_encoding) = encode_body(def.body);
+        let (traceparent, tracestate) = trace_fields(def.trace.as_ref());
         let timezone = match (&def.cron, def.timezone) {
             (Some(_), None) => Some(delayq_core::schedule::DEFAULT_TIMEZONE.to_owned()),
             (_, tz) => tz,
@@ -226,6 +242,8 @@ impl ScheduleView {
             updated_at_ms,
             cursor_ms,
             next_ms,
+            traceparent,
+            tracestate,
         }
     }
 }
@@ -268,6 +286,8 @@ mod tests {
             end_ms: Some(WholeMillis(1)),
             paused: Some(true),
             missed: Some(Missed::Skip),
+            traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
+            tracestate: Some("a=1".into()),
             ..ScheduleRequest::default()
         };
         let json = serde_json::to_value(&full).unwrap();

@@ -18,6 +18,7 @@ use delayq_core::InvalidField;
 
 use crate::body::{BodyEncoding, decode_body, encode_body};
 use crate::state;
+use crate::trace::trace_fields;
 
 /// How Go writes a zero `time.Time`: seqdelay's `active_at` of a task never handed out.
 pub const ZERO_TIME: &str = "0001-01-01T00:00:00Z";
@@ -59,6 +60,13 @@ pub struct TaskFields {
     pub last_error: Option<String>,
     /// The failed attempts, oldest first.
     pub history: Vec<Attempt>,
+    /// The W3C `traceparent` the task was added with (on `/pop`: the delivery's own span
+    /// when delayq exports traces, see docs/tracing.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+    /// The W3C `tracestate` the task was added with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracestate: Option<String>,
 }
 
 impl TaskFields {
@@ -71,6 +79,7 @@ impl TaskFields {
 impl From<TaskInfo> for TaskFields {
     fn from(t: TaskInfo) -> Self {
         let (body, body_encoding) = encode_body(t.body);
+        let (traceparent, tracestate) = trace_fields(t.trace.as_ref());
         TaskFields {
             id: t.id,
             topic: t.topic,
@@ -88,6 +97,8 @@ impl From<TaskInfo> for TaskFields {
             deadline_ms: t.deadline_ms,
             last_error: t.last_error,
             history: t.history,
+            traceparent,
+            tracestate,
         }
     }
 }
@@ -255,6 +266,13 @@ pub struct TaskDelivery {
     pub due_ms: u64,
     /// How long this consumer may hold it, ms.
     pub ttr_ms: u64,
+    /// The W3C `traceparent` the task was added with (on `/pop`: the delivery's own span
+    /// when delayq exports traces, see docs/tracing.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+    /// The W3C `tracestate` the task was added with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracestate: Option<String>,
 }
 
 impl TaskDelivery {
@@ -267,6 +285,7 @@ impl TaskDelivery {
 impl From<delayq_core::Delivery> for TaskDelivery {
     fn from(d: delayq_core::Delivery) -> Self {
         let (body, body_encoding) = encode_body(d.body);
+        let (traceparent, tracestate) = trace_fields(d.trace.as_ref());
         TaskDelivery {
             id: d.id,
             topic: d.topic,
@@ -277,6 +296,8 @@ impl From<delayq_core::Delivery> for TaskDelivery {
             receipt: d.receipt,
             due_ms: d.due_ms,
             ttr_ms: d.ttr_ms,
+            traceparent,
+            tracestate,
         }
     }
 }
@@ -309,6 +330,7 @@ mod tests {
                 outcome: "released".into(),
                 error: None,
             }],
+            trace: None,
         }
     }
 

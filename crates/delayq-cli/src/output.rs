@@ -377,6 +377,7 @@ mod tests {
             deadline_ms: None,
             last_error: Some("boom".into()),
             history: Vec::new(),
+            trace: None,
         }
     }
 

@@ -7,7 +7,8 @@
 //! - [`beanstalk`]: the beanstalkd extras ([`delayq::BeanstalkOps`]);
 //! - [`job_ids`]: the job id counter ([`delayq::JobIds`]);
 //! - [`settings`]: the settings store ([`delayq::SettingsStore`]);
-//! - [`schedules`]: the recurring schedules of §9, over the task core and the settings store.
+//! - [`schedules`]: the recurring schedules of §9, over the task core and the settings store;
+//! - [`trace`]: trace contexts carried by tasks and schedules (docs/tracing.md).
 //!
 //! A backend crate adds one line to an integration test file:
 //!
@@ -29,6 +30,7 @@ pub mod schedules;
 pub mod settings;
 mod support;
 pub mod tasks;
+pub mod trace;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -186,6 +188,10 @@ macro_rules! suite {
         $crate::suite!(@in schedules $make;
             schedule_occurrences_fire_once_on_time, schedule_delete_stops_it,
             schedule_pause_skips_occurrences, schedule_restart_loses_and_doubles_nothing
+        );
+        $crate::suite!(@in trace $make;
+            trace_context_is_kept_through_the_life_of_a_task, replace_takes_the_new_trace_context,
+            batch_tasks_keep_their_own_trace_contexts, schedule_occurrences_start_their_own_traces
         );
     };
     // One test per case of module `$module`, on a fresh backend each.

@@ -19,6 +19,7 @@ pub mod hash;
 pub mod lifecycle;
 pub mod schedule;
 pub mod task;
+pub mod trace;
 pub mod validate;
 pub mod wheel;
 
@@ -28,4 +29,5 @@ pub use task::{
     AddOutcome, Attempt, BuryOptions, DEFAULT_PRIORITY, Delivery, MaxRetries, Millis, NewTask,
     OnDuplicate, Page, Pause, Priority, ReleaseOptions, State, TaskInfo, TopicStats, When,
 };
+pub use trace::TraceContext;
 pub use validate::{InvalidField, Limits, TaskDefaults, TaskSpec};

@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::backoff::Backoff;
+use crate::trace::TraceContext;
 
 /// Epoch milliseconds: every instant in delayq is one of these (docs/design.md §2 rule 12).
 pub type Millis = u64;
@@ -194,6 +195,8 @@ pub struct NewTask {
     pub backoff: Option<Backoff>,
     /// What to do if the (topic, id) exists already.
     pub on_duplicate: OnDuplicate,
+    /// The producer's trace context, stored with the task and handed to its consumers.
+    pub trace: Option<TraceContext>,
 }
 
 impl NewTask {
@@ -251,6 +254,12 @@ impl NewTask {
     /// Sets the duplicate policy.
     pub fn on_duplicate(mut self, policy: OnDuplicate) -> Self {
         self.on_duplicate = policy;
+        self
+    }
+
+    /// Sets the trace context the task continues.
+    pub fn trace(mut self, trace: TraceContext) -> Self {
+        self.trace = Some(trace);
         self
     }
 }
@@ -383,6 +392,9 @@ pub struct Delivery {
     pub due_ms: Millis,
     /// How long this consumer may hold the task.
     pub ttr_ms: u64,
+    /// The trace context the task was added with, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<TraceContext>,
 }
 
 impl Delivery {
@@ -443,6 +455,9 @@ pub struct TaskInfo {
     pub last_error: Option<String>,
     /// The failed attempts, oldest first (bounded).
     pub history: Vec<Attempt>,
+    /// The trace context the task was added with, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<TraceContext>,
 }
 
 impl TaskInfo {

@@ -10,6 +10,7 @@ use crate::backoff::Backoff;
 use crate::task::{
     DEFAULT_PRIORITY, MaxRetries, Millis, NewTask, OnDuplicate, Priority, State, When,
 };
+use crate::trace::TraceContext;
 
 /// Ten years of milliseconds (365.25-day years): the longest delay docs/design.md §2 rule 12 accepts.
 pub const TEN_YEARS_MS: u64 = 315_576_000_000;
@@ -147,6 +148,8 @@ pub struct TaskSpec {
     pub backoff: Option<Backoff>,
     /// Duplicate policy.
     pub on_duplicate: OnDuplicate,
+    /// The producer's trace context, if given.
+    pub trace: Option<TraceContext>,
 }
 
 /// The longest topic name: beanstalkd's longest tube name, so every tube is a topic.
@@ -300,6 +303,7 @@ pub fn validate_task(
         max_retries: task.max_retries.unwrap_or(defaults.max_retries),
         backoff: task.backoff,
         on_duplicate: task.on_duplicate,
+        trace: task.trace,
     })
 }
 

@@ -639,7 +639,8 @@ fn refused_literal(allow: &AllowList, url: &reqwest::Url) -> Option<CallResult> 
 }
 
 /// The headers of a call: the target's own, then the delivery's (`Delayq-*`, which a target
-/// may not set), signed when the target has a secret.
+/// may not set, and the W3C `traceparent`/`tracestate` of a task added with a trace
+/// context, which replace the target's), signed when the target has a secret.
 fn headers(target: &PushTarget, d: &Delivery, now_ms: u64) -> HeaderMap {
     let mut headers = HeaderMap::new();
     headers.insert(
@@ -664,6 +665,12 @@ fn headers(target: &PushTarget, d: &Delivery, now_ms: u64) -> HeaderMap {
     put("delayq-id", d.id.clone());
     put("delayq-attempt", (u64::from(d.retries) + 1).to_string());
     put("delayq-due-ms", d.due_ms.to_string());
+    if let Some(trace) = &d.trace {
+        put("traceparent", trace.traceparent().to_owned());
+        if let Some(state) = trace.tracestate() {
+            put("tracestate", state.to_owned());
+        }
+    }
     if let Some(secret) = &target.secret {
         put(
             "delayq-signature",

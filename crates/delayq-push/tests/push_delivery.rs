@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use delayq::{Backoff, MaxRetries, NewTask, Queue, State};
+use delayq::{Backoff, MaxRetries, NewTask, Queue, State, TraceContext};
 use delayq_push::{AllowList, Push, PushOptions, PushTarget};
 use delayq_testkit::{Receiver, Reply};
 use hmac::{Hmac, Mac};
@@ -104,6 +104,8 @@ async fn a_task_is_delivered_once_with_its_headers_and_a_valid_signature() {
         Some(info.due_ms.to_string().as_str())
     );
     assert_eq!(call.header("x-env"), Some("test"));
+    // Added without a trace context: no trace headers.
+    assert_eq!(call.header("traceparent"), None);
     assert_eq!(call.header("content-type"), Some("application/json"));
     let sig = call.header("delayq-signature").expect("signed");
     assert!(verify("s3cret", sig, &call.body), "{sig}");
@@ -186,6 +188,38 @@ async fn a_500_is_retried_on_the_backoff_schedule_then_dead_with_the_answer() {
     );
     assert_eq!(info.retries, 2);
     assert_eq!(push.stats("pay").unwrap().failed_status, 3);
+    push.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_attempt_carries_the_tasks_trace_context() {
+    const PARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let receiver = Receiver::start(|_, n| {
+        if n == 0 {
+            Reply::status(503, "busy")
+        } else {
+            Reply::ok()
+        }
+    })
+    .await;
+    let queue = Queue::memory();
+    let push = dispatcher(&queue).await;
+    // A static traceparent of the target is replaced by the task's own.
+    push.set(PushTarget::new("traced", receiver.url("/cb")).header("traceparent", "static"))
+        .await
+        .unwrap();
+    let trace = TraceContext::parse(PARENT, Some("congo=t61rcWkgMzE")).unwrap();
+    queue
+        .add(NewTask::new("traced", "t1").trace(trace))
+        .await
+        .unwrap();
+    wait_state(&queue, "traced", "t1", State::Finished).await;
+    let calls = receiver.calls();
+    assert_eq!(calls.len(), 2, "a failed attempt and a delivered one");
+    for call in &calls {
+        assert_eq!(call.header("traceparent"), Some(PARENT));
+        assert_eq!(call.header("tracestate"), Some("congo=t61rcWkgMzE"));
+    }
     push.shutdown(Duration::from_secs(1)).await;
 }
 

@@ -6,8 +6,13 @@
 //! Header fields, in order: state code, due, created, updated (empty: created), ttr, max
 //! retries (-1: no limit), retries (empty: 0), deadline (ACTIVE: ttr deadline;
 //! FINISHED/CANCELLED: end of retention; empty: none), receipt (ACTIVE; empty: none),
-//! priority (empty: 1024), insertion number (16 hex digits; empty: 0). Records of the
-//! previous version end after the receipt: they read as priority 1024 and insertion number 0. The body is last and unescaped: it may hold commas and newlines.
+//! priority (empty: 1024), insertion number (16 hex digits; empty: 0), and only for a task
+//! with a trace context, that context: the `traceparent`, then for a `tracestate` a space and
+//! the tracestate with its commas written as tabs (a checked tracestate holds neither tab nor
+//! comma otherwise, so the header stays one comma-separated line; `lib.lua` keeps the field
+//! as an opaque string). Records of the previous versions end after the receipt or the
+//! insertion number: they read as priority 1024, insertion number 0, no trace context. The
+//! body is last and unescaped: it may hold commas and newlines.
 //!
 //! Extras (only failing tasks or tasks with a backoff have them) are three parts separated by
 //! NUL bytes: the backoff as JSON (empty: none), the last error as a JSON string (empty:
@@ -17,7 +22,7 @@
 use std::fmt::Write as _;
 
 use delayq::core::{DEFAULT_PRIORITY, Priority};
-use delayq::{Attempt, Backoff, Millis, State, TaskInfo, TaskSpec};
+use delayq::{Attempt, Backoff, Millis, State, TaskInfo, TaskSpec, TraceContext};
 
 use crate::error::BackendError;
 
@@ -40,6 +45,8 @@ pub(crate) struct Record {
     /// The insertion number, given by the adding instance (0: a record of the previous
     /// version).
     pub seq: u64,
+    /// The producer's trace context, if the task was added with one.
+    pub trace: Option<TraceContext>,
     /// Any bytes: the header is text, the body after its newline is not read as text.
     pub body: Vec<u8>,
 }
@@ -60,6 +67,7 @@ impl Record {
             receipt: String::new(),
             priority: t.priority,
             seq,
+            trace: t.trace.clone(),
             body: t.body.clone(),
         }
     }
@@ -93,6 +101,13 @@ impl Record {
             self.receipt,
             seq_text(self.seq),
         );
+        if let Some(trace) = &self.trace {
+            // Replaces the newline just written: the trace is the header's last field.
+            out.pop();
+            out.push(',');
+            out.push_str(&trace_text(trace));
+            out.push('\n');
+        }
         let mut out = out.into_bytes();
         out.extend_from_slice(&self.body);
         out
@@ -131,6 +146,10 @@ impl Record {
             None | Some("") => 0,
             Some(text) => u64::from_str_radix(text, 16).ok()?,
         };
+        let trace = match next() {
+            None | Some("") => None,
+            Some(text) => Some(parse_trace_text(text)?),
+        };
         if next().is_some() {
             return None;
         }
@@ -146,6 +165,7 @@ impl Record {
             receipt,
             priority,
             seq,
+            trace,
             body,
         })
     }
@@ -165,6 +185,23 @@ fn seq_text(seq: u64) -> String {
     } else {
         format!("{seq:016x}")
     }
+}
+
+/// The trace context as the record's header field holds it (see the module doc).
+pub(crate) fn trace_text(trace: &TraceContext) -> String {
+    match trace.tracestate() {
+        None => trace.traceparent().to_owned(),
+        Some(state) => format!("{} {}", trace.traceparent(), state.replace(',', "\t")),
+    }
+}
+
+/// The trace context of a record's header field; `None` when it is not one.
+pub(crate) fn parse_trace_text(text: &str) -> Option<TraceContext> {
+    let (parent, state) = match text.split_once(' ') {
+        Some((parent, state)) => (parent, Some(state.replace('\t', ","))),
+        None => (text, None),
+    };
+    TraceContext::parse(parent, state.as_deref()).ok()
 }
 
 /// The full view of a task from its record and extras.
@@ -220,6 +257,7 @@ pub(crate) fn task_info(
         deadline_ms,
         last_error,
         history,
+        trace: record.trace,
     })
 }
 
@@ -278,6 +316,7 @@ mod tests {
             receipt: String::new(),
             priority: DEFAULT_PRIORITY,
             seq: 0,
+            trace: None,
             body: b"hello".to_vec(),
         }
     }
@@ -297,7 +336,15 @@ mod tests {
         active.priority = 0;
         active.seq = 42;
         active.body = b"a,b\nc,\n\n\xff".to_vec();
-        table.push(active);
+        table.push(active.clone());
+        let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        for state in [None, Some("congo=t61rcWkgMzE,rojo=a b")] {
+            let mut traced = active.clone();
+            traced.trace = Some(TraceContext::parse(parent, state).unwrap());
+            table.push(traced.clone());
+            traced.seq = 0;
+            table.push(traced);
+        }
         let mut huge = sample(State::Finished);
         huge.due_ms = u64::MAX;
         huge.created_at_ms = 0;

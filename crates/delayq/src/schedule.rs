@@ -498,6 +498,10 @@ impl Scheduler {
             task.ttr_ms = def.ttr_ms;
             task.max_retries = def.max_retries;
             task.backoff = def.backoff.clone();
+            task.trace = def
+                .trace
+                .as_ref()
+                .map(|t| delayq_core::schedule::occurrence_trace(t, &def.name, due));
             match self.inner.queue.add(task).await {
                 Ok(delayq_core::AddOutcome::Existed) => report.existed += 1,
                 Ok(_) => report.added += 1,

@@ -1,16 +1,17 @@
 //! Format stability of the embedded backend: data directories written by earlier builds (format
-//! N under `tests/fixtures/embedded-vN/`, N = 1, 2, 3) must open with every later build and show
+//! N under `tests/fixtures/embedded-vN/`, N = 1, 2, 3, 4) must open with every later build and show
 //! the same tasks. The fixtures hold tasks in every state,
 //! with backoffs, errors and attempt history, and both a snapshot and log records written after
 //! it, so the snapshot reader and the record codec are both pinned. Format 2 adds priorities,
 //! insertion order, buried tasks, paused topics, the meta store and the job id counter; format 3
-//! moves the settings (the meta store) out of shard 0 into their own log, `settings/`. A
-//! change of the format must come with its upgrade path; these tests then keep the old
-//! directories opening (formats 1 and 2 are upgraded to 3 in place when opened).
+//! moves the settings (the meta store) out of shard 0 into their own log, `settings/`; format 4
+//! adds the trace context of a task (`Put v3`). A change of the format must come with its
+//! upgrade path; these tests then keep the old directories opening (formats 1 to 3 are
+//! upgraded to 4 in place when opened).
 //!
-//! The format 3 fixture was written by this same file with `DELAYQ_WRITE_FORMAT_FIXTURE=1` (it
+//! The format 4 fixture was written by this same file with `DELAYQ_WRITE_FORMAT_FIXTURE=1` (it
 //! replaces the directory and `expected.json`); do that only for a new format version, in a new
-//! folder. The format 1 and 2 fixtures were written the same way by builds of their format.
+//! folder. The format 1 to 3 fixtures were written the same way by builds of their format.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -19,6 +20,7 @@ use delayq::storage::embedded::{self, EmbeddedOptions, EmbeddedStorage};
 use delayq::{
     Backoff, BuryOptions, Clock, DEFAULT_PRIORITY, ManualClock, MaxRetries, NewTask, OnDuplicate,
     PopOptions, Queue, ReleaseOptions, SettingsStore, State, StorageContext, TaskInfo,
+    TraceContext,
 };
 use delayq_log::FsyncPolicy;
 use serde_json::{Value, json};
@@ -31,6 +33,12 @@ const TOPICS: [&str; 2] = ["orders", "pay-callback"];
 /// The topics format 2 adds to the fixture: priorities and a bury, a pause until resumed, a
 /// pause with an end.
 const V2_TOPICS: [&str; 3] = ["tube-a", "paused", "paused-until"];
+
+/// The topic format 4 adds to the fixture: tasks with trace contexts.
+const V4_TOPICS: [&str; 1] = ["traced"];
+
+/// The format this build writes.
+const FORMAT: u32 = 4;
 
 fn fixture_dir(version: u32) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/embedded-v{version}"))
@@ -92,7 +100,8 @@ async fn all_views(q: &Queue, topics: &[&str]) -> Value {
     Value::Array(out)
 }
 
-/// Format 2's view: format 1's with the priority.
+/// Format 2's view: format 1's with the priority, and (format 4) the trace context of a task
+/// that has one.
 async fn all_views_v2(q: &Queue, topics: &[&str]) -> Value {
     let mut out = Vec::new();
     for topic in topics {
@@ -101,14 +110,24 @@ async fn all_views_v2(q: &Queue, topics: &[&str]) -> Value {
         out.extend(items.iter().map(|t| {
             let mut v = view(t);
             v["priority"] = json!(t.priority);
+            if let Some(trace) = &t.trace {
+                v["trace"] = json!(trace);
+            }
             v
         }));
     }
     Value::Array(out)
 }
 
-fn all_topics() -> Vec<&'static str> {
-    TOPICS.iter().chain(V2_TOPICS.iter()).copied().collect()
+/// The topics of the fixture of format `version` (2 or later).
+fn all_topics(version: u32) -> Vec<&'static str> {
+    let v4: &[&str] = if version >= 4 { &V4_TOPICS } else { &[] };
+    TOPICS
+        .iter()
+        .chain(V2_TOPICS.iter())
+        .chain(v4)
+        .copied()
+        .collect()
 }
 
 /// Pops one task of `topic`, waiting for the engine to promote it if needed.
@@ -229,7 +248,7 @@ async fn a_format_1_directory_opens_with_the_same_tasks() {
     // Opening upgraded the layout to format 2 (a format 1 build refuses it from now on).
     let meta: Value =
         serde_json::from_slice(&std::fs::read(copy.path().join("delayq.meta")).unwrap()).unwrap();
-    assert_eq!(meta, json!({"format": 3, "shards": 2}));
+    assert_eq!(meta, json!({"format": FORMAT, "shards": 2}));
     for topic in TOPICS {
         let stats = q.stats(topic).await.expect("stats");
         // Format 1 predates pauses: no topic of it is paused, and its counters are the same.
@@ -267,7 +286,7 @@ async fn a_format_2_directory_opens_with_the_same_tasks() {
     // format 3 (a format 2 build refuses the directory from now on).
     let meta: Value =
         serde_json::from_slice(&std::fs::read(copy.path().join("delayq.meta")).unwrap()).unwrap();
-    assert_eq!(meta, json!({"format": 3, "shards": 2}));
+    assert_eq!(meta, json!({"format": FORMAT, "shards": 2}));
     assert!(copy.path().join("settings").is_dir());
     let expected = expected_of(2);
     let clock = ManualClock::new(expected["clock_ms"].as_u64().expect("clock_ms"));
@@ -293,9 +312,6 @@ async fn a_format_2_directory_opens_with_the_same_tasks() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_format_3_directory_opens_with_the_same_tasks() {
-    if std::env::var_os("DELAYQ_WRITE_FORMAT_FIXTURE").is_some() {
-        write_fixture(&fixture_dir(3)).await;
-    }
     let copy = check_fixture(3).await;
     assert!(
         fixture_files(&fixture_dir(3).join("data"))
@@ -303,9 +319,43 @@ async fn a_format_3_directory_opens_with_the_same_tasks() {
             .any(|f| f.starts_with("settings/") && f.ends_with(".snap")),
         "the settings' log of the fixture holds a snapshot"
     );
+    // Format 3 to 4 changes no record: the layout says format 4, and the settings are the
+    // settings' log's (not shard 0's stale copies, which format 3 ignores).
     let meta: Value =
         serde_json::from_slice(&std::fs::read(copy.path().join("delayq.meta")).unwrap()).unwrap();
-    assert_eq!(meta, json!({"format": 3, "shards": 2}));
+    assert_eq!(meta, json!({"format": FORMAT, "shards": 2}));
+    let expected = expected_of(3);
+    let clock = ManualClock::new(expected["clock_ms"].as_u64().expect("clock_ms"));
+    let q = open(copy.path(), &clock).await;
+    assert_eq!(push_settings(&q).await, expected["meta_push"]);
+    q.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_format_4_directory_opens_with_the_same_tasks_and_trace_contexts() {
+    if std::env::var_os("DELAYQ_WRITE_FORMAT_FIXTURE").is_some() {
+        write_fixture(&fixture_dir(4)).await;
+    }
+    let copy = check_fixture(4).await;
+    let meta: Value =
+        serde_json::from_slice(&std::fs::read(copy.path().join("delayq.meta")).unwrap()).unwrap();
+    assert_eq!(meta, json!({"format": FORMAT, "shards": 2}));
+    // The fixture holds traced tasks in the snapshot and in the log, with and without a
+    // tracestate, and one that went through a failed attempt; each kept its context.
+    let expected = expected_of(4);
+    let traced: Vec<&Value> = expected["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t.get("trace").is_some())
+        .collect();
+    assert_eq!(traced.len(), 4, "{traced:?}");
+    assert!(
+        traced
+            .iter()
+            .any(|t| t["trace"].get("tracestate").is_some())
+    );
+    assert!(traced.iter().any(|t| t["retries"] == json!(1)));
 }
 
 /// The settings of namespace "push" as the fixture's `expected.json` lists them.
@@ -352,8 +402,11 @@ async fn check_fixture(version: u32) -> tempfile::TempDir {
     copy_dir(&data, copy.path());
     let clock = ManualClock::new(expected["clock_ms"].as_u64().expect("clock_ms"));
     let q = open(copy.path(), &clock).await;
-    assert_eq!(all_views_v2(&q, &all_topics()).await, expected["tasks"]);
-    for topic in all_topics() {
+    assert_eq!(
+        all_views_v2(&q, &all_topics(version)).await,
+        expected["tasks"]
+    );
+    for topic in all_topics(version) {
         let stats = q.stats(topic).await.expect("stats");
         assert_eq!(
             serde_json::to_value(stats).unwrap(),
@@ -450,6 +503,55 @@ async fn write_v2_extras(q: &Queue, storage: &EmbeddedStorage) -> u64 {
     last
 }
 
+/// What format 4 adds to the fixture: traced tasks before and after a forced snapshot of
+/// every shard, one with a failed attempt behind it.
+async fn write_v4_extras(q: &Queue, storage: &EmbeddedStorage) {
+    let trace = |span: &str, state: Option<&str>| {
+        TraceContext::parse(
+            &format!("00-4bf92f3577b34da6a3ce929d0e0e4736-{span}-01"),
+            state,
+        )
+        .unwrap()
+    };
+    let add = |task: NewTask| async move { q.add(task).await.expect("add") };
+    add(NewTask::new("traced", "with-state")
+        .body("t1")
+        .delay_ms(600_000)
+        .trace(trace("00f067aa0ba902b7", Some("congo=t61rcWkgMzE,rojo=1"))))
+    .await;
+    add(NewTask::new("traced", "retried")
+        .body("t2")
+        .trace(trace("00f067aa0ba902b8", None)))
+    .await;
+    let d = pop(q, "traced").await;
+    assert_eq!(d.trace, Some(trace("00f067aa0ba902b8", None)));
+    q.release(
+        "traced",
+        &d.id,
+        ReleaseOptions::default().error("retry").delay_ms(60_000),
+    )
+    .await
+    .expect("release");
+    for i in 0..storage.shard_count() {
+        embedded::snapshot_shard(storage, i, true).await.unwrap();
+    }
+    add(NewTask::new("traced", "after-snapshot")
+        .body("t3")
+        .delay_ms(600_000)
+        .trace(trace("00f067aa0ba902b9", Some("k=v"))))
+    .await;
+    add(NewTask::new("traced", "with-backoff")
+        .body("t4")
+        .delay_ms(600_000)
+        .backoff(Backoff::Fixed { ms: 1_000 })
+        .trace(trace("00f067aa0ba902ba", None)))
+    .await;
+    add(NewTask::new("traced", "untraced")
+        .body("t5")
+        .delay_ms(600_000))
+    .await;
+}
+
 async fn write_fixture(fixture: &Path) {
     let data = fixture.join("data");
     let _ = std::fs::remove_dir_all(&data);
@@ -458,14 +560,15 @@ async fn write_fixture(fixture: &Path) {
     let (q, storage) = open_storage(&data, &clock).await;
     let receipt = write_tasks(&q, &clock).await;
     let last_job_id = write_v2_extras(&q, &storage).await;
+    write_v4_extras(&q, &storage).await;
     let mut stats = serde_json::Map::new();
-    for topic in all_topics() {
+    for topic in all_topics(FORMAT) {
         stats.insert(
             topic.into(),
             serde_json::to_value(q.stats(topic).await.unwrap()).unwrap(),
         );
     }
-    let tasks = all_views_v2(&q, &all_topics()).await;
+    let tasks = all_views_v2(&q, &all_topics(FORMAT)).await;
     let first_buried = q.peek("tube-a", State::Dead).await.unwrap().unwrap().id;
     let meta: Vec<Value> = SettingsStore::list(&*storage, "push")
         .await

@@ -23,6 +23,7 @@ pub use timetable::Timetable;
 
 use crate::backoff::Backoff;
 use crate::task::{MaxRetries, Millis, Priority};
+use crate::trace::TraceContext;
 use crate::validate::{InvalidField, Limits, check_backoff, check_duration, check_topic};
 
 /// The smallest `every_ms` accepted unless configured otherwise ([`Limits::min_every_ms`]).
@@ -101,6 +102,32 @@ pub struct ScheduleDef {
     /// What happens to occurrences missed while no scheduler ran.
     #[serde(default)]
     pub missed: Missed,
+    /// The trace context of the request that created the schedule: each occurrence starts a
+    /// trace of its own derived from it ([`occurrence_trace`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<TraceContext>,
+}
+
+/// The trace context of the occurrence of a schedule due at `due_ms`: a new trace per
+/// occurrence (one trace a day for a daily report, not one trace for years), whose ids are
+/// derived from the schedule's trace id, its name and the due, so every scheduler instance
+/// that adds the same occurrence gives it the same context. It keeps the schedule's sampled
+/// flag and tracestate. When delayq exports spans, the occurrence's first span links to the
+/// schedule's context (docs/tracing.md).
+pub fn occurrence_trace(schedule: &TraceContext, name: &str, due_ms: Millis) -> TraceContext {
+    let seed = crate::hash::fnv1a(&[
+        &schedule.trace_id().to_be_bytes(),
+        name.as_bytes(),
+        &due_ms.to_be_bytes(),
+    ]);
+    let hi = crate::hash::splitmix64(seed);
+    let lo = crate::hash::splitmix64(hi);
+    let span = crate::hash::splitmix64(lo);
+    // splitmix64 is a bijection: at most one input gives zero; `max(1)` keeps the ids valid.
+    let trace_id = (u128::from(hi) << 64 | u128::from(lo)).max(1);
+    schedule
+        .with_ids(trace_id, span.max(1))
+        .unwrap_or_else(|| schedule.clone())
 }
 
 /// A validated schedule with its compiled timetable.
@@ -662,5 +689,27 @@ mod tests {
         let a = plan(&s, Some(11_000), 11_003, 5_000);
         let b = plan(&s, Some(11_000), 11_950, 5_000);
         assert_eq!(a.add, b.add);
+    }
+
+    #[test]
+    fn each_occurrence_starts_its_own_trace() {
+        let schedule = TraceContext::parse(
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            Some("a=1"),
+        )
+        .unwrap();
+        let first = occurrence_trace(&schedule, "daily", 1_000);
+        let second = occurrence_trace(&schedule, "daily", 2_000);
+        // New traces, not the schedule's; distinct per occurrence and per schedule name.
+        assert_ne!(first.trace_id(), schedule.trace_id());
+        assert_ne!(first.trace_id(), second.trace_id());
+        assert_ne!(
+            first.trace_id(),
+            occurrence_trace(&schedule, "hourly", 1_000).trace_id()
+        );
+        // The same occurrence gets the same context on every instance.
+        assert_eq!(first, occurrence_trace(&schedule, "daily", 1_000));
+        assert!(first.sampled());
+        assert_eq!(first.tracestate(), Some("a=1"));
     }
 }

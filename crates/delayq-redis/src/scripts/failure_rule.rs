@@ -245,6 +245,7 @@ async fn seed(conn: &mut MultiplexedConnection, pk: &PartitionKeys, case: &Case,
         },
         priority: 7,
         seq: 3,
+        trace: None,
         body: b"body".to_vec(),
     };
     let (member, score) = crate::keys::member_of(case.state, "t", &record);

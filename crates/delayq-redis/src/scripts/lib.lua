@@ -139,9 +139,14 @@ local function header(rec)
   if rec.seq ~= NO_SEQ then
     seq = rec.seq
   end
-  return rec.state .. ',' .. fmt(rec.due) .. ',' .. rec.created .. ',' .. updated .. ',' ..
+  local h = rec.state .. ',' .. fmt(rec.due) .. ',' .. rec.created .. ',' .. updated .. ',' ..
     rec.ttr .. ',' .. rec.max .. ',' .. retries .. ',' .. deadline .. ',' .. rec.receipt ..
     ',' .. pri .. ',' .. seq
+  -- The trace context (record.rs writes it; opaque here), kept through every transition.
+  if rec.trace ~= '' then
+    h = h .. ',' .. rec.trace
+  end
+  return h
 end
 
 -- A fixed-width hex number (clamped: order beyond 2^48 ms, the year 10889, is not kept).
@@ -212,6 +217,7 @@ local function load(id)
     receipt = f[9] or '',
     pri = tonumber(f[10]) or DEFAULT_PRIORITY,
     seq = (f[11] ~= nil and f[11] ~= '') and f[11] or NO_SEQ,
+    trace = f[12] or '',
     body = string.sub(raw, nl + 1),
   }
   if (rec.state == FINISHED or rec.state == CANCELLED) and rec.deadline <= NOW then

@@ -4,8 +4,8 @@
 -- ARGV[8] '1' to finish them at once, ARGV[9] a random receipt prefix (12 hex digits),
 -- ARGV[10] how many due tasks to promote at most.
 -- Reply payload: the number of tasks taken, the pause (-2: none, -1: until resumed, else its
--- end), 8 values per task (id, body, retries, receipt, due, ttr, priority, insertion
--- number), then the due
+-- end), 9 values per task (id, body, retries, receipt, due, ttr, priority, insertion
+-- number, trace context as the record holds it: '' for none), then the due
 -- times of the tasks this pop promoted (for the lateness metric).
 local max = tonumber(ARGV[7])
 local auto = ARGV[8] == '1'
@@ -46,6 +46,7 @@ for i, m in ipairs(members) do
     out[#out + 1] = rec.ttr
     out[#out + 1] = rec.pri
     out[#out + 1] = rec.seq
+    out[#out + 1] = rec.trace
   end
 end
 out[1] = taken

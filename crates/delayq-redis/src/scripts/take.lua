@@ -26,4 +26,4 @@ rec.receipt = receipt
 redis.call('ZADD', SETS[ACTIVE], rec.due, rec.id)
 index_timer(DEADLINES, rec.deadline, rec.id)
 save(rec)
-return reply(0, {rec.body, rec.retries, receipt, rec.due, rec.ttr, rec.pri})
+return reply(0, {rec.body, rec.retries, receipt, rec.due, rec.ttr, rec.pri, rec.trace})

@@ -13,6 +13,7 @@ use redis::{Script, ScriptInvocation};
 use super::InstanceState;
 use crate::error::{BackendError, maybe_applied};
 use crate::keys::partition_of;
+use crate::record::parse_trace_text;
 use crate::scripts::{Reply, SCRIPTS, Status, bytes, int, text};
 
 /// Most DEAD tasks one requeue-all script moves.
@@ -225,6 +226,10 @@ impl InstanceState {
                 due_ms: num(3)?,
                 ttr_ms: num(4)?,
                 priority: u32::try_from(num(5)?).ok()?,
+                trace: match text(p.get(6)?)?.as_str() {
+                    "" => None,
+                    field => Some(parse_trace_text(field)?),
+                },
             })
         })();
         delivery.ok_or_else(|| BackendError::protocol(what, "a task with a bad field").into())

@@ -28,6 +28,7 @@ use redis::{ScriptInvocation, Value};
 use super::InstanceState;
 use crate::error::BackendError;
 use crate::keys::PartitionKeys;
+use crate::record::parse_trace_text;
 use crate::scripts::{Reply, SCRIPTS, bytes, int, text};
 
 /// The source of receipt prefixes: random per instance, distinct per pop.
@@ -321,6 +322,9 @@ struct Popped {
     promoted: Vec<Millis>,
 }
 
+/// The values `pop.lua` replies with per task.
+const POP_VALUES: usize = 9;
+
 /// The deliveries of a pop reply, the pause, and the due times of the tasks it promoted.
 fn parse_pop(topic: &str, payload: &[Value], what: &str) -> Result<Popped, BackendError> {
     let bad = |detail: &str| BackendError::protocol(what, detail.to_owned());
@@ -334,12 +338,16 @@ fn parse_pop(topic: &str, payload: &[Value], what: &str) -> Result<Popped, Backe
         .and_then(int)
         .ok_or_else(|| bad("no pause"))?;
     let tasks = payload
-        .get(2..2 + n * 8)
+        .get(2..2 + n * POP_VALUES)
         .ok_or_else(|| bad("too few values"))?;
     let deliveries = tasks
-        .chunks_exact(8)
+        .chunks_exact(POP_VALUES)
         .map(|t| {
             let seq = u64::from_str_radix(&text(&t[7])?, 16).ok()?;
+            let trace = match text(&t[8])?.as_str() {
+                "" => None,
+                field => Some(parse_trace_text(field)?),
+            };
             let d = Delivery {
                 id: text(&t[0])?,
                 topic: topic.to_owned(),
@@ -349,12 +357,13 @@ fn parse_pop(topic: &str, payload: &[Value], what: &str) -> Result<Popped, Backe
                 receipt: text(&t[3])?,
                 due_ms: u64::try_from(int(&t[4])?).ok()?,
                 ttr_ms: u64::try_from(int(&t[5])?).ok()?,
+                trace,
             };
             Some((seq, d))
         })
         .collect::<Option<Vec<_>>>()
         .ok_or_else(|| bad("a task with a bad field"))?;
-    let promoted = payload[2 + n * 8..]
+    let promoted = payload[2 + n * POP_VALUES..]
         .iter()
         .filter_map(int)
         .filter_map(|d| u64::try_from(d).ok())
@@ -387,6 +396,7 @@ mod tests {
             bulk("30000"),
             Value::Int(7),
             bulk("0000000000000005"),
+            bulk("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01 a=1\tb=2"),
             Value::Int(990),
         ];
         let popped = parse_pop("t", &payload, "testing").unwrap();
@@ -398,6 +408,8 @@ mod tests {
             (d[0].id.as_str(), d[0].retries, d[0].due_ms),
             ("id-1", 2, 1_000)
         );
+        let trace = d[0].trace.as_ref().expect("the trace context");
+        assert_eq!(trace.tracestate(), Some("a=1,b=2"));
         assert_eq!(promoted, vec![990]);
         assert!(parse_pop("t", &[Value::Int(2), Value::Int(-2)], "testing").is_err());
         let heads = Value::Array(vec![

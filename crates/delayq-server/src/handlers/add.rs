@@ -4,9 +4,15 @@
 //! own result (`code` 0 or the status the task alone would have got), so one invalid or
 //! duplicate task does not fail the others; a batch over `max_batch` (413), a malformed body
 //! (400) or a task of a topic the token may not use (403) fails the whole request.
+//!
+//! A task continues the W3C trace context of its own `traceparent`/`tracestate` fields, else
+//! that of the request's headers of the same names (docs/tracing.md); a malformed one is a 400
+//! naming the field (a task's) or the header (the whole request).
 
 use axum::extract::State;
-use delayq::AddOutcome;
+use axum::http::HeaderMap;
+use delayq::core::trace::{TRACEPARENT, TRACESTATE};
+use delayq::{AddOutcome, InvalidField, TraceContext};
 use delayq_api::{
     AddBatchRequest, AddData, AddRequest, AddResponse, AddTaskRequest, BatchItem, batch_field,
 };
@@ -27,14 +33,55 @@ super::handles!(
 pub async fn add(
     State(state): State<AppState>,
     caller: Caller,
+    headers: HeaderMap,
     RawBody(bytes): RawBody,
 ) -> Reply<endpoint::Add> {
+    let trace = header_trace(&headers).map_err(delayq::Error::from)?;
     let data = if AddRequest::is_batch(&bytes) {
-        AddResponse::Batch(add_batch(&state, &caller, parse_json(&bytes)?).await?)
+        let mut batch: AddBatchRequest = parse_json(&bytes)?;
+        for task in &mut batch.tasks {
+            continue_trace(task, trace.as_ref());
+        }
+        AddResponse::Batch(add_batch(&state, &caller, batch).await?)
     } else {
-        AddResponse::One(add_one(&state, &caller, parse_json(&bytes)?).await?)
+        let mut task = parse_json(&bytes)?;
+        continue_trace(&mut task, trace.as_ref());
+        AddResponse::One(add_one(&state, &caller, task).await?)
     };
     Ok(ok(data))
+}
+
+/// The W3C trace context of the request's `traceparent` and `tracestate` headers, if any.
+pub(crate) fn header_trace(headers: &HeaderMap) -> Result<Option<TraceContext>, InvalidField> {
+    let text = |name: &str| -> Result<Option<&str>, InvalidField> {
+        headers
+            .get(name)
+            .map(|v| {
+                v.to_str()
+                    .map_err(|_| InvalidField::new(name, "header is not visible ASCII text"))
+            })
+            .transpose()
+    };
+    let (parent, state) = (text(TRACEPARENT)?, text(TRACESTATE)?);
+    match parent {
+        // A tracestate header without its parent is ignored, as the W3C specification says
+        // (a proxy may add one); in a task's fields it is refused (see `trace_of`).
+        None => Ok(None),
+        Some(parent) => TraceContext::parse(parent, state)
+            .map(Some)
+            .map_err(|e| InvalidField {
+                reason: format!("header {}", e.reason),
+                ..e
+            }),
+    }
+}
+
+/// Gives `task` the request's trace context unless it has fields of its own.
+fn continue_trace(task: &mut AddTaskRequest, trace: Option<&TraceContext>) {
+    if let (None, None, Some(trace)) = (&task.traceparent, &task.tracestate, trace) {
+        task.traceparent = Some(trace.traceparent().to_owned());
+        task.tracestate = trace.tracestate().map(str::to_owned);
+    }
 }
 
 /// Adds one task (also the dashboard's add form).

@@ -13,9 +13,15 @@
 //! so that a consumer loop costs one request a task. The acknowledgement is applied first, by
 //! the same code as its own endpoint (checks, metrics, errors); when it fails, its error is
 //! the answer and nothing is popped.
+//!
+//! A task added with a trace context carries it back (`traceparent`, `tracestate` fields);
+//! the answer of a pop without `count` (one task) also has them as headers, so an HTTP
+//! client's instrumentation can continue the trace as it would any other (docs/tracing.md).
 
 use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue};
 use delayq::PopOptions;
+use delayq::core::trace::{TRACEPARENT, TRACESTATE};
 use delayq::core::validate;
 use delayq_api::{PopData, PopRequest, TaskDelivery};
 
@@ -36,7 +42,7 @@ pub async fn pop(
     State(state): State<AppState>,
     caller: Caller,
     JsonBody(mut req): Body<endpoint::Pop>,
-) -> Reply<endpoint::Pop> {
+) -> Result<(HeaderMap, Reply<endpoint::Pop>), AppError> {
     caller.check_topic(&req.topic, "topic")?;
     if state.is_pushed(&req.topic) {
         return Err(AppError::PushedTopic { topic: req.topic });
@@ -72,12 +78,29 @@ pub async fn pop(
     };
     state.metrics().count(&req.topic, Op::Pop, outcome, 1);
     let mut tasks = result?.into_iter().map(TaskDelivery::from);
+    let mut headers = HeaderMap::new();
     let data = if as_list {
         Some(PopData::Many(tasks.collect()))
     } else {
-        tasks.next().map(|task| PopData::One(Box::new(task)))
+        tasks.next().map(|task| {
+            trace_headers(&mut headers, &task);
+            PopData::One(Box::new(task))
+        })
     };
-    Ok(ok(data))
+    Ok((headers, Ok(ok(data))))
+}
+
+/// The trace context of a single delivered task as response headers.
+fn trace_headers(headers: &mut HeaderMap, task: &TaskDelivery) {
+    for (name, value) in [
+        (TRACEPARENT, &task.traceparent),
+        (TRACESTATE, &task.tracestate),
+    ] {
+        // Checked when added: visible ASCII, so always a valid header value.
+        if let Some(value) = value.as_deref().and_then(|v| HeaderValue::from_str(v).ok()) {
+            headers.insert(name, value);
+        }
+    }
 }
 
 /// The options of a pop, checked against the limits (before a long-poll slot is taken, so

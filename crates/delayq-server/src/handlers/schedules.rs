@@ -9,6 +9,7 @@
 //! the loop of `delayq serve` adds the occurrences.
 
 use axum::extract::{Path, State};
+use axum::http::HeaderMap;
 use delayq::{ScheduleInfo, Scheduler};
 use delayq_api::schedule::DEFAULT_NEXT;
 use delayq_api::{PutScheduleData, ScheduleList, ScheduleQuery, ScheduleView};
@@ -55,10 +56,16 @@ fn scheduler(state: &AppState) -> &Scheduler {
 pub async fn put_schedule(
     State(state): State<AppState>,
     caller: Caller,
+    headers: HeaderMap,
     JsonBody(req): Body<endpoint::PutSchedule>,
 ) -> Reply<endpoint::PutSchedule> {
     caller.check_topic(&req.topic, "topic")?;
-    let def = req.into_def().map_err(delayq::Error::from)?;
+    let header = super::add::header_trace(&headers).map_err(delayq::Error::from)?;
+    let mut def = req.into_def().map_err(delayq::Error::from)?;
+    // The request's headers stand in for fields it does not have, as for `/add`.
+    if def.trace.is_none() {
+        def.trace = header;
+    }
     let (topic, name) = (def.topic.clone(), def.name.clone());
     let outcome = scheduler(&state).put(def).await?;
     let info = scheduler(&state)

@@ -264,6 +264,25 @@ impl Server {
         read(req.send().await.expect("request")).await
     }
 
+    /// POSTs a JSON value with extra request headers; returns the reply and its headers.
+    pub async fn post_with_headers(
+        &self,
+        path: &str,
+        body: Value,
+        headers: &[(&str, &str)],
+    ) -> (Reply, reqwest::header::HeaderMap) {
+        let mut req = self.client.post(self.url(path)).json(&body);
+        for (name, value) in headers {
+            req = req.header(*name, *value);
+        }
+        if let Some(token) = &self.token {
+            req = req.bearer_auth(token);
+        }
+        let resp = req.send().await.expect("request");
+        let headers = resp.headers().clone();
+        (read(resp).await, headers)
+    }
+
     /// GETs a path (with its query string).
     pub async fn get(&self, path: &str) -> Reply {
         self.get_as(path, self.token.as_deref()).await

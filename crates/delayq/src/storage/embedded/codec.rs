@@ -15,7 +15,11 @@
 //! MetaPut:    0x05 namespace key value
 //! MetaDelete: 0x06 namespace key
 //! JobIds:     0x07 reserved
+//! Put v3:     0x08 <as Put v2 up to seq> traceparent tracestate? extra?(...)
 //! ```
+//!
+//! Format version 4 writes `Put v3` for a task with a trace context and `Put v2` for one
+//! without (the same bytes as format 3, so untraced tasks cost nothing more on disk).
 //!
 //! Format version 2 writes `Put v2` and the kinds after it; it still reads `Put v1` (written
 //! by version 1), whose tasks get the default priority and an insertion sequence from replay
@@ -23,7 +27,7 @@
 
 use std::collections::VecDeque;
 
-use delayq_core::{Attempt, Backoff, MaxRetries, Pause, State};
+use delayq_core::{Attempt, Backoff, MaxRetries, Pause, State, TraceContext};
 
 use crate::storage::engine::record::{Extra, Record};
 
@@ -34,6 +38,7 @@ const PAUSE: u8 = 4;
 const META_PUT: u8 = 5;
 const META_DELETE: u8 = 6;
 const JOB_IDS: u8 = 7;
+const PUT_TRACED: u8 = 8;
 
 /// A decoded record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -149,7 +154,8 @@ pub fn encode(out: &mut Vec<u8>, change: &Change<'_>) {
 
 /// Appends the `Put` form of `record` of `topic` to `out`.
 pub fn encode_put(out: &mut Vec<u8>, topic: &str, r: &Record) {
-    out.push(PUT);
+    let trace = r.trace();
+    out.push(if trace.is_some() { PUT_TRACED } else { PUT });
     put_str(out, topic);
     put_str(out, &r.id);
     put_bytes(out, &r.body);
@@ -164,6 +170,10 @@ pub fn encode_put(out: &mut Vec<u8>, topic: &str, r: &Record) {
     out.extend_from_slice(&r.receipt.to_le_bytes());
     put_varint(out, u64::from(r.priority));
     put_varint(out, r.seq());
+    if let Some(trace) = trace {
+        put_str(out, trace.traceparent());
+        put_opt_str(out, trace.tracestate());
+    }
     match r.extra.as_deref() {
         None => out.push(0),
         Some(extra) => {
@@ -312,7 +322,7 @@ pub fn decode(bytes: &[u8]) -> Result<Change<'_>, CodecError> {
     let mut r = Reader { bytes, pos: 0 };
     let kind = r.u8("record kind")?;
     match kind {
-        PUT_V1 | PUT => decode_put(&mut r, kind),
+        PUT_V1 | PUT | PUT_TRACED => decode_put(&mut r, kind),
         PAUSE => {
             let topic = r.str("topic")?;
             let pause = decode_pause(&mut r)?;
@@ -351,7 +361,7 @@ pub fn decode(bytes: &[u8]) -> Result<Change<'_>, CodecError> {
     }
 }
 
-/// The body of a `Put` record of either version (`kind` says which), after its kind byte.
+/// The body of a `Put` record of any version (`kind` says which), after its kind byte.
 fn decode_put<'a>(r: &mut Reader<'a>, kind: u8) -> Result<Change<'a>, CodecError> {
     let topic = r.str("topic")?;
     let id = r.str("id")?;
@@ -366,15 +376,25 @@ fn decode_put<'a>(r: &mut Reader<'a>, kind: u8) -> Result<Change<'a>, CodecError
     let updated_at_ms = r.varint("updated")?;
     let deadline_ms = r.varint("deadline")?;
     let receipt = r.u64_le("receipt")?;
-    let (priority, seq) = if kind == PUT {
+    let (priority, seq) = if kind != PUT_V1 {
         let priority = u32::try_from(r.varint("priority")?).map_err(|_| r.err("priority"))?;
         (priority, r.varint("sequence")?)
     } else {
         // Version 1 had no priority; the sequence comes from replay order.
         (delayq_core::DEFAULT_PRIORITY, 0)
     };
-    let extra = decode_extra(r)?;
+    let trace = if kind == PUT_TRACED {
+        let traceparent = r.str("traceparent")?;
+        let tracestate = r.opt_str("tracestate")?;
+        Some(TraceContext::parse(traceparent, tracestate).map_err(|_| r.err("trace context"))?)
+    } else {
+        None
+    };
+    let mut extra = decode_extra(r)?;
     r.end()?;
+    if trace.is_some() {
+        extra.get_or_insert_with(Box::default).trace = trace;
+    }
     let mut record = Record {
         topic: 0,
         id: id.into(),
@@ -424,6 +444,7 @@ fn decode_extra(r: &mut Reader<'_>) -> Result<Option<Box<Extra>>, CodecError> {
                 backoff,
                 last_error,
                 history,
+                trace: None,
             })))
         }
         _ => Err(r.err("extra flag")),
@@ -485,10 +506,28 @@ mod tests {
                 outcome: "released".into(),
                 error: None,
             }]),
+            trace: None,
+        };
+        let traced = |full: &Extra, state: Option<&str>| Extra {
+            trace: Some(
+                TraceContext::parse(
+                    "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                    state,
+                )
+                .unwrap(),
+            ),
+            ..full.clone()
+        };
+        let only_trace = Extra {
+            trace: traced(&full, None).trace,
+            ..Extra::default()
         };
         for r in [
             record(None),
             record(Some(Extra::default())),
+            record(Some(traced(&full, Some("a=1,b=2")))),
+            record(Some(traced(&full, None))),
+            record(Some(only_trace)),
             record(Some(full)),
         ] {
             let mut buf = Vec::new();

@@ -13,7 +13,8 @@
 //! What is logged: every operation's change as the task's whole record (`Put`) or its removal
 //! (`Remove`), and ttr expiries; a topic's pause; job id reservations (in shard 0). Changes of
 //! the settings store go to the settings' log, under its own lock, the same way; no shard
-//! holds settings (formats 1 and 2 kept them in shard 0; the first start moves them). What is not: the
+//! holds settings (formats 1 and 2 kept them in shard 0; the first start moves them; format 4 adds a task's
+//! trace context to its record). What is not: the
 //! promotion of a due task to READY and the end of a record's retention — both follow from
 //! time alone, so recovery re-derives them: a DELAYED task whose due passed while the process
 //! was down fires right after start, an ACTIVE task whose ttr passed is redelivered, a
@@ -143,11 +144,18 @@ struct Meta {
     shards: usize,
 }
 
-/// The data format this build writes. Versions 1 (no priorities, pauses, settings or job ids)
-/// and 2 (settings in shard 0's log) are read too: opening such a directory moves its settings
-/// to their own log and rewrites its `delayq.meta` to version 3 before anything else is
-/// written, as older builds cannot read what this one writes (see [`upgrade`]).
-const FORMAT: u32 = 3;
+/// The data format this build writes: version 3 with the `Put v3` record of a task that
+/// carries a trace context. Versions 1 (no priorities, pauses, settings or job ids), 2
+/// (settings in shard 0's log) and 3 (no trace contexts) are read too: opening such a
+/// directory moves the settings of a version 1 or 2 to their own log and rewrites its
+/// `delayq.meta` to version 4 before anything else is written, as older builds cannot read
+/// what this one writes (see [`upgrade`]).
+const FORMAT: u32 = 4;
+
+/// The first format with the settings in their own log: the settings records a directory of
+/// an older format left in shard 0 are moved at its upgrade, and ignored from this one on
+/// (they are stale copies of what the settings' log holds).
+const SETTINGS_LOG_FORMAT: u32 = 3;
 
 /// The oldest data format this build reads.
 const OLDEST_FORMAT: u32 = 1;
@@ -204,6 +212,11 @@ pub async fn start(
     .map_err(|e| storage_error("recovering the settings", &dir, e))??;
     summary.add(&report);
     if found.format < FORMAT {
+        let legacy = if found.format < SETTINGS_LOG_FORMAT {
+            legacy
+        } else {
+            SettingsMap::new()
+        };
         upgrade(&options, found, &settings, legacy).await?;
     }
     let engine = Engine::start(ctx, shards, settings);

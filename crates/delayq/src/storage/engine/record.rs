@@ -1,11 +1,11 @@
 //! One task's record as the engine keeps it in memory, kept small: the common case (a
-//! delayed task with no backoff and no failures) carries no heap allocation besides its id
-//! and body; what only failing tasks need lives behind one optional box.
+//! delayed task with no backoff, no failures and no trace context) carries no heap allocation
+//! besides its id and body; what only some tasks need lives behind one optional box.
 
 use std::collections::VecDeque;
 
 use delayq_core::wheel::TimerKey;
-use delayq_core::{Attempt, Backoff, Delivery, MaxRetries, Millis, State, TaskInfo};
+use delayq_core::{Attempt, Backoff, Delivery, MaxRetries, Millis, State, TaskInfo, TraceContext};
 
 /// How many failed attempts a task's history keeps (the oldest are dropped).
 pub(crate) const HISTORY_LEN: usize = 16;
@@ -60,6 +60,8 @@ pub(crate) struct Extra {
     pub(crate) last_error: Option<String>,
     /// Failed attempts, oldest first.
     pub(crate) history: VecDeque<Attempt>,
+    /// The producer's trace context, kept for the task's whole life (retries included).
+    pub(crate) trace: Option<TraceContext>,
 }
 
 /// The largest insertion sequence a record can hold (48 bits).
@@ -124,6 +126,11 @@ impl Record {
         self.extra.as_ref().and_then(|e| e.backoff.as_ref())
     }
 
+    /// The trace context the task was added with, if any.
+    pub fn trace(&self) -> Option<&TraceContext> {
+        self.extra.as_ref().and_then(|e| e.trace.as_ref())
+    }
+
     /// Remembers a failed attempt and its error.
     pub fn push_failure(&mut self, now: Millis, outcome: &str, error: Option<String>) {
         let extra = self.extra.get_or_insert_with(Box::default);
@@ -157,6 +164,7 @@ impl Record {
             receipt: self.receipt_text(),
             due_ms: self.due_ms,
             ttr_ms: self.ttr_ms,
+            trace: self.trace().cloned(),
         }
     }
 
@@ -182,6 +190,7 @@ impl Record {
             history: extra
                 .map(|e| e.history.iter().cloned().collect())
                 .unwrap_or_default(),
+            trace: extra.and_then(|e| e.trace.clone()),
         }
     }
 }

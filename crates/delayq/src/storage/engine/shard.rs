@@ -408,9 +408,10 @@ impl<J: Journal> Shard<J> {
             deadline_ms: 0,
             receipt: 0,
             timer: None,
-            extra: spec.backoff.map(|b| {
+            extra: (spec.backoff.is_some() || spec.trace.is_some()).then(|| {
                 Box::new(Extra {
-                    backoff: Some(b),
+                    backoff: spec.backoff,
+                    trace: spec.trace,
                     ..Extra::default()
                 })
             }),
