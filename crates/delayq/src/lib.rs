@@ -28,6 +28,8 @@
 pub mod clock;
 pub mod error;
 pub mod metrics;
+#[cfg(feature = "opentelemetry")]
+pub mod otel;
 pub mod queue;
 pub mod schedule;
 pub mod storage;

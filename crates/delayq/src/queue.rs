@@ -162,6 +162,14 @@ impl Queue {
             When::Delay(delay) => Some(delay),
             When::At(_) => None,
         };
+        #[cfg(feature = "opentelemetry")]
+        let task = {
+            let mut task = task;
+            if task.trace.is_none() {
+                task.trace = crate::otel::current();
+            }
+            task
+        };
         let mut spec = validate::validate_task(task, &ctx.limits, &ctx.defaults, now)?;
         if let Some(delay) = delay {
             // Validation checked the delay's limit; the due and the creation time come from

@@ -142,6 +142,16 @@ async fn run<F, Fut, E>(
             in_flight.spawn(async move {
                 let _permit = permit;
                 let (topic, id, receipt) = (delivery.topic.clone(), delivery.id.clone(), delivery.receipt.clone());
+                #[cfg(feature = "opentelemetry")]
+                let outcome = match delivery.trace.as_ref().map(crate::otel::context_of) {
+                    // The handler's spans continue the producer's trace.
+                    Some(cx) => {
+                        use opentelemetry::trace::FutureExt as _;
+                        handler(delivery).with_context(cx).await
+                    }
+                    None => handler(delivery).await,
+                };
+                #[cfg(not(feature = "opentelemetry"))]
                 let outcome = handler(delivery).await;
                 let acked = match outcome {
                     Ok(()) => queue.finish(&topic, &id, Some(&receipt)).await,
