@@ -1,0 +1,208 @@
+//! One trace across three processes (docs/tracing.md): a Python producer with the
+//! OpenTelemetry SDK (from PyPI, installed by `scripts/python-deps`) adds a task inside its
+//! span, `propagate.inject` putting `traceparent` on the `/add`; `delayq serve` keeps the
+//! context through the wait; a Python consumer pops the task (or receives it by push) and
+//! continues the trace from the answer's (or the request's) headers. Both Python processes
+//! export their spans over OTLP/HTTP to a receiver here, which decodes them with the official
+//! protobuf definitions (`opentelemetry-proto`): the consumer's span is in the producer's
+//! trace, a child of the producer's span. Embedded storage, Redis with the consumer on the
+//! other instance, and push delivery.
+
+mod support;
+
+use std::io::{BufRead as _, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use delayq_testkit::{Receiver, RedisServer};
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::any_value;
+use prost::Message as _;
+use serde_json::Value;
+use support::{Server, free_port};
+
+/// The Python of the venv `scripts/python-deps` makes under the target directory.
+fn python() -> PathBuf {
+    let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let python = target
+        .parent()
+        .expect("the target directory")
+        .join("otel-venv/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: run scripts/python-deps (scripts/test does)",
+        python.display()
+    );
+    python
+}
+
+fn app() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python/otel_app.py")
+}
+
+/// Runs a role of the Python app to its end; returns the JSON line it printed last.
+fn run(args: &[&str]) -> Value {
+    let out = Command::new(python())
+        .arg(app())
+        .args(args)
+        .output()
+        .expect("run python");
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(stdout.lines().last().expect("a line")).expect("JSON")
+}
+
+/// A span as the receiver decoded it.
+#[derive(Debug, Clone)]
+struct Span {
+    service: String,
+    name: String,
+    trace_id: String,
+    span_id: String,
+    parent_span_id: String,
+}
+
+/// Every span the receiver got, decoded from the OTLP/HTTP protobuf bodies.
+fn spans(receiver: &Receiver) -> Vec<Span> {
+    let mut out = Vec::new();
+    for call in receiver.calls() {
+        assert_eq!(call.path, "/v1/traces");
+        let request = ExportTraceServiceRequest::decode(call.body.as_slice()).expect("OTLP");
+        for resource in request.resource_spans {
+            let service = resource
+                .resource
+                .iter()
+                .flat_map(|r| &r.attributes)
+                .find(|a| a.key == "service.name")
+                .and_then(|a| a.value.as_ref()?.value.as_ref())
+                .map(|v| match v {
+                    any_value::Value::StringValue(name) => name.clone(),
+                    other => format!("{other:?}"),
+                })
+                .unwrap_or_default();
+            for scope in resource.scope_spans {
+                for s in scope.spans {
+                    out.push(Span {
+                        service: service.clone(),
+                        name: s.name,
+                        trace_id: hex(&s.trace_id),
+                        span_id: hex(&s.span_id),
+                        parent_span_id: hex(&s.parent_span_id),
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Checks the received trace: the producer's root span and the consumer's span under it,
+/// in one trace, and what each Python process said it did.
+async fn check_trace(receiver: &Receiver, producer: &Value, consumer: &Value) {
+    receiver.wait_for(2, Duration::from_secs(20)).await;
+    let spans = spans(receiver);
+    let find = |name: &str| {
+        spans
+            .iter()
+            .find(|s| s.name == name)
+            .unwrap_or_else(|| panic!("no span {name} in {spans:?}"))
+            .clone()
+    };
+    // The received trace as text (docs/tracing.md shows one), for whoever reads a failure.
+    for s in &spans {
+        println!(
+            "{:<8} {:<13} trace {} span {} parent {}",
+            s.service,
+            s.name,
+            s.trace_id,
+            s.span_id,
+            if s.parent_span_id.is_empty() {
+                "-"
+            } else {
+                &s.parent_span_id
+            }
+        );
+    }
+    let (place, cancel) = (find("place-order"), find("cancel-order"));
+    assert_eq!(place.service, "shop", "{place:?}");
+    assert_eq!(cancel.service, "worker", "{cancel:?}");
+    assert_eq!(place.trace_id, producer["trace_id"].as_str().unwrap());
+    assert_eq!(place.span_id, producer["span_id"].as_str().unwrap());
+    assert_eq!(place.parent_span_id, "", "the producer's span is the root");
+    // One trace through the wait: the consumer continues the producer's span.
+    assert_eq!(cancel.trace_id, place.trace_id, "{spans:?}");
+    assert_eq!(cancel.parent_span_id, place.span_id, "{spans:?}");
+    assert_eq!(cancel.span_id, consumer["span_id"].as_str().unwrap());
+    // What delayq handed on is the producer's context as it was injected (flags included:
+    // this SDK sets the sampled and the random-trace-id bits, 03).
+    let handed = consumer["traceparent"].as_str().unwrap();
+    assert!(
+        handed.starts_with(&format!("00-{}-{}-", place.trace_id, place.span_id)),
+        "{handed}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_one_trace_from_producer_to_consumer() {
+    let receiver = Receiver::ok().await;
+    let otlp = receiver.url("/v1/traces");
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let server = Server::start_with(&["--data-dir", dir.path().to_str().unwrap()]);
+    let producer = run(&["produce", &server.url, "orders", "cancel-1", "300", &otlp]);
+    let consumer = run(&["consume", &server.url, "orders", &otlp]);
+    check_trace(&receiver, &producer, &consumer).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_the_consumer_on_the_other_instance_continues_the_trace() {
+    let receiver = Receiver::ok().await;
+    let otlp = receiver.url("/v1/traces");
+    let redis = RedisServer::start();
+    let a = Server::start_with(&["--redis", &redis.url()]);
+    let b = Server::start_with(&["--redis", &redis.url()]);
+    let producer = run(&["produce", &a.url, "orders", "cancel-2", "300", &otlp]);
+    let consumer = run(&["consume", &b.url, "orders", &otlp]);
+    check_trace(&receiver, &producer, &consumer).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn push_delivery_carries_the_trace_to_the_endpoint() {
+    let receiver = Receiver::ok().await;
+    let otlp = receiver.url("/v1/traces");
+    let port = free_port();
+    let mut hook = Command::new(python())
+        .arg(app())
+        .args(["serve", &port.to_string(), &otlp])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start the Python endpoint");
+    let mut lines = BufReader::new(hook.stdout.take().unwrap()).lines();
+    let ready = lines.next().expect("a line").unwrap();
+    assert!(ready.contains("listening"), "{ready}");
+    let server = Server::start();
+    server
+        .run(&[
+            "push",
+            "set",
+            "-t",
+            "hooked",
+            "--url",
+            &format!("http://127.0.0.1:{port}/hook"),
+        ])
+        .assert_code(0);
+    let producer = run(&["produce", &server.url, "hooked", "cancel-3", "300", &otlp]);
+    let last = lines.next().expect("the endpoint's result").unwrap();
+    let consumer: Value = serde_json::from_str(&last).unwrap();
+    assert!(hook.wait().unwrap().success());
+    check_trace(&receiver, &producer, &consumer).await;
+}
