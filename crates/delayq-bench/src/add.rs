@@ -51,6 +51,10 @@ pub struct AddBench {
     /// Stop after this many tasks even if the duration has not passed.
     #[arg(long, default_value_t = 10_000_000)]
     pub max_tasks: u64,
+    /// Give every task this W3C trace context (`traceparent` field), to measure what carrying
+    /// one costs (docs/tracing.md).
+    #[arg(long, value_name = "TRACEPARENT")]
+    pub traceparent: Option<String>,
 }
 
 impl Default for AddBench {
@@ -62,6 +66,7 @@ impl Default for AddBench {
             body_bytes: 100,
             delay: 3_600_000,
             max_tasks: 10_000_000,
+            traceparent: None,
         }
     }
 }
@@ -90,6 +95,15 @@ impl AddBench {
             (1..=MAX_TASKS).contains(&self.max_tasks),
             "--max-tasks must be 1 to 20000000",
         )?;
+        if let Some(parent) = &self.traceparent {
+            // Checked here so a typo is not measured as a run of refused adds; the checked
+            // form is also safe to write into the JSON template as it is.
+            let checked = delayq_client::TraceContext::parse(parent, None);
+            check(
+                checked.is_ok(),
+                "--traceparent must be a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)",
+            )?;
+        }
         Ok(self.clone())
     }
 }
@@ -115,7 +129,9 @@ impl Template {
         body_bytes: usize,
         delay_ms: u64,
         batch: usize,
+        traceparent: Option<&str>,
     ) -> Template {
+        let trace = traceparent.map_or_else(String::new, |t| format!(",\"traceparent\":\"{t}\""));
         let filler = "x".repeat(body_bytes);
         let placeholder = format!("c{}-{}", "0".repeat(CLIENT_DIGITS), "0".repeat(SEQ_DIGITS));
         let mut body = String::new();
@@ -131,7 +147,7 @@ impl Template {
             body.push_str(&format!("{{\"topic\":\"{topic}\",\"id\":\""));
             ids.push(body.len());
             body.push_str(&format!(
-                "{placeholder}\",\"body\":\"{filler}\",\"delay_ms\":{delay_ms}}}"
+                "{placeholder}\",\"body\":\"{filler}\",\"delay_ms\":{delay_ms}{trace}}}"
             ));
         }
         if batch > 1 {
@@ -184,6 +200,7 @@ pub async fn run(ctx: &mut Ctx, bench: &AddBench) -> Result<Vec<BenchResult>, Be
         bench.body_bytes,
         bench.delay,
         bench.batch,
+        bench.traceparent.as_deref(),
     );
     let per_client = bench.max_tasks.div_ceil(bench.clients as u64);
     let deadline = Instant::now() + Duration::from_millis(bench.duration);
@@ -194,11 +211,16 @@ pub async fn run(ctx: &mut Ctx, bench: &AddBench) -> Result<Vec<BenchResult>, Be
     .await?;
     let rate = run.rate("add", run.tasks, start)?;
     let measured = format!(
-        "POST /add, {} clients, {} task{} per request, {} B body, for {}",
+        "POST /add, {} clients, {} task{} per request, {} B body{}, for {}",
         bench.clients,
         bench.batch,
         if bench.batch == 1 { "" } else { "s" },
         bench.body_bytes,
+        if bench.traceparent.is_some() {
+            ", traced"
+        } else {
+            ""
+        },
         format_duration(bench.duration)
     );
     let mut result = BenchResult::new("add", measured, rate, "tasks/s", Some(TARGET));
@@ -273,11 +295,13 @@ async fn add_client(
 mod tests {
     use super::*;
 
+    const PARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
     #[test]
     fn ids_are_numbered_in_place() {
         let end = Endpoint::new("127.0.0.1:9280".parse().unwrap(), None, "/");
         for batch in [1, 3] {
-            let t = Template::new(&end, "bench-add-x", 10, 3_600_000, batch);
+            let t = Template::new(&end, "bench-add-x", 10, 3_600_000, batch, Some(PARENT));
             let mut request = t.for_client(7);
             t.number(&mut request, 41);
             let text = String::from_utf8(request.clone()).unwrap();
@@ -300,6 +324,7 @@ mod tests {
             assert_eq!(tasks[0]["body"], "x".repeat(10));
             assert_eq!(tasks[0]["delay_ms"], 3_600_000);
             assert_eq!(tasks[0]["topic"], "bench-add-x");
+            assert_eq!(tasks[batch - 1]["traceparent"], PARENT);
         }
     }
 }

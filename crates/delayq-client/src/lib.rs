@@ -37,7 +37,7 @@ pub use delayq_api::{
 };
 pub use delayq_core::schedule::Missed;
 pub use delayq_core::{AddOutcome, Backoff, MaxRetries, Millis, NewTask, OnDuplicate, State, When};
-pub use delayq_core::{BuryOptions, ReleaseOptions};
+pub use delayq_core::{BuryOptions, ReleaseOptions, TraceContext};
 pub use error::{ClientError, ErrorKind};
 pub use reqwest::Url;
 
