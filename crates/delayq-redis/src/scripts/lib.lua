@@ -87,6 +87,8 @@ local DEAD_N = 0
 local HEADS = {}
 -- How many due entries the last promote() looked at (a full batch means: call again).
 local SCANNED = 0
+-- Where pop.lua's own arguments start: 7, or after the finish of finish_pop.lua.
+local POP_ARG = 7
 
 local function fmt(n)
   return string.format('%d', n)
