@@ -332,6 +332,14 @@ def main():
               "pop-embedded.json", "pop", ">=", 80, "% of half the ceiling", storage="embedded")
     http_line("HTTP pop count=N + one batched finish, 32 workers, embedded (issue 15)",
               "pop-embedded.json", "pop (batch)", ">=", 100, "% of the ceiling", storage="embedded")
+    http_line("HTTP ack and take the next (one request a task), 32 workers, embedded",
+              "pop-embedded.json", "pop (ack and next)", ">=", 80, "% of the ceiling", storage="embedded")
+    http_line("HTTP pop + finish, 32 workers, count 1, Redis",
+              "pop-redis.json", "pop", ">=", 80, "% of half the ceiling", storage="Redis")
+    http_line("HTTP pop count=N + one batched finish, 32 workers, Redis",
+              "pop-redis.json", "pop (batch)", ">=", 100, "% of the ceiling", storage="Redis")
+    http_line("HTTP ack and take the next (one request a task), 32 workers, Redis",
+              "pop-redis.json", "pop (ack and next)", ">=", 80, "% of the ceiling", storage="Redis")
 
     # Lateness: the server's firing histogram, and end to end through a pop.
     for storage, target in (("embedded", 2), ("redis", 5)):
@@ -351,6 +359,19 @@ def main():
             source=f"delayq bench lateness ({r['measured']})" if r else "delayq bench lateness",
             judged=bool(r), notes=[] if r else ["not measured in this run"],
             detail={"latency_ms": r.get("latency_ms")} if r else None))
+
+    # Redis across instances: added through one, popped (ack and take the next) through another.
+    for rate in (2000, 10000):
+        r = result(J(f"lateness-redis-across-{rate}.json"), "lateness")
+        for pct, target in (("p50", 2), ("p99", 5)):
+            figure = (r.get("latency_ms") or {}).get(pct) if r else None
+            targets.append(entry(
+                f"lateness end to end, {pct}, {rate:,} tasks/s due, Redis, consumers on another instance".replace(",", " ", 1),
+                round(figure, 2) if figure is not None else None, "ms", "<=", target, "ms",
+                source=f"delayq bench lateness ({r['measured']})" if r else "delayq bench lateness",
+                judged=figure is not None,
+                notes=[n for n in r.get("notes", []) if n.startswith("received")] if r else ["not measured in this run"],
+                detail={"latency_ms": r.get("latency_ms")} if r else None))
 
     # Push.
     push = J("push-embedded.json")
