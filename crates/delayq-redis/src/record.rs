@@ -36,8 +36,6 @@
 //! none), the history (one JSON object per line, oldest first). The scripts write them; the
 //! add script writes the backoff the caller encoded with serde.
 
-use std::fmt::Write as _;
-
 use delayq::core::{DEFAULT_PRIORITY, Priority};
 use delayq::{Attempt, Backoff, Millis, State, TaskInfo, TaskSpec};
 
@@ -50,6 +48,15 @@ const DEFAULT_TTR_MS: u64 = 30_000;
 const DEFAULT_MAX_RETRIES: i64 = 3;
 /// The first state letter: state code 0 is `a`.
 const STATE_LETTER: u8 = b'a';
+
+/// A field of the short header as [`Record::encode`] writes it.
+enum Field<'a> {
+    /// A number in base 36; `None`: empty (the default).
+    Number(Option<i128>),
+    /// The insertion number (see [`push_seq`]).
+    Seq,
+    Text(&'a str),
+}
 
 /// A record's header and body.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,36 +105,41 @@ impl Record {
     /// `lib.lua` leaves them.
     pub fn encode(&self) -> Vec<u8> {
         let created = self.created_at_ms;
-        let offset = |t: Millis| signed36(i128::from(t) - i128::from(created));
-        let unless = |default: bool, text: String| if default { String::new() } else { text };
+        let at = |t: Millis| i128::from(t) - i128::from(created);
+        let unless = |default: bool, n: i128| Field::Number((!default).then_some(n));
         let fields = [
-            offset(self.due_ms),
-            seq_field(self.seq, created),
-            unless(self.updated_at_ms == created, offset(self.updated_at_ms)),
-            unless(self.ttr_ms == DEFAULT_TTR_MS, base36(self.ttr_ms)),
+            Field::Number(Some(at(self.due_ms))),
+            Field::Seq,
+            unless(self.updated_at_ms == created, at(self.updated_at_ms)),
+            unless(self.ttr_ms == DEFAULT_TTR_MS, i128::from(self.ttr_ms)),
             unless(
                 self.max_retries == DEFAULT_MAX_RETRIES,
-                signed36(i128::from(self.max_retries)),
+                i128::from(self.max_retries),
             ),
-            unless(self.retries == 0, base36(u64::from(self.retries))),
-            unless(self.deadline_ms == 0, offset(self.deadline_ms)),
-            self.receipt.clone(),
-            unless(
-                self.priority == DEFAULT_PRIORITY,
-                base36(u64::from(self.priority)),
-            ),
+            unless(self.retries == 0, i128::from(self.retries)),
+            unless(self.deadline_ms == 0, at(self.deadline_ms)),
+            Field::Text(&self.receipt),
+            unless(self.priority == DEFAULT_PRIORITY, i128::from(self.priority)),
         ];
-        let used = fields
-            .iter()
-            .rposition(|f| !f.is_empty())
-            .map_or(0, |i| i + 1);
-        let mut out = String::with_capacity(24 + self.receipt.len() + self.body.len());
+        let mut out = String::with_capacity(32 + self.receipt.len() + self.body.len());
         out.push(char::from(STATE_LETTER + self.state.code()));
-        out.push_str(&base36(created));
-        for f in &fields[..used] {
+        push36(&mut out, i128::from(created));
+        // Where the last field that is not empty ends: the empty ones after it are cut.
+        let mut keep = out.len();
+        for field in fields {
             out.push(',');
-            out.push_str(f);
+            let start = out.len();
+            match field {
+                Field::Number(Some(n)) => push36(&mut out, n),
+                Field::Number(None) => {}
+                Field::Seq => push_seq(&mut out, self.seq, created),
+                Field::Text(text) => out.push_str(text),
+            }
+            if out.len() > start {
+                keep = out.len();
+            }
         }
+        out.truncate(keep);
         out.push('\n');
         let mut out = out.into_bytes();
         out.extend_from_slice(&self.body);
@@ -255,24 +267,25 @@ fn parse_decimal(header: &str) -> Option<Record> {
     Some(r)
 }
 
-/// Base 36, lower case.
-fn base36(mut n: u64) -> String {
-    let mut digits = Vec::with_capacity(13);
+/// Appends `n` in base 36 (lower case), `-` before a negative number, without allocating.
+fn push36(out: &mut String, n: i128) {
+    if n < 0 {
+        out.push('-');
+    }
+    let mut n = n.unsigned_abs();
+    // 2^128 has 25 base-36 digits.
+    let mut digits = [0u8; 25];
+    let mut i = digits.len();
     loop {
-        // A digit is below 36: always a valid char.
-        digits.push(char::from_digit((n % 36) as u32, 36).unwrap_or('0'));
+        i -= 1;
+        digits[i] = b"0123456789abcdefghijklmnopqrstuvwxyz"[(n % 36) as usize];
         n /= 36;
         if n == 0 {
             break;
         }
     }
-    digits.iter().rev().collect()
-}
-
-/// Base 36 with `-` before a negative number.
-fn signed36(n: i128) -> String {
-    let text = base36(u64::try_from(n.unsigned_abs()).unwrap_or(u64::MAX));
-    if n < 0 { format!("-{text}") } else { text }
+    // Only ASCII digits were written.
+    out.push_str(std::str::from_utf8(&digits[i..]).unwrap_or_default());
 }
 
 /// A base-36 number without a sign; `None` for anything else (an empty field too).
@@ -294,18 +307,18 @@ fn parse_signed36(text: &str) -> Option<i128> {
 /// Bits of the counter in an insertion number (`(ms << 20) + counter`).
 const SEQ_COUNTER_BITS: u32 = 20;
 
-/// The insertion number in a short header: empty for 0, else the counter and, when its
-/// millisecond is not `created`, `.` and the offset.
-fn seq_field(seq: u64, created: Millis) -> String {
+/// Appends the insertion number of a short header: nothing for 0, else the counter and,
+/// when its millisecond is not `created`, `.` and the offset.
+fn push_seq(out: &mut String, seq: u64, created: Millis) {
     if seq == 0 {
-        return String::new();
+        return;
     }
     let (ms, counter) = (seq >> SEQ_COUNTER_BITS, seq & ((1 << SEQ_COUNTER_BITS) - 1));
-    let mut out = base36(counter);
+    push36(out, i128::from(counter));
     if ms != created {
-        let _ = write!(out, ".{}", signed36(i128::from(ms) - i128::from(created)));
+        out.push('.');
+        push36(out, i128::from(ms) - i128::from(created));
     }
-    out
 }
 
 fn parse_seq_field(text: &str, created: Millis) -> Option<u64> {
