@@ -15,6 +15,8 @@ use crate::keys::PartitionKeys;
 
 #[cfg(test)]
 mod failure_rule;
+#[cfg(test)]
+mod record_parity;
 
 const LIB: &str = include_str!("lib.lua");
 
