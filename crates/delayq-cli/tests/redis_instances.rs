@@ -217,7 +217,6 @@ async fn ack_and_next_across_instances(producer: &Client, consumer: &Client, top
                 }
                 .expect("pop carrying the last finish");
                 let now = now_ms();
-                held = None;
                 let Some(task) = got.into_iter().next() else {
                     return seen;
                 };
