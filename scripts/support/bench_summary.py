@@ -135,8 +135,9 @@ def judge(op, value, figure):
 
 
 def entry(what, figure, unit, target_op, target_value, target_unit, *, against=None,
-          ratio=None, source, met=None, judged=True, notes=(), detail=None):
-    """One target. For a ratio target the ratio is judged, otherwise the figure."""
+          ratio=None, ratio_unit=None, source, met=None, judged=True, notes=(), detail=None):
+    """One target. For a ratio target the ratio is judged, otherwise the figure. `ratio_unit`
+    ("x" or "%") says how the ratio reads when it is not the target's own unit."""
     target = None
     if target_op is not None:
         target = {"op": target_op, "value": target_value, "unit": target_unit}
@@ -148,12 +149,97 @@ def entry(what, figure, unit, target_op, target_value, target_unit, *, against=N
         "unit": unit,
         "against": against,
         "ratio": ratio,
+        "ratio_unit": ratio_unit,
         "target": target,
         "met": met if judged else None,
         "source": source,
         "notes": list(notes),
         "detail": detail,
     }
+
+
+PEER_SOURCE = "scripts/support/peers/bench.mjs (one Node client for both)"
+
+
+def peers(J):
+    """delayq in Redis mode against BullMQ, both measured by scripts/support/peers/bench.mjs in
+    this run, each on a redis-server of its own: the targets (ratio = delayq / BullMQ), and
+    delayq's Redis bytes per task beyond the body with the number of tasks it was measured at."""
+    got = lambda system, name: J(f"peer-{system}-{name}.json")
+    versions = next((r["versions"] for r in (got(s, n) for s in ("bullmq", "delayq")
+                                               for n in ("add", "batch")) if r), {}) or {}
+    bullmq = f"BullMQ {versions.get('bullmq') or '?'}"
+    out = []
+
+    def ratio_of(d, b):
+        return round(d / b, 2) if d is not None and b else None
+
+    def compare(what, name, key, unit, op, value, target_unit, *, against_what, judge_ratio, note=None):
+        d, b = got("delayq", name), got("bullmq", name)
+        fd = d.get(key) if d else None
+        fb = b.get(key) if b else None
+        notes = []
+        for system, r in (("delayq", d), ("BullMQ", b)):
+            if not r:
+                notes.append(f"{system} not measured in this run (step failed?)")
+            elif r.get("errors"):
+                notes.append(f"{system}: {r['errors']} errors; first: {r.get('first_error')}")
+        if note:
+            notes.append(note)
+        ratio = ratio_of(fd, fb)
+        measured = fd is not None and fb is not None
+        t = entry(what, fd, unit, op, value, target_unit,
+                  against={"what": against_what.format(bullmq=bullmq), "value": fb} if fb is not None else None,
+                  ratio=ratio, ratio_unit="x", source=PEER_SOURCE + (f": {d['measured']}" if d else ""),
+                  judged=measured if judge_ratio else fd is not None, notes=notes,
+                  detail={"delayq": d, "bullmq": b})
+        out.append(t)
+        return t, d, b
+
+    compare("Redis mode vs BullMQ: one delayed job per call, 50 in flight, 100-byte body",
+            "add", "jobs_per_s", "jobs/s", ">=", 1.0, "x",
+            against_what="{bullmq} queue.add in process, same client, own redis-server", judge_ratio=True)
+    _t, d, _b = compare("Redis mode vs BullMQ: delayed jobs in batches of 1 000 (POST /add tasks vs addBulk)",
+                        "batch", "jobs_per_s", "jobs/s", ">=", 1.0, "x",
+                        against_what="{bullmq} queue.addBulk, same client, own redis-server", judge_ratio=True)
+    compare("Redis used_memory per delayed job, 100-byte body, vs BullMQ", "batch", "bytes_per_job", "B/job",
+            "<=", 1.0, "x", against_what="{bullmq}, own redis-server", judge_ratio=True)
+    b = got("bullmq", "batch")
+    beyond = (d["bytes_per_job_beyond_body"], d["jobs"], b["bytes_per_job_beyond_body"] if b else None,
+              bullmq) if d else None
+
+    for rate in (2000, 10000):
+        name = f"lateness-{rate}"
+        d, b = got("delayq", name), got("bullmq", name)
+        for q, target in (("p50", 2), ("p99", 5)):
+            fd = (d or {}).get("lateness_ms", {}).get(q)
+            fb = (b or {}).get("lateness_ms", {}).get(q)
+            notes = []
+            for system, r in (("delayq", d), ("BullMQ", b)):
+                if not r:
+                    notes.append(f"{system} not measured in this run (step failed?)")
+                    continue
+                if r["received"] < r["jobs"]:
+                    notes.append(f"{system} received {r['received']} of {r['jobs']} jobs")
+                errors = r.get("errors", 0) + r.get("producer_errors", 0) + r.get("producer_refused", 0)
+                if errors:
+                    notes.append(f"{system}: {errors} errors; first: "
+                                 f"{r.get('first_error') or r.get('producer_first_error')}")
+                if r.get("early"):
+                    notes.append(f"{system}: {r['early']} received before their due time")
+            met = None
+            if fd is not None:
+                # Percentiles of what arrived say nothing about what did not: missing jobs fail.
+                met = fd <= target and d["received"] == d["jobs"] and not d.get("early")
+            out.append(entry(
+                f"lateness {q}, {rate:,} jobs/s due, 50 consumers, Redis mode (consumers on another instance) vs BullMQ"
+                .replace(f"{rate:,}", f"{rate:,}".replace(",", " ")), fd, "ms", "<=", target, "ms",
+                against={"what": f"{bullmq} Worker (concurrency 50, own process), same producer client", "value": fb}
+                if fb is not None else None,
+                ratio=ratio_of(fd, fb), ratio_unit="x", source=PEER_SOURCE + (f": {d['measured']}" if d else ""),
+                met=met, judged=fd is not None, notes=notes,
+                detail={"delayq": d, "bullmq": b}))
+    return out, beyond
 
 
 def main():
@@ -246,6 +332,14 @@ def main():
               "pop-embedded.json", "pop", ">=", 80, "% of half the ceiling", storage="embedded")
     http_line("HTTP pop count=N + one batched finish, 32 workers, embedded (issue 15)",
               "pop-embedded.json", "pop (batch)", ">=", 100, "% of the ceiling", storage="embedded")
+    http_line("HTTP ack and take the next (one request a task), 32 workers, embedded",
+              "pop-embedded.json", "pop (ack and next)", ">=", 80, "% of the ceiling", storage="embedded")
+    http_line("HTTP pop + finish, 32 workers, count 1, Redis",
+              "pop-redis.json", "pop", ">=", 80, "% of half the ceiling", storage="Redis")
+    http_line("HTTP pop count=N + one batched finish, 32 workers, Redis",
+              "pop-redis.json", "pop (batch)", ">=", 100, "% of the ceiling", storage="Redis")
+    http_line("HTTP ack and take the next (one request a task), 32 workers, Redis",
+              "pop-redis.json", "pop (ack and next)", ">=", 80, "% of the ceiling", storage="Redis")
 
     # Lateness: the server's firing histogram, and end to end through a pop.
     for storage, target in (("embedded", 2), ("redis", 5)):
@@ -265,6 +359,19 @@ def main():
             source=f"delayq bench lateness ({r['measured']})" if r else "delayq bench lateness",
             judged=bool(r), notes=[] if r else ["not measured in this run"],
             detail={"latency_ms": r.get("latency_ms")} if r else None))
+
+    # Redis across instances: added through one, popped (ack and take the next) through another.
+    for rate in (2000, 10000):
+        r = result(J(f"lateness-redis-across-{rate}.json"), "lateness")
+        for pct, target in (("p50", 2), ("p99", 5)):
+            figure = (r.get("latency_ms") or {}).get(pct) if r else None
+            targets.append(entry(
+                f"lateness end to end, {pct}, {rate:,} tasks/s due, Redis, consumers on another instance".replace(",", " ", 1),
+                round(figure, 2) if figure is not None else None, "ms", "<=", target, "ms",
+                source=f"delayq bench lateness ({r['measured']})" if r else "delayq bench lateness",
+                judged=figure is not None,
+                notes=[n for n in r.get("notes", []) if n.startswith("received")] if r else ["not measured in this run"],
+                detail={"latency_ms": r.get("latency_ms")} if r else None))
 
     # Push.
     push = J("push-embedded.json")
@@ -329,14 +436,27 @@ def main():
         judged=bool(v) and at_target,
         notes=([] if at_target else [f"measured at {pending} tasks, not 10M: not judged"]) if v
         else ["not measured in this run"]))
-    targets.append(entry("memory per delayed task in Redis, at 10M", None, "B/task", "<=", 200, "B/task",
-                         source="-", judged=False, notes=["not measured by scripts/bench"]))
+    peer_targets, redis_beyond = peers(J)
+    redis_mem = re.search(r"memory_beyond_body_b=([\d.]+) tasks=(\d+)", read(os.path.join(raw, "redis-memory.txt")) or "")
+    at_1m = bool(redis_mem) and int(redis_mem[2]) >= 1_000_000
+    peer = redis_beyond[2] if redis_beyond else None
+    peer_name = redis_beyond[3] if redis_beyond else None
+    targets.append(entry(
+        "Redis memory per delayed task beyond the body", float(redis_mem[1]) if redis_mem else None, "B/task",
+        "<=", 200, "B/task", source="cargo run --release -p delayq-redis --example redis_memory (used_memory)",
+        against={"what": f"{peer_name} beyond its 100-byte data, BullMQ comparison of the same run", "value": peer}
+        if peer is not None else None,
+        ratio=round(float(redis_mem[1]) / peer, 2) if (peer and redis_mem) else None, ratio_unit="x",
+        judged=at_1m, notes=([] if at_1m else [f"measured at {redis_mem[2]} tasks, not 1M: not judged"])
+        if redis_mem else ["not measured in this run"]))
     targets.append(entry("idle server, 1M tasks due in an hour", None, "% CPU", None, None, None,
                          source="-", judged=False, notes=["not measured by scripts/bench"]))
     targets[-1]["target"] = {"op": "~", "value": 0, "unit": "% CPU; ≤ 5 Redis commands/s"}
     targets.append(entry("dashboard with 1 000 topics, 1M tasks", None, "s", None, None, None,
                          source="-", judged=False, notes=["not measured by scripts/bench"]))
     targets[-1]["target"] = {"op": "<=", "value": 1, "unit": "s first view; ≤ 50 ms find by id"}
+
+    targets.extend(peer_targets)
 
     extra = {
         "criterion": crit,

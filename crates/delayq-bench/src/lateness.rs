@@ -49,9 +49,27 @@ pub struct LatenessBench {
     /// Concurrent long-polling workers.
     #[arg(long, default_value_t = 8)]
     pub workers: usize,
-    /// Tasks per pop request.
+    /// Tasks per pop request (with `--ack auto`).
     #[arg(long, default_value_t = 100)]
     pub count: usize,
+    /// How the workers acknowledge: `auto` pops with `auto_finish` (`count` tasks a pop);
+    /// `next` pops one task a request and finishes it in the next pop (ack and take the
+    /// next: one request a task, at-least-once).
+    #[arg(long, value_enum, default_value_t = Ack::Auto)]
+    pub ack: Ack,
+    /// Where the workers pop, when not where the producer adds: another instance on the
+    /// same storage (Redis mode), so that the lateness includes the way between instances.
+    #[arg(long, value_name = "URL")]
+    pub consumer_server: Option<String>,
+}
+
+/// How the lateness workers acknowledge what they pop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Ack {
+    /// `auto_finish` on the pop.
+    Auto,
+    /// The finish of the last task rides on the next pop.
+    Next,
 }
 
 impl Default for LatenessBench {
@@ -62,6 +80,8 @@ impl Default for LatenessBench {
             delay_ms: 1_000,
             workers: 8,
             count: 100,
+            ack: Ack::Auto,
+            consumer_server: None,
         }
     }
 }
@@ -136,7 +156,13 @@ pub(super) fn now_us() -> u64 {
 }
 
 /// Runs the benchmark.
-pub async fn run(client: &Client, bench: &LatenessBench) -> Result<Vec<BenchResult>, BenchError> {
+/// The producer adds through `client`, the workers pop through `consumer` (the same server, or
+/// another instance on the same storage).
+pub async fn run(
+    client: &Client,
+    consumer: &Client,
+    bench: &LatenessBench,
+) -> Result<Vec<BenchResult>, BenchError> {
     let topic = format!("bench-late-{}", super::run_id());
     let total = bench.total();
     let first_due_ms = now_us() / 1_000 + bench.delay_ms;
@@ -148,10 +174,10 @@ pub async fn run(client: &Client, bench: &LatenessBench) -> Result<Vec<BenchResu
     let received = Arc::new(AtomicU64::new(0));
     let mut workers = Vec::with_capacity(bench.workers);
     for _ in 0..bench.workers {
-        let (client, topic, received) = (client.clone(), topic.clone(), received.clone());
-        let count = bench.count;
+        let (client, topic, received) = (consumer.clone(), topic.clone(), received.clone());
+        let (count, ack) = (bench.count, bench.ack);
         workers.push(tokio::spawn(async move {
-            worker(&client, &topic, count, total, &received, hard_deadline).await
+            worker(&client, &topic, count, ack, total, &received, hard_deadline).await
         }));
     }
     let produced = produce(client, &topic, bench, first_due_ms).await;
@@ -190,12 +216,19 @@ fn report(bench: &LatenessBench, seen: &WorkerRun, produced: Produced, got: u64)
     let p = Percentiles::from_micros(&seen.lateness);
     let measured = format!(
         "arrival at a popping worker − due_ms; {} tasks/s due for {}, added {} ahead; \
-         {} workers, pop count {}, auto_finish",
+         {} workers, {}{}",
         super::group_digits(bench.rate as f64),
         format_duration(bench.duration),
         format_duration(bench.delay_ms),
         bench.workers,
-        bench.count
+        match bench.ack {
+            Ack::Auto => format!("pop count {}, auto_finish", bench.count),
+            Ack::Next => "pop count 1 carrying the last task's finish".to_owned(),
+        },
+        match &bench.consumer_server {
+            Some(server) => format!("; added through the server, popped through {server}"),
+            None => String::new(),
+        }
     );
     let mut result = BenchResult::new("lateness", measured, p.p99, "ms p99", Some(TARGET));
     result.latency_ms = Some(p);
@@ -385,18 +418,43 @@ async fn worker(
     client: &Client,
     topic: &str,
     count: usize,
+    ack: Ack,
     total: u64,
     received: &AtomicU64,
     deadline: Instant,
 ) -> WorkerRun {
     let mut run = WorkerRun::new();
-    let options = PopOptions::default()
-        .count(count)
-        .timeout_ms(POP_TIMEOUT_MS)
-        .auto_finish(true);
+    let options = match ack {
+        Ack::Auto => PopOptions::default()
+            .count(count)
+            .timeout_ms(POP_TIMEOUT_MS)
+            .auto_finish(true),
+        Ack::Next => PopOptions::default().timeout_ms(POP_TIMEOUT_MS),
+    };
+    // The task held since the last pop (`--ack next`): its finish rides on the next pop.
+    let mut held: Option<(String, Option<String>)> = None;
     while received.load(Ordering::Relaxed) < total && Instant::now() < deadline {
-        match client.pop(topic, options).await {
+        let popped = match &held {
+            Some((id, receipt)) => {
+                let finish = delayq_client::Ack::Finish {
+                    topic,
+                    id,
+                    receipt: receipt.as_deref(),
+                };
+                client.pop_after(finish, topic, options).await
+            }
+            None => client.pop(topic, options).await,
+        };
+        if popped.is_ok() {
+            held = None;
+        }
+        match popped {
             Ok(tasks) => {
+                if ack == Ack::Next {
+                    held = tasks
+                        .last()
+                        .map(|task| (task.id.clone(), Some(task.receipt.clone())));
+                }
                 let now = now_us();
                 for task in &tasks {
                     let due_us = task.due_ms.saturating_mul(1_000);

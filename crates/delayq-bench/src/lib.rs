@@ -451,6 +451,8 @@ pub struct Ctx {
     pub threads: usize,
     /// How long a ceiling is measured, ms.
     pub ceiling_time: u64,
+    /// The bearer token, for the clients of other instances (`--consumer-server`).
+    pub token: Option<String>,
     ceilings: BTreeMap<usize, Ceiling>,
     /// The ceilings' own lines of the report.
     pub ceiling_lines: Vec<BenchResult>,
@@ -536,6 +538,7 @@ pub async fn run(args: BenchArgs, out: &mut dyn Write) -> Result<(), BenchError>
         endpoint: Endpoint::new(addr, args.client.token.as_deref(), url.path()),
         threads: args.client.threads,
         ceiling_time: args.client.ceiling_time,
+        token: args.client.token.clone(),
         ceilings: BTreeMap::new(),
         ceiling_lines: Vec::new(),
     };
@@ -579,7 +582,14 @@ async fn run_which(ctx: &mut Ctx, which: Which) -> Result<Vec<BenchResult>, Benc
     Ok(match which {
         Which::Add(bench) => add::run(ctx, &bench.validate()?).await?,
         Which::Pop(bench) => pop::run(ctx, &bench.validate()?).await?,
-        Which::Lateness(bench) => lateness::run(&ctx.client, &bench.validate()?).await?,
+        Which::Lateness(bench) => {
+            let bench = bench.validate()?;
+            let consumer = match &bench.consumer_server {
+                Some(server) => bench_client(&check_loopback(server).await?.0, ctx.token.clone())?,
+                None => ctx.client.clone(),
+            };
+            lateness::run(&ctx.client, &consumer, &bench).await?
+        }
         Which::Push(bench) => push::run(&ctx.client, &bench.validate()?).await?,
         Which::Dashboard(bench) => {
             dashboard::run(&ctx.client, &ctx.endpoint, &bench.validate()?).await?
@@ -610,7 +620,7 @@ async fn run_which(ctx: &mut Ctx, which: Which) -> Result<Vec<BenchResult>, Benc
                 duration: all.duration,
                 ..lateness::LatenessBench::default()
             };
-            results.extend(lateness::run(&ctx.client, &late.validate()?).await?);
+            results.extend(lateness::run(&ctx.client, &ctx.client, &late.validate()?).await?);
             results
         }
     })

@@ -8,7 +8,9 @@
 //! - `single`: pop one task, finish it with its receipt: two requests a task, so the figure is
 //!   compared with half the `/healthz` ceiling (docs/design.md §6: ≥ 80 %) and with the ceiling;
 //! - `batch`: pop `--count` tasks, finish them all with one batched `/finish`: two requests
-//!   for `--count` tasks, which can beat the ceiling.
+//!   for `--count` tasks, which can beat the ceiling;
+//! - `next`: ack and take the next: each pop (count 1) carries the finish of the task popped
+//!   before, one request a task, compared with the ceiling (docs/design.md §6: ≥ 80 %).
 //!
 //! The figure is tasks finished per second, from the start of the popping to the last finish.
 
@@ -21,7 +23,7 @@ use delayq_client::{Client, ClientError, NewTask};
 use serde::Deserialize;
 use std::borrow::Cow;
 
-use super::http::Endpoint;
+use super::http::{Conn, Endpoint};
 use super::load::{self, LoadRun, run_clients};
 use super::{
     BenchResult, Ctx, FULL, HALF, MAX_CONCURRENCY, MAX_DURATION_MS, MAX_TASKS, Percentiles, Target,
@@ -45,6 +47,14 @@ pub const BATCH_TARGET: Target = Target {
     condition: "32 workers, pop count N + one batched finish; issue 15, not in docs/design.md §6",
 };
 
+/// docs/design.md §6: ack and take the next, one request a task.
+pub const NEXT_TARGET: Target = Target {
+    op: ">=",
+    value: 80.0,
+    unit: "% of the ceiling",
+    condition: "32 workers, ack and take the next (one request a task)",
+};
+
 /// How the workers pop and finish.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Mode {
@@ -52,8 +62,32 @@ pub enum Mode {
     Single,
     /// `--count` tasks a pop, one batched finish for them.
     Batch,
-    /// Both, one after the other.
+    /// One task a pop, finished by the next pop.
+    Next,
+    /// `single` and `batch`, one after the other.
     Both,
+    /// All three, one after the other.
+    All,
+}
+
+/// How one run of workers pops and finishes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Single,
+    Batch,
+    Next,
+}
+
+impl Mode {
+    fn kinds(self) -> &'static [Kind] {
+        match self {
+            Mode::Single => &[Kind::Single],
+            Mode::Batch => &[Kind::Batch],
+            Mode::Next => &[Kind::Next],
+            Mode::Both => &[Kind::Single, Kind::Batch],
+            Mode::All => &[Kind::Single, Kind::Batch, Kind::Next],
+        }
+    }
 }
 
 /// The flags of `delayq bench pop`.
@@ -69,7 +103,7 @@ pub struct PopBench {
     #[arg(long, default_value_t = 50)]
     pub count: usize,
     /// Which modes to run.
-    #[arg(long, value_enum, default_value_t = Mode::Both)]
+    #[arg(long, value_enum, default_value_t = Mode::All)]
     pub mode: Mode,
     /// Tasks per batch add while pre-filling.
     #[arg(long, default_value_t = 1_000)]
@@ -88,7 +122,7 @@ impl Default for PopBench {
             workers: 32,
             tasks: 200_000,
             count: 50,
-            mode: Mode::Both,
+            mode: Mode::All,
             prefill_batch: 1_000,
             body_bytes: 100,
             max_time: 120_000,
@@ -113,8 +147,8 @@ impl PopBench {
             "--count must be 1 to 1000",
         )?;
         check(
-            self.tasks <= MAX_TASKS / 2 || self.mode != Mode::Both,
-            "--tasks must be at most 10000000 when both modes run",
+            self.tasks.saturating_mul(self.mode.kinds().len() as u64) <= MAX_TASKS,
+            "--tasks times the modes run must be at most 20000000",
         )?;
         check(
             (1..=10_000).contains(&self.prefill_batch),
@@ -140,21 +174,15 @@ const READY_WAIT: Duration = Duration::from_secs(30);
 /// Runs the benchmark: the ceiling for the workers, then each mode.
 pub async fn run(ctx: &mut Ctx, bench: &PopBench) -> Result<Vec<BenchResult>, BenchError> {
     let ceiling = ctx.ceiling(bench.workers, MAX_DURATION_MS).await?;
-    let modes: &[(usize, bool)] = match bench.mode {
-        Mode::Single => &[(1, false)],
-        Mode::Batch => &[(bench.count, true)],
-        Mode::Both => &[(1, false), (bench.count, true)],
-    };
     let mut results = Vec::new();
-    for &(count, batched) in modes {
+    for &kind in bench.mode.kinds() {
         let topic = format!("bench-pop-{}", super::run_id());
         results.push(prefill(&ctx.client, &topic, bench).await?);
         let ready_after = wait_ready(&ctx.client, &topic, bench.tasks).await?;
-        let mut result = measure(ctx, bench, &topic, count, batched).await?;
-        if batched {
-            result.compare(&ceiling, &[FULL, HALF]);
-        } else {
-            result.compare(&ceiling, &[HALF, FULL]);
+        let mut result = measure(ctx, bench, &topic, kind).await?;
+        match kind {
+            Kind::Single => result.compare(&ceiling, &[HALF, FULL]),
+            Kind::Batch | Kind::Next => result.compare(&ceiling, &[FULL, HALF]),
         }
         result.notes.push(format!(
             "all pre-filled tasks were counted ready {} after the pre-fill",
@@ -170,9 +198,9 @@ async fn measure(
     ctx: &Ctx,
     bench: &PopBench,
     topic: &str,
-    count: usize,
-    batched: bool,
+    kind: Kind,
 ) -> Result<BenchResult, BenchError> {
+    let count = if kind == Kind::Batch { bench.count } else { 1 };
     let requests = Requests::new(&ctx.endpoint, topic, count);
     let done = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + Duration::from_millis(bench.max_time);
@@ -182,7 +210,7 @@ async fn measure(
         worker(
             requests.clone(),
             addr,
-            batched,
+            kind,
             total,
             shared.clone(),
             deadline,
@@ -191,26 +219,31 @@ async fn measure(
     .await?;
     let finished = done.load(Ordering::Relaxed);
     let rate = run.rate("pop", finished, start)?;
-    let (name, measured, target) = if batched {
-        (
+    let (workers, tasks) = (bench.workers, super::group_digits(bench.tasks as f64));
+    let (name, measured, target) = match kind {
+        Kind::Batch => (
             "pop (batch)",
             format!(
-                "POST /pop (count {count}) then one POST /finish of them, {} workers, {} ready tasks",
-                bench.workers,
-                super::group_digits(bench.tasks as f64)
+                "POST /pop (count {count}) then one POST /finish of them, {workers} workers, \
+                 {tasks} ready tasks"
             ),
             BATCH_TARGET,
-        )
-    } else {
-        (
+        ),
+        Kind::Single => (
             "pop",
             format!(
-                "POST /pop (count 1) then POST /finish, {} workers, {} ready tasks",
-                bench.workers,
-                super::group_digits(bench.tasks as f64)
+                "POST /pop (count 1) then POST /finish, {workers} workers, {tasks} ready tasks"
             ),
             TARGET,
-        )
+        ),
+        Kind::Next => (
+            "pop (ack and next)",
+            format!(
+                "POST /pop (count 1) carrying the finish of the task popped before, \
+                 {workers} workers, {tasks} ready tasks"
+            ),
+            NEXT_TARGET,
+        ),
     };
     let mut result = BenchResult::new(name, measured, rate, "tasks/s", Some(target));
     result.latency_ms = Some(Percentiles::from_micros(&run.latency));
@@ -242,6 +275,8 @@ async fn measure(
 struct Requests {
     endpoint: Endpoint,
     pop: Vec<u8>,
+    /// The pop's JSON without its closing brace, for a pop that carries a finish.
+    pop_fields: Vec<u8>,
     /// `{"topic":"T","id":` : the start of every finish of this topic.
     task_start: Vec<u8>,
 }
@@ -252,12 +287,30 @@ const POP_TIMEOUT_MS: u64 = 200;
 impl Requests {
     fn new(endpoint: &Endpoint, topic: &str, count: usize) -> Requests {
         // The topic is this run's own plain ASCII name: valid JSON text as it is.
-        let pop = format!(r#"{{"topic":"{topic}","count":{count},"timeout_ms":{POP_TIMEOUT_MS}}}"#);
+        let fields =
+            format!(r#"{{"topic":"{topic}","count":{count},"timeout_ms":{POP_TIMEOUT_MS}"#);
+        let pop = format!("{fields}}}");
         Requests {
             endpoint: endpoint.clone(),
             pop: endpoint.post("/pop", pop.as_bytes()),
+            pop_fields: fields.into_bytes(),
             task_start: format!(r#"{{"topic":"{topic}","id":"#).into_bytes(),
         }
+    }
+
+    /// Writes into `request` a pop (count 1) carrying the finish of `task` (ack and take the
+    /// next), using `body` as scratch.
+    fn pop_after_into(&self, request: &mut Vec<u8>, body: &mut Vec<u8>, task: &Held) {
+        body.clear();
+        body.extend_from_slice(&self.pop_fields);
+        body.extend_from_slice(br#","finish":"#);
+        body.extend_from_slice(&self.task_start);
+        // Strings always serialize; the writer is a Vec.
+        let _ = serde_json::to_writer(&mut *body, &task.id);
+        body.extend_from_slice(br#","receipt":"#);
+        let _ = serde_json::to_writer(&mut *body, &task.receipt);
+        body.extend_from_slice(b"}}");
+        self.endpoint.post_into(request, "/pop", body);
     }
 
     /// Writes the finish of `tasks` into `request` (one task unwrapped unless `batched`),
@@ -296,6 +349,12 @@ impl Requests {
 struct PopAnswer<'a> {
     #[serde(borrow, default)]
     data: Option<Vec<Popped<'a>>>,
+}
+
+/// The task a `next` worker holds until its next pop finishes it.
+struct Held {
+    id: String,
+    receipt: String,
 }
 
 #[derive(Deserialize)]
@@ -412,7 +471,7 @@ async fn wait_ready(client: &Client, topic: &str, tasks: u64) -> Result<u64, Ben
 async fn worker(
     requests: Requests,
     addr: std::net::SocketAddr,
-    batched: bool,
+    kind: Kind,
     total: u64,
     done: Arc<AtomicU64>,
     deadline: Instant,
@@ -421,6 +480,10 @@ async fn worker(
         Ok(conn) => conn,
         Err(failed) => return failed,
     };
+    if kind == Kind::Next {
+        return next_worker(&requests, &mut conn, total, &done, deadline).await;
+    }
+    let batched = kind == Kind::Batch;
     let mut run = LoadRun::new();
     let (mut finish, mut body) = (Vec::new(), Vec::new());
     while done.load(Ordering::Relaxed) < total && Instant::now() < deadline {
@@ -466,6 +529,76 @@ async fn worker(
                     break;
                 }
             }
+        }
+    }
+    run
+}
+
+/// A `next` worker: each pop carries the finish of the task popped before, until `total`
+/// tasks are done (by every worker) or the deadline; the task held at the end is finished by
+/// a `/finish` of its own.
+async fn next_worker(
+    requests: &Requests,
+    conn: &mut Conn,
+    total: u64,
+    done: &AtomicU64,
+    deadline: Instant,
+) -> LoadRun {
+    let mut run = LoadRun::new();
+    let (mut request, mut body) = (Vec::new(), Vec::new());
+    let mut held: Option<Held> = None;
+    while done.load(Ordering::Relaxed) < total && Instant::now() < deadline {
+        let sent = Instant::now();
+        let pop = match &held {
+            Some(task) => {
+                requests.pop_after_into(&mut request, &mut body, task);
+                &request
+            }
+            None => &requests.pop,
+        };
+        match conn.exchange(pop).await {
+            Ok(answer) if answer.status == 200 => {
+                if held.take().is_some() {
+                    run.tasks += 1;
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+                match serde_json::from_slice::<PopAnswer>(answer.body) {
+                    Ok(PopAnswer { data: Some(tasks) }) => {
+                        held = tasks.first().map(|t| Held {
+                            id: t.id.clone().into_owned(),
+                            receipt: t.receipt.clone().into_owned(),
+                        });
+                    }
+                    Ok(_) => {}
+                    Err(err) => {
+                        run.error(|| format!("unreadable pop answer: {err}"), false);
+                    }
+                }
+                run.record(sent);
+            }
+            Ok(answer) => {
+                // The finish was refused: nothing was popped, and the task is not held.
+                held = None;
+                run.refused(answer.status, answer.body);
+            }
+            Err(err) => {
+                if run.http_error(err) {
+                    return run;
+                }
+            }
+        }
+    }
+    if let Some(task) = held {
+        let popped = [Popped {
+            id: Cow::Owned(task.id),
+            receipt: Cow::Owned(task.receipt),
+        }];
+        requests.finish_into(&mut request, &mut body, &popped, false);
+        if let Ok(answer) = conn.exchange(&request).await
+            && answer.status == 200
+        {
+            run.tasks += 1;
+            done.fetch_add(1, Ordering::Relaxed);
         }
     }
     run

@@ -8,8 +8,8 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use delayq_client::{Client, NewTask, PopOptions};
-use delayq_testkit::RedisServer;
+use delayq_client::{Ack, Client, NewTask, PopOptions};
+use delayq_testkit::{RedisCluster, RedisServer};
 use support::Server;
 
 fn instances(redis: &RedisServer, n: usize) -> Vec<Server> {
@@ -178,4 +178,94 @@ async fn a_sigkilled_instance_has_its_leases_taken_over() {
     eprintln!("worst lateness after the SIGKILL: {worst} ms");
     // About a second of lease takeover plus polling: a generous bound, not a speed check.
     assert!(worst < 10_000, "tasks fired {worst} ms late");
+}
+
+/// Consumers on one instance loop "ack and take the next" (each pop carries the finish of the
+/// task popped before) while tasks are added through another: every task arrives once, never
+/// before its due, and every finish rode on a pop with the receipt it was handed out with.
+async fn ack_and_next_across_instances(producer: &Client, consumer: &Client, topic: &str) {
+    const TASKS: u64 = 300;
+    let base = now_ms() + 300;
+    let tasks: Vec<NewTask> = (0..TASKS)
+        .map(|i| {
+            NewTask::new(topic, format!("t{i}"))
+                .run_at_ms(base + i * 3)
+                .ttr_ms(60_000)
+        })
+        .collect();
+    for item in producer.add_batch(&tasks).await.expect("add") {
+        assert!(item.is_ok(), "{item:?}");
+    }
+    let mut consumers = Vec::new();
+    for _ in 0..8 {
+        let (c, topic) = (consumer.clone(), topic.to_owned());
+        consumers.push(tokio::spawn(async move {
+            let mut seen: Vec<(String, u64)> = Vec::new();
+            let mut held: Option<(String, String)> = None;
+            let options = PopOptions::default().timeout_ms(1_500);
+            loop {
+                let got = match &held {
+                    Some((id, receipt)) => {
+                        let finish = Ack::Finish {
+                            topic: &topic,
+                            id,
+                            receipt: Some(receipt),
+                        };
+                        c.pop_after(finish, &topic, options).await
+                    }
+                    None => c.pop(&topic, options).await,
+                }
+                .expect("pop carrying the last finish");
+                let now = now_ms();
+                let Some(task) = got.into_iter().next() else {
+                    return seen;
+                };
+                assert!(
+                    now >= task.due_ms,
+                    "{} handed out {} ms early",
+                    task.id,
+                    task.due_ms - now
+                );
+                seen.push((task.id.clone(), now - task.due_ms));
+                held = Some((task.id, task.receipt));
+            }
+        }));
+    }
+    let mut count: BTreeMap<String, usize> = BTreeMap::new();
+    let mut late = Vec::new();
+    for handle in consumers {
+        for (id, lateness) in handle.await.expect("consumer") {
+            *count.entry(id).or_insert(0) += 1;
+            late.push(lateness);
+        }
+    }
+    assert_eq!(count.len() as u64, TASKS, "every task arrived");
+    assert!(count.values().all(|&n| n == 1), "none twice: {count:?}");
+    late.sort_unstable();
+    eprintln!(
+        "lateness through the other instance: p50 {} ms, max {} ms",
+        late[late.len() / 2],
+        late[late.len() - 1]
+    );
+    // Every finish rode on a pop: the producer's instance sees them all finished.
+    let stats = producer.stats(topic).await.expect("stats");
+    assert_eq!((stats.finished, stats.active), (TASKS, 0), "{stats:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ack_and_next_consumers_on_another_instance() {
+    let redis = RedisServer::start();
+    let servers = instances(&redis, 2);
+    let (a, b) = (client(&servers[0]), client(&servers[1]));
+    ack_and_next_across_instances(&a, &b, "orders").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ack_and_next_consumers_on_another_instance_over_a_cluster() {
+    let cluster = RedisCluster::start_masters_only();
+    let servers: Vec<Server> = (0..2)
+        .map(|_| Server::start_with(&["--redis", &cluster.url()]))
+        .collect();
+    let (a, b) = (client(&servers[0]), client(&servers[1]));
+    ack_and_next_across_instances(&a, &b, "orders").await;
 }

@@ -153,7 +153,7 @@ macro_rules! suite {
             add_then_get, due_is_absolute, never_early, prompt_without_other_activity,
             long_poll_wakes_when_due, long_poll_times_out_empty, pop_order_is_earliest_due_first,
             pop_count_and_auto_finish, ttr_expiry_redelivers, touch_restarts_ttr,
-            stale_receipt_is_conflict, finish_only_from_active, release_without_backoff_is_immediate,
+            stale_receipt_is_conflict, finish_then_pop_acks_then_takes, finish_only_from_active, release_without_backoff_is_immediate,
             release_with_delay_overrides_backoff, backoff_kinds_delay_redelivery,
             max_retries_counts_redeliveries, zero_retries_means_one_attempt,
             unlimited_retries, dead_keeps_error_and_history, requeue_one_and_all,
@@ -191,7 +191,8 @@ macro_rules! suite {
         );
         $crate::suite!(@in trace $make;
             trace_context_is_kept_through_the_life_of_a_task, replace_takes_the_new_trace_context,
-            batch_tasks_keep_their_own_trace_contexts, schedule_occurrences_start_their_own_traces
+            batch_tasks_keep_their_own_trace_contexts, schedule_occurrences_start_their_own_traces,
+            finish_then_pop_hands_back_the_trace_context
         );
     };
     // One test per case of module `$module`, on a fresh backend each.

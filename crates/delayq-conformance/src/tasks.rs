@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use delayq::{
-    AddOutcome, Backoff, ErrorKind, MaxRetries, NewTask, OnDuplicate, PopOptions, Refusal,
-    ReleaseOptions, State, WorkerOptions,
+    AddOutcome, Backoff, Delivery, ErrorKind, Held, MaxRetries, NewTask, OnDuplicate, PopOptions,
+    Refusal, ReleaseOptions, State, WorkerOptions,
 };
 
 use crate::support::{T, kind, task};
@@ -244,6 +244,128 @@ pub async fn stale_receipt_is_conflict(h: &Harness) {
     }
     h.queue.finish(T, "a", Some(&new.receipt)).await.unwrap();
     assert_eq!(h.state(T, "a").await, Some(State::Finished));
+}
+
+/// Ack and take the next (docs/design.md §3): `finish_then_pop` finishes the held task exactly
+/// as `finish` does, then pops in rule 11's order; a finish that is refused (stale receipt,
+/// not ACTIVE, unknown) is the error and nothing is popped.
+pub async fn finish_then_pop_acks_then_takes(h: &Harness) {
+    for id in ["a", "b"] {
+        h.add(task(id, 0).ttr_ms(100)).await;
+    }
+    let first = h.pop_ready(T).await;
+    assert_eq!(first.id, "a");
+    let now = PopOptions::default().timeout_ms(0);
+    let held = |d: &Delivery| (d.id.clone(), d.receipt.clone());
+    let (id, receipt) = held(&first);
+    let next = h
+        .queue
+        .finish_then_pop(
+            Held {
+                topic: T,
+                id: &id,
+                receipt: Some(&receipt),
+            },
+            T,
+            now,
+        )
+        .await
+        .expect("the finish")
+        .expect("the pop");
+    assert_eq!(h.state(T, "a").await, Some(State::Finished));
+    assert_eq!(
+        next.iter().map(|d| d.id.as_str()).collect::<Vec<_>>(),
+        ["b"]
+    );
+    // "b" is redelivered after its ttr: its first receipt is stale, and a finish with it
+    // neither finishes nor pops ("c" stays READY).
+    let stale = held(&next[0]);
+    h.advance(100);
+    h.wait_state(T, "b", State::Ready).await;
+    let again = h.pop_ready(T).await;
+    assert_eq!(again.id, "b");
+    h.add(task("c", 0)).await;
+    let refused = h
+        .queue
+        .finish_then_pop(
+            Held {
+                topic: T,
+                id: &stale.0,
+                receipt: Some(&stale.1),
+            },
+            T,
+            now,
+        )
+        .await
+        .expect_err("a stale receipt");
+    assert!(
+        matches!(
+            refused,
+            delayq::Error::Conflict {
+                refusal: Refusal::StaleReceipt,
+                ..
+            }
+        ),
+        "{refused}"
+    );
+    assert_eq!(
+        h.state(T, "c").await,
+        Some(State::Ready),
+        "nothing was popped"
+    );
+    // Not ACTIVE, and unknown: refused the same way.
+    let finished = h
+        .queue
+        .finish_then_pop(
+            Held {
+                topic: T,
+                id: "a",
+                receipt: None,
+            },
+            T,
+            now,
+        )
+        .await
+        .expect_err("a finished task");
+    assert_eq!(finished.kind(), ErrorKind::Conflict);
+    let unknown = h
+        .queue
+        .finish_then_pop(
+            Held {
+                topic: T,
+                id: "nope",
+                receipt: None,
+            },
+            T,
+            now,
+        )
+        .await
+        .expect_err("an unknown task");
+    assert_eq!(unknown.kind(), ErrorKind::NotFound);
+    assert_eq!(
+        h.state(T, "c").await,
+        Some(State::Ready),
+        "nothing was popped"
+    );
+    // The held task of another topic, and an empty topic: finished, nothing to take.
+    let (id, receipt) = held(&again);
+    let none = h
+        .queue
+        .finish_then_pop(
+            Held {
+                topic: T,
+                id: &id,
+                receipt: Some(&receipt),
+            },
+            "empty",
+            now,
+        )
+        .await
+        .expect("the finish")
+        .expect("the pop");
+    assert!(none.is_empty());
+    assert_eq!(h.state(T, "b").await, Some(State::Finished));
+    assert_eq!(h.queue.stats(T).await.unwrap().finished, 2);
 }
 
 /// Rule 8: finish only from ACTIVE; a missing receipt is accepted; unknown is 404.

@@ -1,13 +1,14 @@
 //! Trace contexts (docs/tracing.md) on every backend: a task added with a W3C trace context
 //! keeps it through every transition — delivery, ttr expiry, release, bury, kick, take,
-//! finish — and shows it in every view; a task without one has none; a replace takes the new
+//! finish, ack and take the next — and shows it in every view; a task without one has none; a
+//! replace takes the new
 //! task's; each task of a batch keeps its own; each occurrence of a traced schedule starts a
 //! trace of its own.
 
 use delayq::core::schedule::{ScheduleDef, occurrence_id, occurrence_trace};
 use delayq::{
-    BuryOptions, NewTask, OnDuplicate, ReleaseOptions, Scheduler, SchedulerOptions, State,
-    TraceContext,
+    BuryOptions, Held, NewTask, OnDuplicate, PopOptions, ReleaseOptions, Scheduler,
+    SchedulerOptions, State, TraceContext,
 };
 
 use crate::{Harness, START_MS};
@@ -68,6 +69,41 @@ pub async fn trace_context_is_kept_through_the_life_of_a_task(h: &Harness) {
     h.advance(60_000);
     let plain = h.pop_ready(T).await;
     assert_eq!((plain.id.as_str(), plain.trace), ("plain", None));
+}
+
+/// Ack and take the next (`finish_then_pop`, one script on Redis) hands back the next task's
+/// context as a pop does, and the finished task keeps its own.
+pub async fn finish_then_pop_hands_back_the_trace_context(h: &Harness) {
+    let (ta, tb) = (
+        trace(0xa1, None),
+        trace(0xb2, Some("congo=t61rcWkgMzE,rojo=a b")),
+    );
+    h.add(NewTask::new(T, "a").trace(ta.clone())).await;
+    h.add(NewTask::new(T, "b").trace(tb.clone())).await;
+    h.add(NewTask::new(T, "c")).await;
+    let mut held = h.pop_ready(T).await;
+    assert_eq!((held.id.as_str(), held.trace.as_ref()), ("a", Some(&ta)));
+    for (id, want) in [("b", Some(&tb)), ("c", None)] {
+        let next = h
+            .queue
+            .finish_then_pop(
+                Held {
+                    topic: T,
+                    id: &held.id,
+                    receipt: Some(&held.receipt),
+                },
+                T,
+                PopOptions::default().timeout_ms(0),
+            )
+            .await
+            .expect("the finish")
+            .expect("the pop");
+        let [next] = <[_; 1]>::try_from(next).expect("one task");
+        assert_eq!((next.id.as_str(), next.trace.as_ref()), (id, want));
+        held = next;
+    }
+    let a = h.queue.get(T, "a").await.unwrap();
+    assert_eq!((a.state, a.trace), (State::Finished, Some(ta)));
 }
 
 /// A replace stores the new task's context, or none when the new task has none; a kept

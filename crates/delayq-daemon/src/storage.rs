@@ -40,6 +40,9 @@ async fn redis_queue(
     mut ctx: StorageContext,
 ) -> Result<Queue, ServerError> {
     let mut options = RedisOptions::new(url.to_owned());
+    if let Some(partitions) = config.redis_partitions {
+        options = options.partitions(partitions);
+    }
     if config.redis_wait_replicas > 0 {
         options = options.wait_replicas(
             config.redis_wait_replicas,

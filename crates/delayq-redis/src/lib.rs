@@ -135,5 +135,5 @@ mod storage;
 pub use clock::{RedisClock, RedisClockOptions};
 pub use error::BackendError;
 pub use keys::{bucket_of, partition_of};
-pub use options::RedisOptions;
+pub use options::{CLUSTER_PARTITIONS, RedisOptions};
 pub use storage::{RedisStorage, start};

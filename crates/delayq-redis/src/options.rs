@@ -8,6 +8,9 @@ use delayq::Error;
 /// The most partitions a topic may have.
 pub const MAX_PARTITIONS: u32 = 1_024;
 
+/// The default partition count of a topic on a Redis Cluster.
+pub const CLUSTER_PARTITIONS: u32 = 4;
+
 /// How to reach Redis and how to lay tasks out in it.
 ///
 /// Built with [`RedisOptions::new`] and the builder methods; every field has a default that
@@ -32,6 +35,9 @@ pub struct RedisOptions {
     /// The Redis URL (`redis://[user:password@]host:port[/db]`, `rediss://` for TLS).
     pub url: String,
     /// The partition count of a topic created by this instance, unless set per topic.
+    /// Default: [`CLUSTER_PARTITIONS`] on a Cluster, where partitions spread a busy topic
+    /// over the masters; 1 on one Redis or Sentinel, where they would spread nothing and
+    /// would cost every pop a look at each partition first (docs/storage.md).
     pub partitions: u32,
     /// Partition counts of particular topics.
     pub topic_partitions: BTreeMap<String, u32>,
@@ -57,9 +63,15 @@ pub struct RedisOptions {
 impl RedisOptions {
     /// Options for the Redis at `url`, with defaults for everything else.
     pub fn new(url: impl Into<String>) -> Self {
+        let url = url.into();
+        let partitions = if url.starts_with("redis+cluster://") {
+            CLUSTER_PARTITIONS
+        } else {
+            1
+        };
         RedisOptions {
-            url: url.into(),
-            partitions: 4,
+            url,
+            partitions,
             topic_partitions: BTreeMap::new(),
             lease_ms: 1_000,
             key_prefix: "dq".to_owned(),

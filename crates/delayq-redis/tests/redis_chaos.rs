@@ -463,10 +463,17 @@ async fn a_cluster_client_reaches_every_node_only_through_its_proxy() {
         proxy.set(Faults::refuse());
         proxy.cut();
     }
+    // A request already on its way through a proxy when it cut may have reached Redis: its
+    // error says so (outcome unknown), and only the others must be absent afterwards.
+    let mut not_applied = Vec::new();
     for k in 0..16 {
         let id = format!("cut-{k}");
         let added = add(id.clone()).await;
-        assert!(added.is_err(), "{id} was added with every proxy cut");
+        match added {
+            Ok(_) => panic!("{id} was added with every proxy cut"),
+            Err(e) if e.outcome() == LibOutcome::NotApplied => not_applied.push(id.clone()),
+            Err(_) => {}
+        }
         assert!(
             q.get("reach", &id).await.is_err(),
             "a get with every proxy cut"
@@ -496,16 +503,18 @@ async fn a_cluster_client_reaches_every_node_only_through_its_proxy() {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
-    for k in 0..16 {
-        let id = format!("cut-{k}");
-        let found = q.get("reach", &id).await;
+    // A cut reaches every connection at once, so at most the first request can be on its way.
+    assert!(not_applied.len() >= 15, "not applied: {not_applied:?}");
+    for id in &not_applied {
+        let found = q.get("reach", id).await;
         assert!(
             matches!(&found, Err(e) if e.kind() == ErrorKind::NotFound),
-            "{id}, sent while every proxy refused, is there: {found:?}"
+            "{id}, refused as not applied while every proxy refused, is there: {found:?}"
         );
     }
     let stats = q.stats("reach").await.expect("stats");
-    assert_eq!(stats.delayed, 64, "{stats:?}");
+    let unknown = 16 - not_applied.len() as u64;
+    assert!((64..=64 + unknown).contains(&stats.delayed), "{stats:?}");
     q.shutdown().await.ok();
 }
 

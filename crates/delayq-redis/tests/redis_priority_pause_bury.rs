@@ -630,3 +630,222 @@ async fn windows_start_at_the_clocks_upper_bound() {
     assert_eq!(state, State::Delayed);
     assert_eq!(q.get("w", "a").await.unwrap().due_ms, T0 + 3 + 100);
 }
+
+/// Records in the decimal form of the release before the short one (eleven fields: priority
+/// and insertion number, a partition of index format 2), one task in every state, written
+/// with raw commands: every field reads back through the new code, each transition works on
+/// them (finish with the old receipt, pop by priority, kick, promotion), and a record a
+/// script changes is written back in the short form.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_of_the_previous_release_read_and_move() {
+    let server = RedisServer::start();
+    let mut conn = redis::Client::open(server.url())
+        .and_then(|c| c.get_connection())
+        .expect("connect");
+    // Raw commands (values may hold NUL bytes): the reply as text, empty for none.
+    let mut raw = |args: &[&str]| -> String {
+        let mut cmd = redis::cmd(args[0]);
+        for a in &args[1..] {
+            cmd.arg(*a);
+        }
+        match cmd.query::<redis::Value>(&mut conn).expect("a raw command") {
+            redis::Value::BulkString(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            _ => String::new(),
+        }
+    };
+    let created = T0 - 5_000;
+    let seq = |n: u64| format!("{:016x}", (created << 20) | n);
+    let records = "dq:{cur#0}:records";
+    // (id, record, the state set, its score, its member)
+    let rows = [
+        (
+            "d1",
+            format!("0,{},{created},,30000,3,,,,,{}\nlater", T0 + 60_000, seq(1)),
+            "delayed",
+            T0 + 60_000,
+            "d1".to_owned(),
+        ),
+        (
+            "r1",
+            format!(
+                "1,{},{created},{},30000,3,,,,7,{}\nfirst, then\nmore",
+                T0 - 1_000,
+                T0 - 1_000,
+                seq(2)
+            ),
+            "ready",
+            7,
+            format!("{:012x}{}r1", T0 - 1_000, seq(2)),
+        ),
+        (
+            "a1",
+            format!(
+                "2,{},{created},{},60000,-1,1,{},abcd00000001,,{}\nheld",
+                T0 - 2_000,
+                T0 - 1_500,
+                T0 + 58_500,
+                seq(3)
+            ),
+            "active",
+            T0 - 2_000,
+            "a1".to_owned(),
+        ),
+        (
+            "f1",
+            format!(
+                "3,{},{created},{},30000,3,,{},,,{}\n",
+                T0 - 3_000,
+                T0 - 100,
+                T0 + 86_400_000,
+                seq(4)
+            ),
+            "finished",
+            T0 - 3_000,
+            "f1".to_owned(),
+        ),
+        (
+            "x1",
+            format!(
+                "5,{},{created},{},30000,0,,,,,{}\nburied",
+                T0 - 4_000,
+                T0 - 200,
+                seq(5)
+            ),
+            "dead",
+            T0 - 200,
+            format!("{}x1", seq(5)),
+        ),
+    ];
+    raw(&["HSET", "dq:topics", "cur", "1"]);
+    raw(&["HSET", "dq:{cur#0}:info", "v", "2"]);
+    for (id, record, set, score, member) in &rows {
+        raw(&["HSET", records, id, record]);
+        raw(&[
+            "ZADD",
+            &format!("dq:{{cur#0}}:{set}"),
+            &score.to_string(),
+            member,
+        ]);
+    }
+    raw(&[
+        "ZADD",
+        "dq:{cur#0}:deadlines",
+        &(T0 + 58_500).to_string(),
+        "a1",
+    ]);
+    raw(&[
+        "ZADD",
+        "dq:{cur#0}:finished:expiry",
+        &(T0 + 86_400_000).to_string(),
+        "f1",
+    ]);
+    let history = format!(
+        "{{\"started_at_ms\":{},\"ended_at_ms\":{},\"outcome\":\"released\",\"error\":\"boom\"}}",
+        T0 - 3_500,
+        T0 - 3_000
+    );
+    raw(&[
+        "HSET",
+        "dq:{cur#0}:extras",
+        "a1",
+        &format!("\0\"boom\"\0{history}"),
+    ]);
+
+    let clock = ManualClock::new(T0);
+    let ctx = StorageContext::new(Arc::new(clock.clone()));
+    let i = Instance::start(ctx, support::options(&server).partitions(1)).await;
+    let q = &i.queue;
+    let get = |id: &'static str| async move { q.get("cur", id).await.expect(id) };
+    let d1 = get("d1").await;
+    assert_eq!(
+        (
+            d1.state,
+            d1.due_ms,
+            d1.created_at_ms,
+            d1.updated_at_ms,
+            d1.body.as_slice()
+        ),
+        (
+            State::Delayed,
+            T0 + 60_000,
+            created,
+            created,
+            b"later".as_slice()
+        )
+    );
+    assert_eq!((d1.ttr_ms, d1.max_retries, d1.priority), (30_000, 3, 1024));
+    let r1 = get("r1").await;
+    assert_eq!(
+        (r1.state, r1.priority, r1.updated_at_ms, r1.body.as_slice()),
+        (State::Ready, 7, T0 - 1_000, b"first, then\nmore".as_slice())
+    );
+    let a1 = get("a1").await;
+    assert_eq!(
+        (
+            a1.state,
+            a1.ttr_ms,
+            a1.max_retries,
+            a1.retries,
+            a1.deadline_ms
+        ),
+        (State::Active, 60_000, -1, 1, Some(T0 + 58_500))
+    );
+    assert_eq!(a1.last_error.as_deref(), Some("boom"));
+    assert_eq!(a1.history.len(), 1);
+    let f1 = get("f1").await;
+    assert_eq!(
+        (f1.state, f1.deadline_ms, f1.body.len()),
+        (State::Finished, Some(T0 + 86_400_000), 0)
+    );
+    let x1 = get("x1").await;
+    assert_eq!(
+        (x1.state, x1.max_retries, x1.updated_at_ms),
+        (State::Dead, 0, T0 - 200)
+    );
+    let stats = q.stats("cur").await.unwrap();
+    assert_eq!(
+        (
+            stats.delayed,
+            stats.ready,
+            stats.active,
+            stats.finished,
+            stats.dead
+        ),
+        (1, 1, 1, 1, 1)
+    );
+
+    // The held task finishes with the receipt the old record holds, and is rewritten short.
+    q.finish("cur", "a1", Some("abcd00000001")).await.unwrap();
+    assert_eq!(get("a1").await.state, State::Finished);
+    let rewritten = raw(&["HGET", records, "a1"]);
+    assert!(rewritten.starts_with('d'), "{rewritten:?}");
+    // The old READY member still orders by its priority against a new task.
+    q.add(NewTask::new("cur", "n1").priority(1024))
+        .await
+        .unwrap();
+    // Each task taken is finished, so none comes back by its ttr when the clock moves on.
+    let take_and_finish = |n: usize| async move {
+        let got = q.pop("cur", PopOptions::default().count(n)).await.unwrap();
+        for d in &got {
+            q.finish("cur", &d.id, Some(&d.receipt)).await.unwrap();
+        }
+        got.into_iter().map(|d| d.id).collect::<Vec<_>>()
+    };
+    assert_eq!(take_and_finish(1).await, ["r1"]);
+    assert_eq!(take_and_finish(1).await, ["n1"]);
+    // The old DEAD member is kicked, then handed out.
+    assert_eq!(q.kick("cur", 5).await.unwrap(), 1);
+    assert_eq!(take_and_finish(5).await, ["x1"]);
+    // The old DELAYED task, untouched so far, is promoted when due.
+    assert!(raw(&["HGET", records, "d1"]).starts_with('0'));
+    clock.set(T0 + 60_000);
+    let got = q.pop("cur", PopOptions::default()).await.unwrap();
+    assert_eq!(
+        got.iter()
+            .map(|d| (d.id.as_str(), d.body.as_slice()))
+            .collect::<Vec<_>>(),
+        [("d1", b"later".as_slice())]
+    );
+    assert!(raw(&["HGET", records, "d1"]).starts_with('c'));
+    assert_eq!(get("d1").await.created_at_ms, created);
+}

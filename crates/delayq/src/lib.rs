@@ -44,7 +44,7 @@ pub use metrics::TopicActivity;
 pub use queue::{PopOptions, Queue};
 pub use schedule::{PutOutcome, ScheduleInfo, Scheduler, SchedulerOptions, TickReport};
 pub use storage::{
-    AddResult, Backend, BeanstalkOps, JobIds, MAX_DUE_BOUNDS, ReleaseOptions, SettingsChanges,
-    SettingsStore, StorageContext, TaskStore,
+    AddResult, Backend, BeanstalkOps, Held, JobIds, MAX_DUE_BOUNDS, ReleaseOptions,
+    SettingsChanges, SettingsStore, StorageContext, TaskStore,
 };
 pub use workers::{WorkerOptions, Workers};

@@ -26,7 +26,9 @@ use tokio::sync::watch;
 use crate::clock::{Clock, ClockUnavailable, SystemClock};
 use crate::error::{Error, ErrorKind, Result};
 use crate::metrics::{TopicActivity, TopicCounters};
-use crate::storage::{AddResult, Backend, MAX_DUE_BOUNDS, ReleaseOptions, StorageContext, memory};
+use crate::storage::{
+    AddResult, Backend, Held, MAX_DUE_BOUNDS, ReleaseOptions, StorageContext, memory,
+};
 use crate::workers::{WorkerOptions, Workers};
 
 /// How often a parked long-poll looks again while storage is unavailable.
@@ -388,6 +390,43 @@ impl Queue {
         let metrics = &self.inner.ctx.metrics;
         metrics.observe_finished(&metrics.topic(topic), 1);
         Ok(())
+    }
+
+    /// Ack and take the next (docs/design.md §3): finishes the task the consumer holds,
+    /// exactly as [`Queue::finish`] does, then pops `topic` as [`Queue::pop`] does, waiting up
+    /// to `options.timeout_ms`. The pop's options are checked before anything changes. The
+    /// outer error is the finish's (nothing was popped; its [`Error::outcome`] says whether
+    /// it may have been applied); the inner result is the pop's.
+    ///
+    /// The storage does the finish and the first look in one step where it can (Redis: one
+    /// script), so a consumer loop costs one round trip a task.
+    pub async fn finish_then_pop(
+        &self,
+        held: Held<'_>,
+        topic: &str,
+        options: PopOptions,
+    ) -> Result<Result<Vec<Delivery>>> {
+        self.check_open()?;
+        check_topic(topic)?;
+        self.check_pop_options(options)?;
+        check_key(held.topic, held.id)?;
+        self.check_clock()?;
+        let first = self
+            .inner
+            .storage
+            .tasks()
+            .finish_then_pop(held, topic, options.count, options.auto_finish)
+            .await?;
+        let metrics = &self.inner.ctx.metrics;
+        metrics.observe_finished(&metrics.topic(held.topic), 1);
+        let got = match first {
+            Ok(got) => self.count_auto_finished(options, got),
+            Err(e) => return Ok(Err(e)),
+        };
+        if !got.is_empty() || options.timeout_ms == 0 {
+            return Ok(Ok(got));
+        }
+        Ok(self.long_poll(&[topic.to_owned()], options).await)
     }
 
     /// Finishes a batch of tasks, each `(topic, id, receipt)` on its own: one result per task

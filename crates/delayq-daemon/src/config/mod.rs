@@ -98,6 +98,9 @@ pub struct ServerConfig {
     /// With Redis: how many replicas must confirm a write before it is acknowledged (0: do
     /// not wait).
     pub redis_wait_replicas: u32,
+    /// With Redis: the partition count of topics this instance creates (`None`: by the kind
+    /// of deployment, see [`delayq_redis::RedisOptions::new`]).
+    pub redis_partitions: Option<u32>,
     /// With Redis: how long to wait for them, in ms.
     pub redis_wait_timeout_ms: u64,
     /// The beanstalkd protocol listener; `None` when off.
@@ -261,6 +264,7 @@ impl ServerConfig {
             log_format: s.log_format,
             shutdown_timeout_ms: s.shutdown_timeout_ms,
             redis_wait_replicas: s.redis_wait_replicas,
+            redis_partitions: s.redis_partitions,
             redis_wait_timeout_ms: s.redis_wait_timeout_ms,
             dashboard: !s.no_dashboard,
         })

@@ -34,13 +34,21 @@
 --   6 retention (ms)
 --   7.. the script's own arguments
 --
--- A record is one string: a header of comma-separated fields, a newline, then the body.
--- Header fields, in order: state code, due, created, updated (empty: created), ttr,
--- max retries (-1: no limit), retries (empty: 0), deadline (ACTIVE: ttr deadline;
--- FINISHED/CANCELLED: end of retention; empty: none), receipt (ACTIVE; empty: none),
--- priority (empty: 1024), insertion number (16 hex digits; empty: 0). Records of the
--- previous version end after the receipt and read as priority 1024, insertion 0.
--- `src/record.rs` encodes and parses the same format on the Rust side.
+-- A record is one string: a header, a newline, then the body. The header (short, because it
+-- is paid once per task) is
+--   <state letter><created>,<due>,<insertion>,<updated>,<ttr>,<max>,<retries>,<deadline>,<receipt>,<priority>,<trace>
+-- The state letter is `a` (DELAYED) .. `f` (DEAD). Numbers are base 36; due, updated and
+-- deadline are signed offsets from created ('-' before a negative one). The insertion number
+-- is its counter (low 20 bits), then '.' and the offset of its millisecond from created when
+-- that is not 0. Empty fields hold defaults: insertion none, updated = created, ttr 30000,
+-- max retries 3 (-1: no limit), retries 0, no deadline (ACTIVE: ttr deadline;
+-- FINISHED/CANCELLED: end of retention), no receipt (ACTIVE only), priority 1024, no trace
+-- context; trailing empty fields are left out. The trace context (only a task added with
+-- one has it) is written by record.rs and kept here as an opaque string: it holds no comma.
+-- Records written before begin with the state's digit and hold decimal fields: state, due,
+-- created, updated, ttr, max, retries, deadline, receipt, priority, insertion (16 hex
+-- digits); the oldest end after the receipt. `load` reads both,
+-- `save` writes the short form. `src/record.rs` encodes and parses the same on the Rust side.
 -- One string per task in one hash per partition keeps a delayed task small: a 100-byte body
 -- would push a hash per task out of Redis's compact encoding.
 --
@@ -87,6 +95,8 @@ local DEAD_N = 0
 local HEADS = {}
 -- How many due entries the last promote() looked at (a full batch means: call again).
 local SCANNED = 0
+-- Where pop.lua's own arguments start: 7, or after the finish of finish_pop.lua.
+local POP_ARG = 7
 
 local function fmt(n)
   return string.format('%d', n)
@@ -117,36 +127,79 @@ local function index_timer(key, t, id)
   redis.call('ZADD', key, t, id)
 end
 
--- The header of a record.
+-- Base 36 (lower case), '-' before a negative number: the numbers of a record's header.
+local DIGITS = '0123456789abcdefghijklmnopqrstuvwxyz'
+local function b36(n)
+  if n < 0 then
+    return '-' .. b36(-n)
+  end
+  local t, i = {}, 13
+  repeat
+    local d = n % 36
+    t[i] = string.sub(DIGITS, d + 1, d + 1)
+    i = i - 1
+    n = (n - d) / 36
+  until n == 0
+  return table.concat(t, '', i + 1, 13)
+end
+
+-- A base-36 header field ('-' allowed); nil when empty.
+local function n36(s)
+  if s == nil or s == '' then
+    return nil
+  elseif string.byte(s, 1) == 45 then
+    return -tonumber(string.sub(s, 2), 36)
+  end
+  return tonumber(s, 36)
+end
+
+local DEFAULT_TTR, DEFAULT_MAX = 30000, 3
+
+-- The header of a record (the short form above). Created and the insertion number never
+-- change, and the due rarely does: their text as loaded is reused, so a promotion encodes
+-- only the new `updated`.
 local function header(rec)
-  local updated = ''
-  if rec.updated then
-    updated = fmt(rec.updated)
+  local c = rec.created
+  local due = rec.due36
+  if rec.due ~= rec.due0 or not due then
+    due = b36(rec.due - c)
   end
-  local retries = ''
+  local seq = rec.seq36
+  if not seq then
+    seq = ''
+    if rec.seq ~= NO_SEQ then
+      local ms = tonumber(string.sub(rec.seq, 1, WIDTH - 1), 16)
+      seq = b36(tonumber(string.sub(rec.seq, WIDTH), 16))
+      if ms ~= c then
+        seq = seq .. '.' .. b36(ms - c)
+      end
+    end
+  end
+  -- The trace context (record.rs writes it; opaque here) is kept through every transition.
+  local f = {due, seq, '', '', '', '', '', rec.receipt, '', rec.trace}
+  if rec.updated and rec.updated ~= c then
+    f[3] = b36(rec.updated - c)
+  end
+  if rec.ttr ~= DEFAULT_TTR then
+    f[4] = b36(rec.ttr)
+  end
+  if rec.max ~= DEFAULT_MAX then
+    f[5] = b36(rec.max)
+  end
   if rec.retries ~= 0 then
-    retries = fmt(rec.retries)
+    f[6] = b36(rec.retries)
   end
-  local deadline = ''
   if rec.deadline ~= 0 then
-    deadline = fmt(rec.deadline)
+    f[7] = b36(rec.deadline - c)
   end
-  local pri = ''
   if rec.pri ~= DEFAULT_PRIORITY then
-    pri = fmt(rec.pri)
+    f[9] = b36(rec.pri)
   end
-  local seq = ''
-  if rec.seq ~= NO_SEQ then
-    seq = rec.seq
+  local n = 10
+  while f[n] == '' do
+    n = n - 1
   end
-  local h = rec.state .. ',' .. fmt(rec.due) .. ',' .. rec.created .. ',' .. updated .. ',' ..
-    rec.ttr .. ',' .. rec.max .. ',' .. retries .. ',' .. deadline .. ',' .. rec.receipt ..
-    ',' .. pri .. ',' .. seq
-  -- The trace context (record.rs writes it; opaque here), kept through every transition.
-  if rec.trace ~= '' then
-    h = h .. ',' .. rec.trace
-  end
-  return h
+  return string.char(97 + rec.state) .. (rec.c36 or b36(c)) .. ',' .. table.concat(f, ',', 1, n)
 end
 
 -- A fixed-width hex number (clamped: order beyond 2^48 ms, the year 10889, is not kept).
@@ -200,26 +253,66 @@ local function load(id)
   local nl = string.find(raw, '\n', 1, true)
   local f = {}
   local i = 1
-  for field in string.gmatch(string.sub(raw, 1, nl - 1) .. ',', '([^,]*),') do
-    f[i] = field
-    i = i + 1
+  local rec
+  if string.byte(raw, 1) >= 97 then
+    -- The short form.
+    for field in string.gmatch(string.sub(raw, 2, nl - 1) .. ',', '([^,]*),') do
+      f[i] = field
+      i = i + 1
+    end
+    local c = tonumber(f[1], 36)
+    local seq = NO_SEQ
+    local seq36 = f[3] or ''
+    if seq36 ~= '' then
+      local counter, offset = string.match(seq36, '^([^.]*)%.?(.*)$')
+      seq = string.format('%011x%05x', c + (n36(offset) or 0), tonumber(counter, 36))
+    end
+    local due = c + n36(f[2])
+    local updated = n36(f[4])
+    local deadline = n36(f[8])
+    rec = {
+      id = id,
+      state = string.byte(raw, 1) - 97,
+      due = due,
+      due0 = due,
+      due36 = f[2],
+      created = c,
+      c36 = f[1],
+      seq36 = seq36,
+      updated = updated and c + updated,
+      ttr = n36(f[5]) or DEFAULT_TTR,
+      max = n36(f[6]) or DEFAULT_MAX,
+      retries = n36(f[7]) or 0,
+      deadline = deadline and c + deadline or 0,
+      receipt = f[9] or '',
+      pri = n36(f[10]) or DEFAULT_PRIORITY,
+      seq = seq,
+      trace = f[11] or '',
+      body = string.sub(raw, nl + 1),
+    }
+  else
+    -- The decimal form of earlier versions.
+    for field in string.gmatch(string.sub(raw, 1, nl - 1) .. ',', '([^,]*),') do
+      f[i] = field
+      i = i + 1
+    end
+    rec = {
+      id = id,
+      state = tonumber(f[1]),
+      due = tonumber(f[2]),
+      created = tonumber(f[3]),
+      updated = tonumber(f[4]),
+      ttr = tonumber(f[5]),
+      max = tonumber(f[6]),
+      retries = tonumber(f[7]) or 0,
+      deadline = tonumber(f[8]) or 0,
+      receipt = f[9] or '',
+      pri = tonumber(f[10]) or DEFAULT_PRIORITY,
+      seq = (f[11] ~= nil and f[11] ~= '') and f[11] or NO_SEQ,
+      trace = '',
+      body = string.sub(raw, nl + 1),
+    }
   end
-  local rec = {
-    id = id,
-    state = tonumber(f[1]),
-    due = tonumber(f[2]),
-    created = f[3],
-    updated = tonumber(f[4]),
-    ttr = tonumber(f[5]),
-    max = tonumber(f[6]),
-    retries = tonumber(f[7]) or 0,
-    deadline = tonumber(f[8]) or 0,
-    receipt = f[9] or '',
-    pri = tonumber(f[10]) or DEFAULT_PRIORITY,
-    seq = (f[11] ~= nil and f[11] ~= '') and f[11] or NO_SEQ,
-    trace = f[12] or '',
-    body = string.sub(raw, nl + 1),
-  }
   if (rec.state == FINISHED or rec.state == CANCELLED) and rec.deadline <= NOW then
     purge(rec)
     return nil

@@ -15,6 +15,8 @@ use crate::keys::PartitionKeys;
 
 #[cfg(test)]
 mod failure_rule;
+#[cfg(test)]
+mod record_parity;
 
 const LIB: &str = include_str!("lib.lua");
 
@@ -27,6 +29,8 @@ pub(crate) struct Scripts {
     pub add: Script,
     pub pop: Script,
     pub finish: Script,
+    /// finish.lua then pop.lua in one script (ack and take the next).
+    pub finish_pop: Script,
     pub release: Script,
     pub touch: Script,
     pub cancel: Script,
@@ -49,6 +53,11 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     add: with_lib(include_str!("add.lua")),
     pop: with_lib(include_str!("pop.lua")),
     finish: with_lib(include_str!("finish.lua")),
+    finish_pop: with_lib(concat!(
+        include_str!("finish_pop.lua"),
+        "\n",
+        include_str!("pop.lua")
+    )),
     release: with_lib(include_str!("release.lua")),
     touch: with_lib(include_str!("touch.lua")),
     cancel: with_lib(include_str!("cancel.lua")),

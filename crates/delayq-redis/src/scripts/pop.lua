@@ -2,15 +2,16 @@
 -- after promoting what is due (so a partition whose promoter lags, or has none, still never
 -- keeps due tasks back). A paused partition promotes but hands nothing out (rule 14).
 -- ARGV[8] '1' to finish them at once, ARGV[9] a random receipt prefix (12 hex digits),
--- ARGV[10] how many due tasks to promote at most.
+-- ARGV[10] how many due tasks to promote at most. (finish_pop.lua runs this after a finish,
+-- with these four arguments two places later: POP_ARG.)
 -- Reply payload: the number of tasks taken, the pause (-2: none, -1: until resumed, else its
 -- end), 9 values per task (id, body, retries, receipt, due, ttr, priority, insertion
 -- number, trace context as the record holds it: '' for none), then the due
 -- times of the tasks this pop promoted (for the lateness metric).
-local max = tonumber(ARGV[7])
-local auto = ARGV[8] == '1'
-local prefix = ARGV[9]
-local promoted = promote(tonumber(ARGV[10]))
+local max = tonumber(ARGV[POP_ARG])
+local auto = ARGV[POP_ARG + 1] == '1'
+local prefix = ARGV[POP_ARG + 2]
+local promoted = promote(tonumber(ARGV[POP_ARG + 3]))
 local pause = paused()
 local members = {}
 if pause == nil then

@@ -7,7 +7,7 @@
 //! pages through each partition's DEAD set, [`REQUEUE_CHUNK`] tasks per script.
 
 use delayq::core::lifecycle::{Op, Refusal};
-use delayq::{BuryOptions, Delivery, Error, Millis, ReleaseOptions, Result, State};
+use delayq::{BuryOptions, Delivery, Error, Held, Millis, ReleaseOptions, Result, State};
 use redis::{Script, ScriptInvocation};
 
 use super::InstanceState;
@@ -15,6 +15,25 @@ use crate::error::{BackendError, maybe_applied};
 use crate::keys::partition_of;
 use crate::record::parse_trace_text;
 use crate::scripts::{Reply, SCRIPTS, Status, bytes, int, text};
+
+/// The engine's error for a refusal of the single-task script that did `what` to task `id`
+/// of `topic` (`op`: the operation refused; `None` for delete, which is never refused).
+fn refusal(status: Status, topic: &str, id: &str, op: Option<Op>, what: &str) -> Error {
+    match status {
+        Status::NotFound => Error::not_found(topic, id),
+        Status::WrongState(code) => match (State::from_code(code), op) {
+            (Some(state), Some(op)) => {
+                Error::conflict(topic, id, Refusal::WrongState { state, op })
+            }
+            (None, _) => BackendError::protocol(what, format!("state {code}")).into(),
+            (_, None) => BackendError::protocol(what, "a refusal of delete").into(),
+        },
+        Status::StaleReceipt => Error::conflict(topic, id, Refusal::StaleReceipt),
+        Status::Ok | Status::Fenced(_) => {
+            BackendError::protocol(what, format!("{status:?} is no refusal")).into()
+        }
+    }
+}
 
 /// Most DEAD tasks one requeue-all script moves.
 const REQUEUE_CHUNK: usize = 1_000;
@@ -86,21 +105,60 @@ impl InstanceState {
                     .map_err(maybe_applied)?;
                 Ok(reply)
             }
-            Status::NotFound => Err(Error::not_found(topic, id)),
-            Status::WrongState(code) => {
-                let state = State::from_code(code)
-                    .ok_or_else(|| BackendError::protocol(&what, format!("state {code}")))?;
-                let op =
-                    t.op.ok_or_else(|| BackendError::protocol(&what, "a refusal of delete"))?;
-                Err(Error::conflict(
-                    topic,
-                    id,
-                    Refusal::WrongState { state, op },
-                ))
-            }
-            Status::StaleReceipt => Err(Error::conflict(topic, id, Refusal::StaleReceipt)),
-            Status::Fenced(_) => Err(BackendError::protocol(&what, "fenced").into()),
+            refused => Err(refusal(refused, topic, id, t.op, &what)),
         }
+    }
+
+    /// Ack and take the next: finishes `held`, then pops `topic` (see
+    /// [`delayq::TaskStore::finish_then_pop`]). When the held task is of `topic` and the topic
+    /// has one partition (the default on one Redis), both are one `finish_pop` script: one
+    /// round trip a task for a consumer loop. Otherwise the finish, then the pop.
+    pub(super) async fn finish_then_pop(
+        &self,
+        held: Held<'_>,
+        topic: &str,
+        max: usize,
+        auto_finish: bool,
+    ) -> Result<Result<Vec<Delivery>>> {
+        self.check_open()?;
+        let one_partition = held.topic == topic && self.partitions(topic, false).await? == Some(1);
+        if !one_partition {
+            self.finish(held.topic, held.id, held.receipt).await?;
+            return Ok(self.pop(&[topic], max, auto_finish).await);
+        }
+        let what = format!(
+            "finishing task {:?} of topic {topic:?} and popping",
+            held.id
+        );
+        let pk = self.keys.partition(topic, 0);
+        let now = self.ctx.clock.now_ms();
+        let promote = self.options.promote_batch.to_string();
+        let mut inv = self.invocation(&SCRIPTS.finish_pop, &pk, topic, 0, now);
+        inv.arg(held.id)
+            .arg(held.receipt.unwrap_or(""))
+            .arg(max)
+            .arg(if auto_finish { "1" } else { "0" })
+            .arg(self.receipts.prefix())
+            .arg(&promote);
+        let reply = self.run_one(&what, &inv, topic, 0).await?;
+        if reply.status != Status::Ok {
+            return Err(refusal(
+                reply.status,
+                topic,
+                held.id,
+                Some(Op::Finish),
+                &what,
+            ));
+        }
+        // The finish is acknowledged as a finish of its own is: after the replicas confirm.
+        self.redis
+            .replicated(&what, [pk.base.as_str()])
+            .await
+            .map_err(maybe_applied)?;
+        Ok(self
+            .popped((topic, 0), &reply, now, &what)
+            .map(|taken| taken.into_iter().map(|(_, d)| d).collect())
+            .map_err(Error::from))
     }
 
     /// ACTIVE → FINISHED.

@@ -44,8 +44,9 @@ use async_trait::async_trait;
 use std::collections::HashMap;
 
 use delayq::{
-    AddResult, BeanstalkOps, BuryOptions, Delivery, Error, JobIds, Millis, Page, ReleaseOptions,
-    Result, SettingsStore, State, StorageContext, TaskInfo, TaskSpec, TaskStore, TopicStats,
+    AddResult, BeanstalkOps, BuryOptions, Delivery, Error, Held, JobIds, Millis, Page,
+    ReleaseOptions, Result, SettingsStore, State, StorageContext, TaskInfo, TaskSpec, TaskStore,
+    TopicStats,
 };
 use delayq_core::hash::splitmix64;
 use parking_lot::Mutex;
@@ -307,6 +308,18 @@ impl TaskStore for RedisStorage {
 
     async fn finish(&self, topic: &str, id: &str, receipt: Option<&str>) -> Result<()> {
         self.state.finish(topic, id, receipt).await
+    }
+
+    async fn finish_then_pop(
+        &self,
+        held: Held<'_>,
+        topic: &str,
+        max: usize,
+        auto_finish: bool,
+    ) -> Result<Result<Vec<Delivery>>> {
+        self.state
+            .finish_then_pop(held, topic, max, auto_finish)
+            .await
     }
 
     async fn release(&self, topic: &str, id: &str, options: ReleaseOptions) -> Result<State> {

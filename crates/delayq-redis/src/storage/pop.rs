@@ -262,24 +262,38 @@ impl InstanceState {
                     continue;
                 }
             };
-            self.effects(part.0, part.1, &reply);
-            let popped = parse_pop(part.0, &reply.payload, what)?;
-            self.wake_at_pause_end(part.0, popped.pause);
-            if !popped.promoted.is_empty() {
-                let counters = self.ctx.metrics.topic(part.0);
-                for due in popped.promoted {
-                    self.ctx
-                        .metrics
-                        .observe_fire(&counters, now.saturating_sub(due));
-                }
-            }
-            out.push((part, wanted, popped.deliveries));
+            out.push((part, wanted, self.popped(part, &reply, now, what)?));
         }
         match first_error {
             // Tasks taken from other partitions are handed out; the failure shows next time.
             Some(e) if out.iter().all(|(_, _, taken)| taken.is_empty()) => Err(e),
             _ => Ok(out),
         }
+    }
+}
+
+impl InstanceState {
+    /// What the pop script (or `finish_pop`) on `part` handed out, each with its insertion
+    /// number; applies its effects, its pause and the lateness of what it promoted.
+    pub(super) fn popped(
+        &self,
+        part: Part<'_>,
+        reply: &Reply,
+        now: Millis,
+        what: &str,
+    ) -> Result<Vec<(u64, Delivery)>, BackendError> {
+        self.effects(part.0, part.1, reply);
+        let popped = parse_pop(part.0, &reply.payload, what)?;
+        self.wake_at_pause_end(part.0, popped.pause);
+        if !popped.promoted.is_empty() {
+            let counters = self.ctx.metrics.topic(part.0);
+            for due in popped.promoted {
+                self.ctx
+                    .metrics
+                    .observe_fire(&counters, now.saturating_sub(due));
+            }
+        }
+        Ok(popped.deliveries)
     }
 }
 

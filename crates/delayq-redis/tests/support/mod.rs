@@ -103,8 +103,17 @@ impl Served {
 
 /// Starts a redis-server and a backend over it, on `ctx`.
 pub async fn served(ctx: StorageContext) -> Backend {
+    served_with_options(ctx, |o| o).await
+}
+
+/// Starts a redis-server and a backend over it, on `ctx`, with the test options changed by
+/// `change`.
+pub async fn served_with_options(
+    ctx: StorageContext,
+    change: impl FnOnce(RedisOptions) -> RedisOptions,
+) -> Backend {
     let server = RedisServer::start();
-    let storage = delayq_redis::start(ctx, options(&server))
+    let storage = delayq_redis::start(ctx, change(options(&server)))
         .await
         .expect("start the Redis backend");
     Served::backend(storage, Some(server))
@@ -139,6 +148,18 @@ impl delayq::TaskStore for Served {
     ) -> delayq::Result<Vec<delayq::Delivery>> {
         self.storage.pop(topic, max, auto_finish).await
     }
+    async fn finish_then_pop(
+        &self,
+        held: delayq::Held<'_>,
+        topic: &str,
+        max: usize,
+        auto_finish: bool,
+    ) -> delayq::Result<delayq::Result<Vec<delayq::Delivery>>> {
+        self.storage
+            .finish_then_pop(held, topic, max, auto_finish)
+            .await
+    }
+
     async fn finish(&self, topic: &str, id: &str, receipt: Option<&str>) -> delayq::Result<()> {
         self.storage.finish(topic, id, receipt).await
     }

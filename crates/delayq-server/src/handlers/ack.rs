@@ -37,25 +37,14 @@ pub async fn finish(
         return Ok(ok(Some(batch)));
     }
     let req: AckRequest = parse_json(&bytes)?;
-    finish_one(&state, &caller, &req, "topic").await?;
-    Ok(ok(None))
-}
-
-/// Finishes one task as `POST /finish` does (also the `finish` of an ack-and-next pop, whose
-/// topic is the field `topic_field`).
-pub(super) async fn finish_one(
-    state: &AppState,
-    caller: &Caller,
-    req: &AckRequest,
-    topic_field: &str,
-) -> Result<(), AppError> {
-    caller.check_topic(&req.topic, topic_field)?;
+    caller.check_topic(&req.topic, "topic")?;
     let result = state
         .queue()
         .finish(&req.topic, &req.id, req.receipt.as_deref())
         .await
         .map_err(AppError::from);
-    counted(state, &req.topic, Op::Finish, result)
+    counted(&state, &req.topic, Op::Finish, result)?;
+    Ok(ok(None))
 }
 
 /// A batch finish: each task its own result; only a batch over `max_batch` (413), an empty

@@ -10,9 +10,10 @@
 //! return at once with no task.
 //!
 //! A pop may carry the acknowledgement of the task its consumer held (`finish` or `release`),
-//! so that a consumer loop costs one request a task. The acknowledgement is applied first, by
-//! the same code as its own endpoint (checks, metrics, errors); when it fails, its error is
-//! the answer and nothing is popped.
+//! so that a consumer loop costs one request a task. The acknowledgement is applied first, with
+//! the checks, metrics and errors of its own endpoint; when it fails, its error is the answer
+//! and nothing is popped. A finish and the first look for the next task are one step of the
+//! storage ([`delayq::Queue::finish_then_pop`]), so on Redis the loop costs one script a task.
 //!
 //! A task added with a trace context carries it back (`traceparent`, `tracestate` fields);
 //! the answer of a pop without `count` (one task) also has them as headers, so an HTTP
@@ -20,12 +21,12 @@
 
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue};
-use delayq::PopOptions;
 use delayq::core::trace::{TRACEPARENT, TRACESTATE};
 use delayq::core::validate;
-use delayq_api::{PopData, PopRequest, TaskDelivery};
+use delayq::{Held, PopOptions};
+use delayq_api::{AckRequest, PopData, PopRequest, TaskDelivery};
 
-use super::{Body, Reply, ack};
+use super::{Body, Reply, ack, counted};
 use crate::app::{AppState, LongPoll};
 use crate::auth::Caller;
 use crate::error::{AppError, ok};
@@ -56,21 +57,23 @@ pub async fn pop(
     } else {
         None
     };
-    match (req.finish.take(), req.release.take()) {
+    let result = match (req.finish.take(), req.release.take()) {
         (Some(_), Some(_)) => {
             return Err(AppError::invalid(
                 "release",
                 "give finish or release, not both: one task is acknowledged per pop",
             ));
         }
-        (Some(done), None) => ack::finish_one(&state, &caller, &done, "finish.topic").await?,
+        (Some(done), None) => {
+            finish_and_take(&state, &caller, &done, &req.topic, options, slot).await?
+        }
         (None, Some(failed)) => {
             ack::release_one(&state, &caller, failed, "release.topic").await?;
+            take(&state, &req.topic, options, slot).await
         }
-        (None, None) => {}
-    }
+        (None, None) => take(&state, &req.topic, options, slot).await,
+    };
     let as_list = req.count.is_some();
-    let result = take(&state, &req.topic, options, slot).await;
     let outcome = match &result {
         Ok(got) if got.is_empty() => "empty",
         Ok(_) => "ok",
@@ -115,6 +118,40 @@ fn pop_options(state: &AppState, req: &PopRequest) -> Result<PopOptions, AppErro
         .count(count as usize)
         .timeout_ms(timeout_ms)
         .auto_finish(req.auto_finish.unwrap_or(false)))
+}
+
+/// The finish of an ack-and-next pop and the pop: the finish and the first look are one step
+/// of the storage (one Redis script where the task and the topic share a partition), never cut
+/// short by a drain, so its answer always says whether the finish was applied; the long-poll,
+/// when the first look found nothing, is [`take`]'s. The outer error is the finish's (counted
+/// as a `/finish`), the inner result the pop's.
+async fn finish_and_take(
+    state: &AppState,
+    caller: &Caller,
+    done: &AckRequest,
+    topic: &str,
+    options: PopOptions,
+    slot: Option<LongPoll>,
+) -> Result<Result<Vec<delayq::Delivery>, AppError>, AppError> {
+    caller.check_topic(&done.topic, "finish.topic")?;
+    let held = Held {
+        topic: &done.topic,
+        id: &done.id,
+        receipt: done.receipt.as_deref(),
+    };
+    let first = state
+        .queue()
+        .finish_then_pop(held, topic, options.timeout_ms(0))
+        .await
+        .map_err(AppError::from);
+    let first = counted(state, &done.topic, Op::Finish, first)?;
+    Ok(match first {
+        Ok(got) if got.is_empty() && options.timeout_ms > 0 => {
+            take(state, topic, options, slot).await
+        }
+        Ok(got) => Ok(got),
+        Err(e) => Err(AppError::from(e)),
+    })
 }
 
 /// Pops, waiting only with a long-poll slot (none for `timeout_ms: 0`, nor while draining).

@@ -43,7 +43,7 @@ pub use beanstalk::BeanstalkOps;
 pub use delayq_core::ReleaseOptions;
 pub use job_ids::JobIds;
 pub use settings::{SettingsChanges, SettingsStore};
-pub use tasks::TaskStore;
+pub use tasks::{Held, TaskStore};
 
 use std::sync::Arc;
 

@@ -8,6 +8,17 @@ use delayq_core::{
 use super::AddResult;
 use crate::error::Result;
 
+/// The task a consumer holds and acknowledges along with its next pop.
+#[derive(Debug, Clone, Copy)]
+pub struct Held<'a> {
+    /// Its topic.
+    pub topic: &'a str,
+    /// Its id.
+    pub id: &'a str,
+    /// The receipt of the attempt, when the consumer passes it.
+    pub receipt: Option<&'a str>,
+}
+
 /// The tasks of a backend. Every method is one atomic transition (or one atomic read) of the
 /// state of the tasks it names; the rules of docs/design.md §2 hold for every backend alike.
 /// A topic's pause is part of it, as it decides what a pop takes (rule 14).
@@ -49,6 +60,23 @@ pub trait TaskStore: Send + Sync + 'static {
 
     /// ACTIVE → FINISHED.
     async fn finish(&self, topic: &str, id: &str, receipt: Option<&str>) -> Result<()>;
+
+    /// A consumer's "ack and take the next": finishes `held` exactly as
+    /// [`finish`](TaskStore::finish) does, then, only when that succeeded, pops as
+    /// [`pop`](TaskStore::pop) does. The outer error is the finish's (nothing was popped);
+    /// the inner result is the pop's. A backend that can do both in one step overrides this
+    /// (Redis: one script when the held task and the popped topic share a partition); the
+    /// default is the two calls one after the other.
+    async fn finish_then_pop(
+        &self,
+        held: Held<'_>,
+        topic: &str,
+        max: usize,
+        auto_finish: bool,
+    ) -> Result<Result<Vec<Delivery>>> {
+        self.finish(held.topic, held.id, held.receipt).await?;
+        Ok(self.pop(topic, max, auto_finish).await)
+    }
 
     /// ACTIVE → READY, DELAYED or DEAD: a failed attempt. Returns the new state.
     async fn release(&self, topic: &str, id: &str, options: ReleaseOptions) -> Result<State>;
