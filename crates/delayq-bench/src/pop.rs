@@ -201,18 +201,29 @@ async fn measure(
     kind: Kind,
 ) -> Result<BenchResult, BenchError> {
     let count = if kind == Kind::Batch { bench.count } else { 1 };
-    let requests = Requests::new(&ctx.endpoint, topic, count);
+    // Every task is ready before the workers start: a `next` worker's pop need not wait, and
+    // one that waited at the end would hold the finish it carries.
+    let timeout_ms = if kind == Kind::Next {
+        0
+    } else {
+        POP_TIMEOUT_MS
+    };
+    let requests = Requests::new(&ctx.endpoint, topic, count, timeout_ms);
     let done = Arc::new(AtomicU64::new(0));
+    // Tasks handed out so far (the `next` workers': once every task was, the last held ones
+    // are finished by a `/finish` of their own rather than by a pop that would wait).
+    let taken = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + Duration::from_millis(bench.max_time);
     let (addr, total) = (ctx.endpoint.addr, bench.tasks);
     let shared = done.clone();
+    let shared_taken = taken.clone();
     let (run, start) = run_clients("pop", ctx.threads, bench.workers, move |_| {
         worker(
             requests.clone(),
             addr,
             kind,
             total,
-            shared.clone(),
+            (shared.clone(), shared_taken.clone()),
             deadline,
         )
     })
@@ -285,10 +296,9 @@ struct Requests {
 const POP_TIMEOUT_MS: u64 = 200;
 
 impl Requests {
-    fn new(endpoint: &Endpoint, topic: &str, count: usize) -> Requests {
+    fn new(endpoint: &Endpoint, topic: &str, count: usize, timeout_ms: u64) -> Requests {
         // The topic is this run's own plain ASCII name: valid JSON text as it is.
-        let fields =
-            format!(r#"{{"topic":"{topic}","count":{count},"timeout_ms":{POP_TIMEOUT_MS}"#);
+        let fields = format!(r#"{{"topic":"{topic}","count":{count},"timeout_ms":{timeout_ms}"#);
         let pop = format!("{fields}}}");
         Requests {
             endpoint: endpoint.clone(),
@@ -473,7 +483,7 @@ async fn worker(
     addr: std::net::SocketAddr,
     kind: Kind,
     total: u64,
-    done: Arc<AtomicU64>,
+    (done, taken): (Arc<AtomicU64>, Arc<AtomicU64>),
     deadline: Instant,
 ) -> LoadRun {
     let mut conn = match load::open(addr).await {
@@ -481,7 +491,7 @@ async fn worker(
         Err(failed) => return failed,
     };
     if kind == Kind::Next {
-        return next_worker(&requests, &mut conn, total, &done, deadline).await;
+        return next_worker(&requests, &mut conn, total, (&done, &taken), deadline).await;
     }
     let batched = kind == Kind::Batch;
     let mut run = LoadRun::new();
@@ -534,20 +544,20 @@ async fn worker(
     run
 }
 
-/// A `next` worker: each pop carries the finish of the task popped before, until `total`
-/// tasks are done (by every worker) or the deadline; the task held at the end is finished by
-/// a `/finish` of its own.
+/// A `next` worker: each pop carries the finish of the task popped before, until every task
+/// was handed out (by every worker's pops) or the deadline; the task held then is finished by
+/// a `/finish` of its own, so the run's end is not a long-poll that waits for no task.
 async fn next_worker(
     requests: &Requests,
     conn: &mut Conn,
     total: u64,
-    done: &AtomicU64,
+    (done, taken): (&AtomicU64, &AtomicU64),
     deadline: Instant,
 ) -> LoadRun {
     let mut run = LoadRun::new();
     let (mut request, mut body) = (Vec::new(), Vec::new());
     let mut held: Option<Held> = None;
-    while done.load(Ordering::Relaxed) < total && Instant::now() < deadline {
+    while taken.load(Ordering::Relaxed) < total && Instant::now() < deadline {
         let sent = Instant::now();
         let pop = match &held {
             Some(task) => {
@@ -568,6 +578,7 @@ async fn next_worker(
                             id: t.id.clone().into_owned(),
                             receipt: t.receipt.clone().into_owned(),
                         });
+                        taken.fetch_add(held.is_some() as u64, Ordering::Relaxed);
                     }
                     Ok(_) => {}
                     Err(err) => {
@@ -641,7 +652,7 @@ mod tests {
     #[test]
     fn finishes_are_written_from_the_pop_answer() {
         let end = Endpoint::new("127.0.0.1:9280".parse().unwrap(), None, "/");
-        let requests = Requests::new(&end, "bench-pop-x", 2);
+        let requests = Requests::new(&end, "bench-pop-x", 2, POP_TIMEOUT_MS);
         let pop = String::from_utf8(requests.pop.clone()).unwrap();
         assert!(
             pop.ends_with(r#"{"topic":"bench-pop-x","count":2,"timeout_ms":200}"#),
