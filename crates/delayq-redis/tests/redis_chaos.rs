@@ -503,8 +503,9 @@ async fn a_cluster_client_reaches_every_node_only_through_its_proxy() {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
-    // A cut reaches every connection at once, so at most the first request can be on its way.
-    assert!(not_applied.len() >= 15, "not applied: {not_applied:?}");
+    // A request written on a connection the proxy then resets is "outcome unknown" too, so
+    // some of them may be; the promise checked is that none refused as not applied is there.
+    assert!(!not_applied.is_empty(), "no add was refused as not applied");
     for id in &not_applied {
         let found = q.get("reach", id).await;
         assert!(
