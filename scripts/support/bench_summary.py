@@ -366,7 +366,8 @@ def main():
         for pct, target in (("p50", 2), ("p99", 5)):
             figure = (r.get("latency_ms") or {}).get(pct) if r else None
             targets.append(entry(
-                f"lateness end to end, {pct}, {rate:,} tasks/s due, Redis, consumers on another instance".replace(",", " ", 1),
+                f"lateness end to end, {pct}, {rate:,} tasks/s due, Redis, consumers on another instance"
+                .replace(f"{rate:,}", f"{rate:,}".replace(",", " ")),
                 round(figure, 2) if figure is not None else None, "ms", "<=", target, "ms",
                 source=f"delayq bench lateness ({r['measured']})" if r else "delayq bench lateness",
                 judged=figure is not None,
