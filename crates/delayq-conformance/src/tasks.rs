@@ -246,6 +246,15 @@ pub async fn stale_receipt_is_conflict(h: &Harness) {
     assert_eq!(h.state(T, "a").await, Some(State::Finished));
 }
 
+/// The held task `id` of topic [`T`] with `receipt`.
+fn held_by<'a>(id: &'a str, receipt: Option<&'a str>) -> Held<'a> {
+    Held {
+        topic: T,
+        id,
+        receipt,
+    }
+}
+
 /// Ack and take the next (docs/design.md §3): `finish_then_pop` finishes the held task exactly
 /// as `finish` does, then pops in rule 11's order; a finish that is refused (stale receipt,
 /// not ACTIVE, unknown) is the error and nothing is popped.
@@ -260,15 +269,7 @@ pub async fn finish_then_pop_acks_then_takes(h: &Harness) {
     let (id, receipt) = held(&first);
     let next = h
         .queue
-        .finish_then_pop(
-            Held {
-                topic: T,
-                id: &id,
-                receipt: Some(&receipt),
-            },
-            T,
-            now,
-        )
+        .finish_then_pop(held_by(&id, Some(&receipt)), T, now)
         .await
         .expect("the finish")
         .expect("the pop");
@@ -287,15 +288,7 @@ pub async fn finish_then_pop_acks_then_takes(h: &Harness) {
     h.add(task("c", 0)).await;
     let refused = h
         .queue
-        .finish_then_pop(
-            Held {
-                topic: T,
-                id: &stale.0,
-                receipt: Some(&stale.1),
-            },
-            T,
-            now,
-        )
+        .finish_then_pop(held_by(&stale.0, Some(&stale.1)), T, now)
         .await
         .expect_err("a stale receipt");
     assert!(
@@ -316,29 +309,13 @@ pub async fn finish_then_pop_acks_then_takes(h: &Harness) {
     // Not ACTIVE, and unknown: refused the same way.
     let finished = h
         .queue
-        .finish_then_pop(
-            Held {
-                topic: T,
-                id: "a",
-                receipt: None,
-            },
-            T,
-            now,
-        )
+        .finish_then_pop(held_by("a", None), T, now)
         .await
         .expect_err("a finished task");
     assert_eq!(finished.kind(), ErrorKind::Conflict);
     let unknown = h
         .queue
-        .finish_then_pop(
-            Held {
-                topic: T,
-                id: "nope",
-                receipt: None,
-            },
-            T,
-            now,
-        )
+        .finish_then_pop(held_by("nope", None), T, now)
         .await
         .expect_err("an unknown task");
     assert_eq!(unknown.kind(), ErrorKind::NotFound);
@@ -351,21 +328,33 @@ pub async fn finish_then_pop_acks_then_takes(h: &Harness) {
     let (id, receipt) = held(&again);
     let none = h
         .queue
-        .finish_then_pop(
-            Held {
-                topic: T,
-                id: &id,
-                receipt: Some(&receipt),
-            },
-            "empty",
-            now,
-        )
+        .finish_then_pop(held_by(&id, Some(&receipt)), "empty", now)
         .await
         .expect("the finish")
         .expect("the pop");
     assert!(none.is_empty());
     assert_eq!(h.state(T, "b").await, Some(State::Finished));
     assert_eq!(h.queue.stats(T).await.unwrap().finished, 2);
+    // With a timeout, the pop that follows the finish waits for a task to become ready.
+    let last = h.pop_ready(T).await;
+    assert_eq!(last.id, "c");
+    let waiting = {
+        let queue = h.queue.clone();
+        tokio::spawn(async move {
+            let wait = PopOptions::default().timeout_ms(60_000);
+            queue
+                .finish_then_pop(held_by("c", Some(&last.receipt)), T, wait)
+                .await
+        })
+    };
+    h.wait_state(T, "c", State::Finished).await;
+    h.add(task("d", 0)).await;
+    let got = waiting
+        .await
+        .expect("the waiting consumer")
+        .expect("the finish")
+        .expect("the pop");
+    assert_eq!(got.iter().map(|d| d.id.as_str()).collect::<Vec<_>>(), ["d"]);
 }
 
 /// Rule 8: finish only from ACTIVE; a missing receipt is accepted; unknown is 404.

@@ -601,4 +601,16 @@ local function load_held(id, receipt)
   return rec
 end
 
+-- Finishes the ACTIVE task `id` for its holder (`receipt`: '' for none): nil when done, else
+-- the refusal to return (finish.lua, and finish_pop.lua before its pop).
+local function finish_held(id, receipt)
+  local rec, refusal = load_held(id, receipt)
+  if not rec then
+    return refusal
+  end
+  leave(rec)
+  enter(rec, FINISHED, rec.due)
+  return nil
+end
+
 upgrade()
