@@ -95,9 +95,21 @@ impl Browser {
         }
     }
 
-    /// Opens `url` and waits for its page.
+    /// Opens `url` and waits for its page. Chromium sometimes answers the first navigation of
+    /// a fresh session with "target frame detached" (its renderer swapped under the driver);
+    /// that navigation did not happen, so it is tried again, a few times.
     pub async fn goto(&self, url: &str) {
-        self.c().goto(url).await.expect("goto");
+        let mut tries = 0;
+        loop {
+            match self.c().goto(url).await {
+                Ok(()) => return,
+                Err(e) if tries < 3 && format!("{e:?}").contains("frame detached") => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(e) => panic!("goto {url}: {e}"),
+            }
+        }
     }
 
     /// The text of the first element matching the CSS selector, waiting for it.
