@@ -8,7 +8,9 @@
 //! - [`job_ids`]: the job id counter ([`delayq::JobIds`]);
 //! - [`settings`]: the settings store ([`delayq::SettingsStore`]);
 //! - [`schedules`]: the recurring schedules of §9, over the task core and the settings store;
-//! - [`trace`]: trace contexts carried by tasks and schedules (docs/tracing.md).
+//! - [`trace`]: trace contexts carried by tasks and schedules (docs/tracing.md);
+//! - [`spans`]: delayq's own spans of a traced task's events (every case runs with them on,
+//!   recorded in [`Harness::spans`]).
 //!
 //! A backend crate adds one line to an integration test file:
 //!
@@ -28,6 +30,7 @@ pub mod job_ids;
 pub mod priority_pause_bury;
 pub mod schedules;
 pub mod settings;
+pub mod spans;
 mod support;
 pub mod tasks;
 pub mod trace;
@@ -36,6 +39,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use delayq::metrics::Metrics;
 use delayq::{
     Backend, Clock, Delivery, Limits, ManualClock, NewTask, PopOptions, Queue, State,
     StorageContext, TaskDefaults,
@@ -53,6 +57,8 @@ pub struct Harness {
     pub queue: Queue,
     /// The clock; only the test moves it.
     pub clock: ManualClock,
+    /// The spans the queue recorded (all of them: the ratio is 1).
+    pub spans: spans::Recorded,
 }
 
 impl Harness {
@@ -65,13 +71,16 @@ impl Harness {
         B: Into<Backend>,
     {
         let clock = ManualClock::new(START_MS);
-        let ctx = StorageContext::new(Arc::new(clock.clone()))
+        let mut ctx = StorageContext::new(Arc::new(clock.clone()))
             .with_defaults(TaskDefaults::default())
             .with_limits(Limits::default());
+        let spans = spans::Recorded::default();
+        ctx.metrics = Arc::new(Metrics::with_spans(spans.spans()));
         let storage = make(ctx.clone()).await;
         Harness {
             queue: Queue::new(storage, ctx),
             clock,
+            spans,
         }
     }
 
@@ -193,6 +202,11 @@ macro_rules! suite {
             trace_context_is_kept_through_the_life_of_a_task, replace_takes_the_new_trace_context,
             batch_tasks_keep_their_own_trace_contexts, schedule_occurrences_start_their_own_traces,
             finish_then_pop_hands_back_the_trace_context
+        );
+        $crate::suite!(@in spans $make;
+            a_traced_task_has_a_span_for_each_event,
+            release_bury_and_a_ttr_that_runs_out_have_spans,
+            untraced_and_unsampled_tasks_have_no_spans
         );
     };
     // One test per case of module `$module`, on a fresh backend each.

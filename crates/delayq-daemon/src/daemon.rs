@@ -17,17 +17,18 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use delayq::{Queue, Scheduler};
+use delayq::{Queue, Scheduler, Spans};
 use delayq_server::{AppState, Services};
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 
 use crate::ServerError;
 use crate::config::{BeanstalkConfig, ServerConfig};
+use crate::otlp::Exporter;
 use crate::push::PushDispatcher;
 use crate::services::{self, Running};
 use crate::signals::drain_on_sigusr1;
-use crate::storage::build_queue;
+use crate::storage::build_queue_with;
 
 /// A running server: the queue and every service over it. Stop it with [`Daemon::stop`]: one
 /// dropped without it leaves its tasks running until the runtime ends, and the storage is not
@@ -49,19 +50,32 @@ impl std::fmt::Debug for Daemon {
 impl Daemon {
     /// Builds the queue, binds `config.listen` and starts every service.
     pub async fn start(config: &ServerConfig) -> Result<Daemon, ServerError> {
-        let queue = build_queue(config).await?;
+        let exporter = config.otlp.as_ref().map(Exporter::start).transpose()?;
+        let spans = exporter.as_ref().map_or_else(Spans::off, Exporter::spans);
+        let queue = match build_queue_with(config, spans).await {
+            Ok(queue) => queue,
+            Err(e) => {
+                if let Some(exporter) = exporter {
+                    exporter.stop(grace(config)).await;
+                }
+                return Err(e);
+            }
+        };
         let listener = match TcpListener::bind(config.listen).await {
             Ok(listener) => listener,
             Err(source) => {
                 // Nothing was served; still stop the storage cleanly.
                 let _ = queue.shutdown().await;
+                if let Some(exporter) = exporter {
+                    exporter.stop(grace(config)).await;
+                }
                 return Err(ServerError::Bind {
                     addr: config.listen,
                     source,
                 });
             }
         };
-        Daemon::start_on(listener, queue, config).await
+        Daemon::start_with(listener, queue, config, exporter).await
     }
 
     /// Starts every service over `queue`, serving HTTP on the bound `listener` (tests, socket
@@ -71,7 +85,21 @@ impl Daemon {
         queue: Queue,
         config: &ServerConfig,
     ) -> Result<Daemon, ServerError> {
+        Daemon::start_with(listener, queue, config, None).await
+    }
+
+    /// [`Daemon::start_on`], with the OTLP exporter the queue records its spans to (stopped
+    /// last).
+    async fn start_with(
+        listener: TcpListener,
+        queue: Queue,
+        config: &ServerConfig,
+        exporter: Option<Exporter>,
+    ) -> Result<Daemon, ServerError> {
         let mut running = Running::default();
+        if let Some(exporter) = exporter {
+            running.add(services::Otlp(exporter));
+        }
         running.add(services::Storage(queue.clone()));
         match start_services(&mut running, listener, queue, config).await {
             Ok((addr, http_ended)) => Ok(Daemon {

@@ -38,6 +38,14 @@ pub enum ServerError {
     /// The TLS certificate or key cannot be used.
     #[error(transparent)]
     Tls(#[from] delayq_server::serve::TlsError),
+    /// The OTLP exporter could not be built.
+    #[error("setting up OTLP export to {endpoint}: {reason}")]
+    Otlp {
+        /// The collector's URL.
+        endpoint: String,
+        /// Why.
+        reason: String,
+    },
     /// Logging could not be set up.
     #[error("setting up logging: {0}")]
     Logging(String),

@@ -29,6 +29,7 @@ pub mod config;
 mod daemon;
 mod error;
 pub mod logging;
+mod otlp;
 mod push;
 mod services;
 mod signals;

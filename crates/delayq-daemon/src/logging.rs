@@ -3,12 +3,18 @@
 //! Lines go to stderr, so that standard output stays free for whatever a caller pipes. Text
 //! lines are coloured only when stderr is a terminal and `NO_COLOR` is not set
 //! (<https://no-color.org>): a log file or a journal gets plain text, never ANSI escapes.
-//! `--log-format json` writes one JSON object per line, never coloured.
+//! `--log-format json` writes one JSON object per line, never coloured; a line written while
+//! a request with a W3C trace context is served (its `traceparent`, made current by the HTTP
+//! layer) starts with that context's `trace_id` and `span_id`, so logs and traces join in a
+//! backend (docs/tracing.md).
 
 use std::ffi::OsString;
 use std::io::IsTerminal as _;
 
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::registry::LookupSpan;
 
 use crate::ServerError;
 use crate::config::LogFormat;
@@ -26,10 +32,58 @@ pub fn init_tracing(format: LogFormat) -> Result<(), ServerError> {
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
     let result = match format {
-        LogFormat::Json => builder.json().with_ansi(false).try_init(),
+        LogFormat::Json => {
+            let json = tracing_subscriber::fmt::format().json();
+            builder
+                .with_ansi(false)
+                .event_format(WithTraceIds(json))
+                .try_init()
+        }
         LogFormat::Text => builder.with_ansi(colour).try_init(),
     };
     result.map_err(|e| ServerError::Logging(e.to_string()))
+}
+
+/// A JSON line formatter that puts the current trace context's ids first in the object.
+struct WithTraceIds<F>(F);
+
+impl<S, N, F> FormatEvent<S, N> for WithTraceIds<F>
+where
+    S: tracing::Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+    F: FormatEvent<S, N>,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        let Some(ids) = current_ids() else {
+            return self.0.format_event(ctx, writer, event);
+        };
+        let mut line = String::new();
+        self.0.format_event(ctx, Writer::new(&mut line), event)?;
+        writer.write_str(&with_ids(&line, &ids))
+    }
+}
+
+/// The trace and span ids of the current OpenTelemetry context, in the W3C's hex.
+fn current_ids() -> Option<(String, String)> {
+    use opentelemetry::trace::TraceContextExt as _;
+    let cx = opentelemetry::Context::current();
+    let span = cx.span();
+    let sc = span.span_context();
+    sc.is_valid()
+        .then(|| (sc.trace_id().to_string(), sc.span_id().to_string()))
+}
+
+/// `line`, a JSON object, with the ids as its first members.
+fn with_ids(line: &str, (trace_id, span_id): &(String, String)) -> String {
+    match line.strip_prefix('{') {
+        Some(rest) => format!("{{\"trace_id\":\"{trace_id}\",\"span_id\":\"{span_id}\",{rest}"),
+        None => line.to_owned(),
+    }
 }
 
 /// Whether text lines get colour: only on a terminal, and not when `NO_COLOR` is set to a
@@ -41,6 +95,22 @@ fn colour_wanted(terminal: bool, no_color: Option<OsString>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ids_go_first_in_the_object() {
+        let ids = (
+            "4bf92f3577b34da6a3ce929d0e0e4736".to_owned(),
+            "00f067aa0ba902b7".to_owned(),
+        );
+        let line = "{\"level\":\"WARN\",\"fields\":{\"message\":\"x\"}}\n";
+        let got = with_ids(line, &ids);
+        let v: serde_json::Value = serde_json::from_str(&got).unwrap();
+        assert_eq!(v["trace_id"], "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_eq!(v["span_id"], "00f067aa0ba902b7");
+        assert_eq!(v["level"], "WARN");
+        assert!(got.starts_with("{\"trace_id\""), "{got}");
+        assert_eq!(with_ids("not json", &ids), "not json");
+    }
 
     #[test]
     fn colour_only_on_a_terminal_without_no_color() {

@@ -72,6 +72,19 @@ impl Service for Storage {
     }
 }
 
+/// The OTLP exporter: stopped last, after the queue, so the spans of the work done while
+/// stopping go out too.
+pub(crate) struct Otlp(pub(crate) crate::otlp::Exporter);
+
+#[async_trait]
+impl Service for Otlp {
+    async fn stop(self: Box<Self>, grace: Duration) -> Result<(), ServerError> {
+        // At least a second to send what is queued; a collector that is down costs no more.
+        self.0.stop(grace.max(Duration::from_secs(1))).await;
+        Ok(())
+    }
+}
+
 /// The push dispatcher: calls in flight get the grace; their results are applied while the
 /// queue still runs.
 pub(crate) struct Push(pub(crate) delayq_push::Push);

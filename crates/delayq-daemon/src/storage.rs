@@ -3,8 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use delayq::metrics::Metrics;
 use delayq::storage::embedded::{self, EmbeddedOptions};
-use delayq::{Queue, StorageContext, SystemClock};
+use delayq::{Queue, Spans, StorageContext, SystemClock};
 use delayq_redis::{RedisClock, RedisOptions};
 
 use crate::ServerError;
@@ -14,9 +15,18 @@ use crate::config::{ServerConfig, StorageConfig};
 /// backend. Must be called inside a tokio runtime. (Async because opening a durable backend
 /// recovers its data first.)
 pub async fn build_queue(config: &ServerConfig) -> Result<Queue, ServerError> {
-    let ctx = StorageContext::new(Arc::new(system_clock()))
+    build_queue_with(config, Spans::off()).await
+}
+
+/// [`build_queue`], recording the spans of traced tasks to `spans`.
+pub(crate) async fn build_queue_with(
+    config: &ServerConfig,
+    spans: Spans,
+) -> Result<Queue, ServerError> {
+    let mut ctx = StorageContext::new(Arc::new(system_clock()))
         .with_limits(config.limits.clone())
         .with_defaults(config.defaults);
+    ctx.metrics = Arc::new(Metrics::with_spans(spans));
     match &config.storage {
         StorageConfig::Memory => Ok(Queue::memory_with(ctx)),
         StorageConfig::Embedded { data_dir, fsync } => {

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use delayq::{Delivery, ErrorKind, PopOptions, Queue, ReleaseOptions};
+use delayq::{Delivery, ErrorKind, PopOptions, Queue, ReleaseOptions, State, TraceContext};
 use parking_lot::Mutex;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
@@ -550,7 +550,16 @@ async fn deliver(
         .unwrap_or_else(|| rules::default_timeout_ms(delivery.ttr_ms));
     counters.call_started();
     let started = Instant::now();
-    let result = call(&shared, &target, &delivery, timeout_ms).await;
+    let clock = &shared.queue.context().clock;
+    // A traced task's attempt is a client span; the target continues the trace from it.
+    let span = shared
+        .queue
+        .context()
+        .metrics
+        .spans()
+        .push(&delivery, &target.url, clock.now_ms());
+    let trace = span.as_ref().and_then(|s| s.context()).cloned();
+    let result = call(&shared, &target, &delivery, trace.as_ref(), timeout_ms).await;
     let latency_ms = started.elapsed().as_millis() as u64;
     // The topic's concurrency bounds calls to its target; recording the outcome is the
     // storage's work, so the next call may start meanwhile (the global permit is held until
@@ -558,25 +567,48 @@ async fn deliver(
     drop(slot);
     let verdict = rules::verdict(&result, shared.queue.context().limits.max_delay_ms);
     let (topic, id, receipt) = (&delivery.topic, &delivery.id, delivery.receipt.clone());
-    let applied = match verdict {
-        Verdict::Finish => {
-            counters.call_ended(None, latency_ms);
-            shared.queue.finish(topic, id, Some(&receipt)).await
-        }
-        Verdict::Release {
-            class,
-            error,
-            delay_ms,
-        } => {
-            counters.call_ended(Some(class), latency_ms);
-            tracing::debug!(%topic, %id, %error, "push: delivery failed");
-            let mut options = ReleaseOptions::default().receipt(receipt).error(error);
-            if let Some(delay) = delay_ms {
-                options = options.delay_ms(delay);
-            }
-            shared.queue.release(topic, id, options).await.map(|_| ())
-        }
+    let status = match &result {
+        CallResult::Answered { status, .. } => Some(*status),
+        _ => None,
     };
+    let failure = match &verdict {
+        Verdict::Finish => None,
+        Verdict::Release { error, .. } => Some(error.clone()),
+    };
+    // The finish or release is a child of the attempt's span.
+    let applied = delayq::spans::within(trace.as_ref(), async {
+        match verdict {
+            Verdict::Finish => {
+                counters.call_ended(None, latency_ms);
+                shared
+                    .queue
+                    .finish(topic, id, Some(&receipt))
+                    .await
+                    .map(|()| State::Finished)
+            }
+            Verdict::Release {
+                class,
+                error,
+                delay_ms,
+            } => {
+                counters.call_ended(Some(class), latency_ms);
+                tracing::debug!(%topic, %id, %error, "push: delivery failed");
+                let mut options = ReleaseOptions::default().receipt(receipt).error(error);
+                if let Some(delay) = delay_ms {
+                    options = options.delay_ms(delay);
+                }
+                shared.queue.release(topic, id, options).await
+            }
+        }
+    })
+    .await;
+    if let Some(span) = span {
+        let outcome = match &applied {
+            Ok(state) => state.name(),
+            Err(e) => e.kind().name(),
+        };
+        span.end(clock.now_ms(), status, outcome, failure.as_deref());
+    }
     if let Err(e) = applied {
         // Typically the call outlived the ttr: the task was redelivered and this receipt is
         // stale.
@@ -590,6 +622,7 @@ async fn call(
     shared: &CallContext,
     target: &PushTarget,
     d: &Delivery,
+    trace: Option<&TraceContext>,
     timeout_ms: u64,
 ) -> CallResult {
     let url = match reqwest::Url::parse(&target.url) {
@@ -607,7 +640,7 @@ async fn call(
     let request = shared
         .client
         .post(url)
-        .headers(headers(target, d, now_ms))
+        .headers(headers(target, d, trace.or(d.trace.as_ref()), now_ms))
         .body(d.body.clone());
     let exchange =
         async { Ok::<_, reqwest::Error>(read_answer(request.send().await?, now_ms).await) };
@@ -639,9 +672,15 @@ fn refused_literal(allow: &AllowList, url: &reqwest::Url) -> Option<CallResult> 
 }
 
 /// The headers of a call: the target's own, then the delivery's (`Delayq-*`, which a target
-/// may not set, and the W3C `traceparent`/`tracestate` of a task added with a trace
-/// context, which replace the target's), signed when the target has a secret.
-fn headers(target: &PushTarget, d: &Delivery, now_ms: u64) -> HeaderMap {
+/// may not set, and the W3C `traceparent`/`tracestate` of `trace`, which replace the
+/// target's), signed when the target has a secret. `trace` is the attempt's span when
+/// delayq exports spans, else the task's own context.
+fn headers(
+    target: &PushTarget,
+    d: &Delivery,
+    trace: Option<&TraceContext>,
+    now_ms: u64,
+) -> HeaderMap {
     let mut headers = HeaderMap::new();
     headers.insert(
         CONTENT_TYPE,
@@ -665,7 +704,7 @@ fn headers(target: &PushTarget, d: &Delivery, now_ms: u64) -> HeaderMap {
     put("delayq-id", d.id.clone());
     put("delayq-attempt", (u64::from(d.retries) + 1).to_string());
     put("delayq-due-ms", d.due_ms.to_string());
-    if let Some(trace) = &d.trace {
+    if let Some(trace) = trace {
         put("traceparent", trace.traceparent().to_owned());
         if let Some(state) = trace.tracestate() {
             put("tracestate", state.to_owned());

@@ -22,7 +22,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::error::BackendError;
 use crate::keys::bucket_of;
-use crate::scripts::{Reply, SCRIPTS, Status, int};
+use crate::scripts::{Events, Reply, SCRIPTS, Status, int};
 use crate::storage::InstanceState;
 
 /// What the promoter is told.
@@ -284,15 +284,15 @@ impl Promoter {
             let next = payload.first().and_then(int).unwrap_or(-1);
             let more = payload.get(1).and_then(int).unwrap_or(0) == 1;
             let ttr_expired = payload.get(2).and_then(int).unwrap_or(0);
-            if ttr_expired > 0 || payload.len() > 3 {
+            if ttr_expired > 0 {
                 let counters = s.ctx.metrics.topic(topic);
                 for _ in 0..ttr_expired {
                     s.ctx.metrics.observe_ttr_expired(&counters);
                 }
-                for due in payload.iter().skip(3).filter_map(int) {
-                    let lateness = now.saturating_sub(u64::try_from(due).unwrap_or(now));
-                    s.ctx.metrics.observe_fire(&counters, lateness);
-                }
+            }
+            match payload.get(3..).and_then(Events::parse) {
+                Some(events) => s.record_events(topic, &events, now),
+                None => failed = Some(BackendError::protocol(what, "bad promotions")),
             }
             if let Some(slot) = self.next.get_mut(&(topic.clone(), *p)) {
                 *slot = if more {

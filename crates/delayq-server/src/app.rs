@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use axum::Router;
-use axum::extract::DefaultBodyLimit;
+use axum::extract::{DefaultBodyLimit, Request};
 use axum::http::{Method, Uri};
 use axum::middleware;
 use axum::response::{IntoResponse, Response};
@@ -235,7 +235,19 @@ pub fn app(state: AppState) -> Router {
             metrics::track_requests,
         ))
         .layer(middleware::from_fn(crate::error::log_failures))
+        .layer(middleware::from_fn(trace_context))
         .with_state(state)
+}
+
+/// Serves a request with its W3C trace context (the `traceparent` header) as the current
+/// one: delayq's spans of the request (finish, release, bury) are children of the caller's
+/// span, and log lines about it carry its trace id. A malformed header is left to the
+/// handlers that read it (an add refuses it); here it is only not continued.
+async fn trace_context(request: Request, next: middleware::Next) -> Response {
+    let trace = crate::handlers::add::header_trace(request.headers())
+        .ok()
+        .flatten();
+    delayq::spans::within(trace.as_ref(), next.run(request)).await
 }
 
 /// Every endpoint of the table at its handler: those that need a token, and the open ones.

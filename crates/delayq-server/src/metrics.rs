@@ -494,6 +494,16 @@ fn write_engine(out: &mut String, snap: &MetricsSnapshot) {
             "Tasks that went DEAD: out of retries, or buried.",
             snap.dead,
         ),
+        (
+            "delayq_spans_exported_total",
+            "delayq's own spans the OTLP collector accepted.",
+            snap.spans_exported,
+        ),
+        (
+            "delayq_spans_dropped_total",
+            "delayq's own spans dropped: the export queue was full, or the collector failed or was unreachable.",
+            snap.spans_dropped,
+        ),
     ];
     for (name, help, value) in counters {
         header(out, name, "counter", help);

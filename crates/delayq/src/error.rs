@@ -48,6 +48,22 @@ pub enum ErrorKind {
     Storage,
 }
 
+impl ErrorKind {
+    /// The kind's name in spans and logs (`not_found`, `conflict`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorKind::Invalid => "invalid",
+            ErrorKind::TooLarge => "too_large",
+            ErrorKind::NotFound => "not_found",
+            ErrorKind::Duplicate => "duplicate",
+            ErrorKind::Conflict => "conflict",
+            ErrorKind::Unavailable => "unavailable",
+            ErrorKind::ShuttingDown => "shutting_down",
+            ErrorKind::Storage => "storage",
+        }
+    }
+}
+
 /// What is known of whether a failed operation changed anything.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Outcome {

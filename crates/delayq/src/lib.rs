@@ -32,6 +32,7 @@ pub mod metrics;
 pub mod otel;
 pub mod queue;
 pub mod schedule;
+pub mod spans;
 pub mod storage;
 pub mod waiters;
 pub mod workers;
@@ -43,6 +44,7 @@ pub use error::{Cause, Error, ErrorKind, Outcome, Result};
 pub use metrics::TopicActivity;
 pub use queue::{PopOptions, Queue};
 pub use schedule::{PutOutcome, ScheduleInfo, Scheduler, SchedulerOptions, TickReport};
+pub use spans::Spans;
 pub use storage::{
     AddResult, Backend, BeanstalkOps, Held, JobIds, MAX_DUE_BOUNDS, ReleaseOptions,
     SettingsChanges, SettingsStore, StorageContext, TaskStore,

@@ -15,6 +15,9 @@
 //!   transition happens: the engine's timers, or in Redis mode the instance whose promoter
 //!   or request ran the script.
 //!
+//! The spans of a traced task's events ([`crate::spans`]) are recorded at the same places, so
+//! each is recorded once too.
+//!
 //! Memory: one [`TopicCounters`] is 17 counters (136 bytes) behind an `Arc`; with the map's
 //! entry and the shared name that is about 200 bytes per topic plus the name's length. Entries
 //! are never removed (a topic's record in the engine is not either), so the map grows with the
@@ -25,6 +28,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::RwLock;
+
+use crate::spans::Spans;
 
 /// Upper bounds (ms, inclusive) of the fire-lateness histogram buckets; the last is +Inf.
 pub const LATENESS_BUCKETS_MS: [u64; 12] = [0, 1, 2, 3, 5, 10, 25, 50, 100, 250, 1_000, 5_000];
@@ -42,6 +47,8 @@ pub struct Metrics {
     ttr_expired: AtomicU64,
     dead: AtomicU64,
     topics: RwLock<HashMap<Arc<str>, Arc<TopicCounters>>>,
+    /// The spans of traced tasks' events ([`crate::spans`]), recorded where the counters are.
+    spans: Spans,
 }
 
 /// A copy of the metrics at one moment.
@@ -58,6 +65,10 @@ pub struct MetricsSnapshot {
     pub ttr_expired: u64,
     /// Tasks that went DEAD.
     pub dead: u64,
+    /// delayq's own spans that the collector accepted (docs/tracing.md).
+    pub spans_exported: u64,
+    /// delayq's own spans dropped: the export queue was full, or the collector failed.
+    pub spans_dropped: u64,
 }
 
 /// The live counters of one topic. Obtained from [`Metrics::topic`]; updated through the
@@ -125,6 +136,19 @@ fn lateness_bucket(lateness_ms: u64) -> usize {
 }
 
 impl Metrics {
+    /// Metrics that also record the spans of traced tasks to `spans`.
+    pub fn with_spans(spans: Spans) -> Metrics {
+        Metrics {
+            spans,
+            ..Metrics::default()
+        }
+    }
+
+    /// Where the events of traced tasks are recorded as spans (off unless given).
+    pub fn spans(&self) -> &Spans {
+        &self.spans
+    }
+
     /// The counters of `topic`, created the first time it is named.
     pub fn topic(&self, topic: &str) -> Arc<TopicCounters> {
         if let Some(c) = self.topics.read().get(topic) {
@@ -179,6 +203,8 @@ impl Metrics {
             fired: self.fired.load(Ordering::Relaxed),
             ttr_expired: self.ttr_expired.load(Ordering::Relaxed),
             dead: self.dead.load(Ordering::Relaxed),
+            spans_exported: self.spans.counters().snapshot().0,
+            spans_dropped: self.spans.counters().snapshot().1,
         }
     }
 

@@ -26,6 +26,7 @@ use tokio::sync::watch;
 use crate::clock::{Clock, ClockUnavailable, SystemClock};
 use crate::error::{Error, ErrorKind, Result};
 use crate::metrics::{TopicActivity, TopicCounters};
+use crate::spans::{Settle, Via};
 use crate::storage::{
     AddResult, Backend, Held, MAX_DUE_BOUNDS, ReleaseOptions, StorageContext, memory,
 };
@@ -189,14 +190,50 @@ impl Queue {
     /// [`AddOutcome::Existed`] if it is there.
     pub async fn add(&self, task: NewTask) -> Result<AddOutcome> {
         self.check_open()?;
-        let spec = self.spec(task, self.now())?;
+        let now = self.now();
+        let spec = self.spec(task, now)?;
         let counters = self.inner.ctx.metrics.topic(&spec.topic);
-        let mut results = self.inner.storage.tasks().add(vec![spec]).await?;
-        let result = results.pop().expect("one result per task");
+        let span = self.add_span(&spec, now);
+        let result = match self.inner.storage.tasks().add(vec![spec]).await {
+            Ok(mut results) => results.pop().expect("one result per task"),
+            Err(e) => Err(e),
+        };
+        if let Some(span) = span {
+            self.end_add_span(span, &result);
+        }
         if matches!(result, Ok(AddOutcome::Added | AddOutcome::Replaced)) {
             self.inner.ctx.metrics.observe_added(&counters, 1);
         }
         result
+    }
+
+    /// What the add span of a traced task needs after the task went to storage: its topic,
+    /// id, context and start. `None` when it gets no span (the common case: nothing cloned).
+    fn add_span(&self, spec: &TaskSpec, now: Millis) -> Option<AddSpan> {
+        let spans = self.inner.ctx.metrics.spans();
+        spans.traces(spec.trace.as_ref()).then(|| AddSpan {
+            topic: spec.topic.clone(),
+            id: spec.id.clone(),
+            trace: spec.trace.clone(),
+            start: now,
+        })
+    }
+
+    fn end_add_span(&self, span: AddSpan, result: &Result<AddOutcome>) {
+        let outcome = match result {
+            Ok(AddOutcome::Added) => "added",
+            Ok(AddOutcome::Replaced) => "replaced",
+            Ok(AddOutcome::Existed) => "existed",
+            Err(e) => e.kind().name(),
+        };
+        self.inner.ctx.metrics.spans().added(
+            &span.topic,
+            &span.id,
+            span.trace.as_ref(),
+            span.start,
+            self.now(),
+            outcome,
+        );
     }
 
     /// Adds a batch of tasks, one durable write per shard or partition they fall in. Each task
@@ -226,9 +263,14 @@ impl Queue {
         // The activity counters of each valid task's topic, looked up once per run of tasks
         // of one topic (a batch is usually of one).
         let mut counters: Vec<Arc<TopicCounters>> = Vec::with_capacity(tasks.len());
+        // The add spans of the batch's traced tasks, by their place among `specs`.
+        let mut spans: Vec<(usize, AddSpan)> = Vec::new();
         for (i, task) in tasks.into_iter().enumerate() {
             match self.spec(task, now) {
                 Ok(spec) => {
+                    if let Some(span) = self.add_span(&spec, now) {
+                        spans.push((specs.len(), span));
+                    }
                     let same = specs
                         .last()
                         .is_some_and(|last: &TaskSpec| last.topic == spec.topic);
@@ -246,6 +288,12 @@ impl Queue {
         }
         if !specs.is_empty() {
             let added = self.inner.storage.tasks().add(specs).await?;
+            for (k, span) in spans {
+                if let Some(result) = added.get(k) {
+                    let result = result.as_ref().map(|o| *o).map_err(Error::clone);
+                    self.end_add_span(span, &result);
+                }
+            }
             for ((slot, result), c) in slots.into_iter().zip(added).zip(&counters) {
                 if matches!(result, Ok(AddOutcome::Added | AddOutcome::Replaced)) {
                     ctx.metrics.observe_added(c, 1);
@@ -277,7 +325,7 @@ impl Queue {
                 .tasks()
                 .pop(topic, options.count, options.auto_finish)
                 .await?;
-            return Ok(self.count_auto_finished(options, got));
+            return Ok(self.handed_out(options, got));
         }
         self.long_poll(&[topic.to_owned()], options).await
     }
@@ -303,11 +351,13 @@ impl Queue {
                     .await?
             }
         };
-        Ok(self.count_auto_finished(options, got))
+        Ok(self.handed_out(options, got))
     }
 
-    /// Tasks handed out with `auto_finish` are finished: counted so in the activity counters.
-    fn count_auto_finished(&self, options: PopOptions, got: Vec<Delivery>) -> Vec<Delivery> {
+    /// Records tasks handed out: a delivery span for each traced one, and those handed out
+    /// with `auto_finish`, which are finished, counted so in the activity counters.
+    fn handed_out(&self, options: PopOptions, got: Vec<Delivery>) -> Vec<Delivery> {
+        self.delivered(&got);
         if options.auto_finish {
             let metrics = &self.inner.ctx.metrics;
             for d in &got {
@@ -370,6 +420,53 @@ impl Queue {
         }
     }
 
+    /// The delivery spans of what was handed out.
+    fn delivered(&self, got: &[Delivery]) {
+        let spans = self.inner.ctx.metrics.spans();
+        if !spans.is_on() {
+            return;
+        }
+        let now = self.now();
+        for d in got {
+            spans.delivered(d, Via::Pop, now);
+        }
+    }
+
+    /// The settle span of a consumer's finish, release or bury of `topic`/`id`, from `start`
+    /// to now: a child of the caller's current trace context (an HTTP request's
+    /// `traceparent`, a callback's task), none without one.
+    fn settled<T>(
+        &self,
+        how: Settle,
+        topic: &str,
+        id: &str,
+        start: Option<Millis>,
+        result: &Result<T>,
+        outcome: impl FnOnce(&T) -> &'static str,
+    ) {
+        let Some(start) = start else { return };
+        let Some(parent) = caller_trace() else { return };
+        let (outcome, failed) = match result {
+            Ok(v) => (outcome(v), false),
+            Err(e) => (e.kind().name(), true),
+        };
+        self.inner.ctx.metrics.spans().settled(
+            how,
+            topic,
+            id,
+            Some(&parent),
+            start,
+            self.now(),
+            outcome,
+            failed,
+        );
+    }
+
+    /// When spans are on, the moment an operation starts (for its span).
+    fn span_start(&self) -> Option<Millis> {
+        self.inner.ctx.metrics.spans().is_on().then(|| self.now())
+    }
+
     /// Pops one task, waiting up to `timeout_ms`.
     pub async fn pop_one(&self, topic: &str, timeout_ms: u64) -> Result<Option<Delivery>> {
         let mut got = self
@@ -382,11 +479,10 @@ impl Queue {
     pub async fn finish(&self, topic: &str, id: &str, receipt: Option<&str>) -> Result<()> {
         check_key(topic, id)?;
         self.check_clock()?;
-        self.inner
-            .storage
-            .tasks()
-            .finish(topic, id, receipt)
-            .await?;
+        let start = self.span_start();
+        let result = self.inner.storage.tasks().finish(topic, id, receipt).await;
+        self.settled(Settle::Finish, topic, id, start, &result, |_| "finished");
+        result?;
         let metrics = &self.inner.ctx.metrics;
         metrics.observe_finished(&metrics.topic(topic), 1);
         Ok(())
@@ -411,16 +507,27 @@ impl Queue {
         self.check_pop_options(options)?;
         check_key(held.topic, held.id)?;
         self.check_clock()?;
+        let (held_topic, held_id) = (held.topic, held.id);
+        let start = self.span_start();
         let first = self
             .inner
             .storage
             .tasks()
             .finish_then_pop(held, topic, options.count, options.auto_finish)
-            .await?;
+            .await;
+        self.settled(
+            Settle::Finish,
+            held_topic,
+            held_id,
+            start,
+            &first,
+            |_| "finished",
+        );
+        let first = first?;
         let metrics = &self.inner.ctx.metrics;
         metrics.observe_finished(&metrics.topic(held.topic), 1);
         let got = match first {
-            Ok(got) => self.count_auto_finished(options, got),
+            Ok(got) => self.handed_out(options, got),
             Err(e) => return Ok(Err(e)),
         };
         if !got.is_empty() || options.timeout_ms == 0 {
@@ -465,12 +572,10 @@ impl Queue {
             // plus the delay.
             validate::check_duration("delay_ms", delay, self.inner.ctx.limits.max_delay_ms)?;
         }
-        let state = self
-            .inner
-            .storage
-            .tasks()
-            .release(topic, id, options)
-            .await?;
+        let start = self.span_start();
+        let state = self.inner.storage.tasks().release(topic, id, options).await;
+        self.settled(Settle::Release, topic, id, start, &state, |s| s.name());
+        let state = state?;
         let metrics = &self.inner.ctx.metrics;
         metrics.observe_failed(&metrics.topic(topic));
         Ok(state)
@@ -607,7 +712,10 @@ impl Queue {
     pub async fn bury(&self, topic: &str, id: &str, options: BuryOptions) -> Result<()> {
         check_key(topic, id)?;
         self.check_clock()?;
-        self.inner.storage.tasks().bury(topic, id, options).await?;
+        let start = self.span_start();
+        let result = self.inner.storage.tasks().bury(topic, id, options).await;
+        self.settled(Settle::Bury, topic, id, start, &result, |_| "dead");
+        result?;
         let metrics = &self.inner.ctx.metrics;
         metrics.observe_failed(&metrics.topic(topic));
         Ok(())
@@ -650,7 +758,9 @@ impl Queue {
     pub async fn take(&self, topic: &str, id: &str) -> Result<Delivery> {
         check_key(topic, id)?;
         self.check_clock()?;
-        self.inner.storage.beanstalk().take(topic, id).await
+        let d = self.inner.storage.beanstalk().take(topic, id).await?;
+        self.delivered(std::slice::from_ref(&d));
+        Ok(d)
     }
 
     /// Pauses `topic` for `for_ms` (until resumed when `None`), rule 14.
@@ -784,6 +894,28 @@ fn check_due_bounds(bounds: &[Millis]) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// The add span of a traced task, between its validation and its storage's answer.
+struct AddSpan {
+    topic: String,
+    id: String,
+    trace: Option<delayq_core::TraceContext>,
+    start: Millis,
+}
+
+/// The caller's current trace context, the parent of a settle span: the OpenTelemetry
+/// context of the calling task (an HTTP request's `traceparent`, which the server makes
+/// current, or a callback's task).
+fn caller_trace() -> Option<delayq_core::TraceContext> {
+    #[cfg(feature = "opentelemetry")]
+    {
+        crate::otel::current()
+    }
+    #[cfg(not(feature = "opentelemetry"))]
+    {
+        None
+    }
 }
 
 fn check_key(topic: &str, id: &str) -> Result<()> {

@@ -141,33 +141,52 @@ async fn run<F, Fut, E>(
             let handler = Arc::clone(&handler);
             in_flight.spawn(async move {
                 let _permit = permit;
-                let (topic, id, receipt) = (delivery.topic.clone(), delivery.id.clone(), delivery.receipt.clone());
+                // The handler, and the finish or release after it, run with the task's trace
+                // context as the current one: the handler's spans and delayq's settle span
+                // continue the producer's trace.
                 #[cfg(feature = "opentelemetry")]
-                let outcome = match delivery.trace.as_ref().map(crate::otel::context_of) {
-                    // The handler's spans continue the producer's trace.
-                    Some(cx) => {
-                        use opentelemetry::trace::FutureExt as _;
-                        handler(delivery).with_context(cx).await
-                    }
-                    None => handler(delivery).await,
-                };
-                #[cfg(not(feature = "opentelemetry"))]
-                let outcome = handler(delivery).await;
-                let acked = match outcome {
-                    Ok(()) => queue.finish(&topic, &id, Some(&receipt)).await,
-                    Err(e) => queue
-                        .release(&topic, &id, ReleaseOptions::default().receipt(receipt).error(e.to_string()))
-                        .await
-                        .map(|_| ()),
-                };
-                if let Err(e) = acked {
-                    // Typically: the handler outlived its ttr and the task was redelivered.
-                    tracing::warn!(topic = %topic, id = %id, error = %e, "callback result not applied");
+                if let Some(cx) = delivery.trace.as_ref().map(crate::otel::context_of) {
+                    use opentelemetry::trace::FutureExt as _;
+                    return handle(&queue, handler.as_ref(), delivery)
+                        .with_context(cx)
+                        .await;
                 }
+                handle(&queue, handler.as_ref(), delivery).await
             });
         }
         // Reap finished handlers so the set does not grow.
         while in_flight.try_join_next().is_some() {}
     }
     while in_flight.join_next().await.is_some() {}
+}
+
+/// Runs the handler for one delivery, then finishes the task (`Ok`) or releases it (`Err`).
+async fn handle<F, Fut, E>(queue: &Queue, handler: &F, delivery: Delivery)
+where
+    F: Fn(Delivery) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = std::result::Result<(), E>> + Send + 'static,
+    E: std::fmt::Display + Send + 'static,
+{
+    let (topic, id, receipt) = (
+        delivery.topic.clone(),
+        delivery.id.clone(),
+        delivery.receipt.clone(),
+    );
+    let acked = match handler(delivery).await {
+        Ok(()) => queue.finish(&topic, &id, Some(&receipt)).await,
+        Err(e) => queue
+            .release(
+                &topic,
+                &id,
+                ReleaseOptions::default()
+                    .receipt(receipt)
+                    .error(e.to_string()),
+            )
+            .await
+            .map(|_| ()),
+    };
+    if let Err(e) = acked {
+        // Typically: the handler outlived its ttr and the task was redelivered.
+        tracing::warn!(topic = %topic, id = %id, error = %e, "callback result not applied");
+    }
 }

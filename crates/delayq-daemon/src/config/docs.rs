@@ -89,7 +89,7 @@ mod tests {
         };
         let settings = Settings::read(&sources).unwrap();
         assert!(settings.origin.auth_tokens.is_given() && settings.origin.retention_ms.is_given());
-        ServerConfig::from_settings(settings).unwrap();
+        ServerConfig::from_settings(settings, &|_| None).unwrap();
     }
 
     #[test]

@@ -370,6 +370,112 @@ impl Kind for RedisUrl {
     }
 }
 
+/// An `http://` or `https://` URL with a host (an OTLP collector).
+pub(crate) struct HttpUrl;
+
+impl Kind for HttpUrl {
+    type Value = String;
+
+    fn accepts(&self) -> String {
+        "a URL starting with http:// or https://, with a host".into()
+    }
+
+    fn value_name(&self) -> String {
+        "URL".into()
+    }
+
+    fn read_text(&self, text: &str) -> Result<String, Rejected> {
+        let trimmed = text.trim();
+        let rest = trimmed
+            .strip_prefix("http://")
+            .or_else(|| trimmed.strip_prefix("https://"));
+        match rest {
+            Some(rest)
+                if !rest.is_empty()
+                    && !rest.starts_with('/')
+                    && !trimmed.chars().any(|c| c.is_whitespace() || c.is_control()) =>
+            {
+                Ok(trimmed.to_owned())
+            }
+            _ => Err(Rejected::text(text, self.accepts())),
+        }
+    }
+
+    fn show(&self, value: &String) -> String {
+        value.clone()
+    }
+}
+
+/// A share from 0 to 1, as a decimal number (`0.25`).
+pub(crate) struct Ratio;
+
+impl Ratio {
+    fn checked(x: f64) -> Option<f64> {
+        (0.0..=1.0).contains(&x).then_some(x)
+    }
+}
+
+impl Kind for Ratio {
+    type Value = f64;
+
+    fn accepts(&self) -> String {
+        "a number from 0 to 1".into()
+    }
+
+    fn value_name(&self) -> String {
+        "RATIO".into()
+    }
+
+    fn read_text(&self, text: &str) -> Result<f64, Rejected> {
+        text.trim()
+            .parse::<f64>()
+            .ok()
+            .and_then(Ratio::checked)
+            .ok_or_else(|| Rejected::text(text, self.accepts()))
+    }
+
+    fn read_toml(&self, value: &toml::Value) -> Result<f64, Rejected> {
+        let x = match value {
+            toml::Value::Float(x) => Some(*x),
+            toml::Value::Integer(n) => Some(*n as f64),
+            _ => None,
+        };
+        x.and_then(Ratio::checked)
+            .ok_or_else(|| Rejected::toml(value, self.accepts()))
+    }
+
+    fn show(&self, value: &f64) -> String {
+        value.to_string()
+    }
+}
+
+/// A short name: 1 to 255 printable characters, no surrounding spaces.
+pub(crate) struct Name;
+
+impl Kind for Name {
+    type Value = String;
+
+    fn accepts(&self) -> String {
+        "1 to 255 printable characters".into()
+    }
+
+    fn value_name(&self) -> String {
+        "NAME".into()
+    }
+
+    fn read_text(&self, text: &str) -> Result<String, Rejected> {
+        let trimmed = text.trim();
+        if trimmed.is_empty() || trimmed.len() > 255 || trimmed.chars().any(char::is_control) {
+            return Err(Rejected::text(text, self.accepts()));
+        }
+        Ok(trimmed.to_owned())
+    }
+
+    fn show(&self, value: &String) -> String {
+        value.clone()
+    }
+}
+
 /// A setting with no default: `None` unless given, else read as `K` reads it.
 pub(crate) struct Optional<K>(pub K);
 
@@ -488,6 +594,22 @@ impl Named for FsyncMode {
         ("always", FsyncMode::Always),
         ("interval", FsyncMode::Interval),
         ("never", FsyncMode::Never),
+    ];
+}
+
+/// `--otlp-protocol`: the OTLP transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OtlpProtocol {
+    /// Protobuf over HTTP (`POST /v1/traces`), the OpenTelemetry default.
+    HttpProtobuf,
+    /// gRPC.
+    Grpc,
+}
+
+impl Named for OtlpProtocol {
+    const NAMES: &'static [(&'static str, Self)] = &[
+        ("http/protobuf", OtlpProtocol::HttpProtobuf),
+        ("grpc", OtlpProtocol::Grpc),
     ];
 }
 

@@ -31,7 +31,8 @@ use std::path::PathBuf;
 
 use delayq::{Limits, TaskDefaults};
 
-use kinds::{FsyncMode, StorageKind};
+pub use kinds::OtlpProtocol;
+use kinds::{Choice, FsyncMode, HttpUrl, Kind, Name, StorageKind};
 use settings::Settings;
 use sources::{ConfigFile, Sources};
 
@@ -111,6 +112,106 @@ pub struct ServerConfig {
     pub schedules: Vec<delayq::core::schedule::ScheduleDef>,
     /// Push delivery (docs/push.md).
     pub push: PushConfig,
+    /// Export of delayq's spans over OTLP; `None` when off (docs/tracing.md).
+    pub otlp: Option<OtlpConfig>,
+}
+
+/// Where and how delayq's spans are exported (docs/tracing.md).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct OtlpConfig {
+    /// The URL spans are sent to: the traces endpoint itself (`…/v1/traces`) with
+    /// http/protobuf, the collector with gRPC.
+    pub endpoint: String,
+    /// The transport.
+    pub protocol: OtlpProtocol,
+    /// The share of sampled traces exported, 0 to 1.
+    pub sample_ratio: f64,
+    /// The spans' `service.name`.
+    pub service_name: String,
+    /// Most spans waiting for export before new ones are dropped.
+    pub max_queue: usize,
+}
+
+impl OtlpConfig {
+    /// Export to the collector at base URL `endpoint` (as `OTEL_EXPORTER_OTLP_ENDPOINT`),
+    /// with the defaults of the other settings.
+    pub fn new(endpoint: &str, protocol: OtlpProtocol) -> OtlpConfig {
+        OtlpConfig {
+            endpoint: traces_url(endpoint, protocol),
+            protocol,
+            sample_ratio: 1.0,
+            service_name: "delayq".into(),
+            max_queue: 4_096,
+        }
+    }
+}
+
+/// The URL spans go to from a collector's base URL: with http/protobuf the signal's path is
+/// added, as the OpenTelemetry SDKs do with `OTEL_EXPORTER_OTLP_ENDPOINT`.
+fn traces_url(base: &str, protocol: OtlpProtocol) -> String {
+    match protocol {
+        OtlpProtocol::HttpProtobuf => format!("{}/v1/traces", base.trim_end_matches('/')),
+        OtlpProtocol::Grpc => base.to_owned(),
+    }
+}
+
+/// Reads an environment variable; an empty value counts as unset (the OpenTelemetry
+/// specification's rule).
+type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+/// A variable of the OpenTelemetry SDKs, read as `kind` reads a flag's text.
+fn otel_var<K: Kind>(env: Env<'_>, name: &str, kind: &K) -> Result<Option<K::Value>, ConfigError> {
+    let Some(text) = env(name).filter(|v| !v.trim().is_empty()) else {
+        return Ok(None);
+    };
+    kind.read_text(&text)
+        .map(Some)
+        .map_err(|r| ConfigError::Invalid {
+            setting: format!("{name} (environment)"),
+            value: r.value,
+            expected: r.expected,
+        })
+}
+
+/// OTLP export from its settings; what they leave unset is taken from the variables the
+/// OpenTelemetry SDKs read (`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, `OTEL_EXPORTER_OTLP_ENDPOINT`,
+/// `OTEL_EXPORTER_OTLP[_TRACES]_PROTOCOL`, `OTEL_SERVICE_NAME`), so a deployment that
+/// configures its SDKs that way configures delayq too.
+fn otlp(s: &Settings, env: Env<'_>) -> Result<Option<OtlpConfig>, ConfigError> {
+    let protocol_kind = Choice::<OtlpProtocol>::of();
+    let protocol = if s.origin.otlp_protocol.is_given() {
+        s.otlp_protocol
+    } else {
+        match otel_var(env, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", &protocol_kind)? {
+            Some(p) => p,
+            None => otel_var(env, "OTEL_EXPORTER_OTLP_PROTOCOL", &protocol_kind)?
+                .unwrap_or(s.otlp_protocol),
+        }
+    };
+    let endpoint = match &s.otlp_endpoint {
+        Some(base) => traces_url(base, protocol),
+        None => match otel_var(env, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", &HttpUrl)? {
+            // The signal's own variable is the whole URL.
+            Some(url) => url,
+            None => match otel_var(env, "OTEL_EXPORTER_OTLP_ENDPOINT", &HttpUrl)? {
+                Some(base) => traces_url(&base, protocol),
+                None => return Ok(None),
+            },
+        },
+    };
+    let service_name = if s.origin.otlp_service_name.is_given() {
+        s.otlp_service_name.clone()
+    } else {
+        otel_var(env, "OTEL_SERVICE_NAME", &Name)?.unwrap_or_else(|| s.otlp_service_name.clone())
+    };
+    Ok(Some(OtlpConfig {
+        endpoint,
+        protocol,
+        sample_ratio: s.otlp_sample_ratio,
+        service_name,
+        max_queue: s.otlp_max_queue,
+    }))
 }
 
 /// The push dispatcher's settings (docs/push.md).
@@ -176,7 +277,7 @@ impl Default for ServerConfig {
     /// The configuration of `delayq serve` with no settings given: the defaults of the
     /// settings table.
     fn default() -> Self {
-        ServerConfig::from_settings(Settings::default())
+        ServerConfig::from_settings(Settings::default(), &|_| None)
             .expect("the default settings are consistent (tested)")
     }
 }
@@ -236,13 +337,15 @@ impl ServerConfig {
             args,
             file: file.as_ref(),
         };
-        ServerConfig::from_settings(Settings::read(&sources)?)
+        let env = |name: &str| std::env::var(name).ok();
+        ServerConfig::from_settings(Settings::read(&sources)?, &env)
     }
 
     /// Composes the configuration from checked settings: the storage, the limits of the
     /// queue and of the HTTP layer, and the checks that span several settings. Each part is
     /// composed by a function of its own below.
-    fn from_settings(s: Settings) -> Result<ServerConfig, ConfigError> {
+    /// `env` reads the OpenTelemetry variables that OTLP settings left unset fall back on.
+    fn from_settings(s: Settings, env: Env<'_>) -> Result<ServerConfig, ConfigError> {
         // In the order the checks were always made, so the first error named stays the same.
         let storage = storage(&s)?;
         let limits = queue_limits(&s);
@@ -267,6 +370,7 @@ impl ServerConfig {
             redis_partitions: s.redis_partitions,
             redis_wait_timeout_ms: s.redis_wait_timeout_ms,
             dashboard: !s.no_dashboard,
+            otlp: otlp(&s, env)?,
         })
     }
 }
@@ -553,7 +657,7 @@ mod tests {
             args: &args,
             file: Some(&file),
         };
-        ServerConfig::from_settings(Settings::read(&sources)?)
+        ServerConfig::from_settings(Settings::read(&sources)?, &|_| None)
     }
 
     #[test]

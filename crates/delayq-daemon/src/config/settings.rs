@@ -21,8 +21,8 @@ use delayq::core::validate::TEN_YEARS_MS;
 use delayq::{Limits, MaxRetries, TaskDefaults};
 
 use super::kinds::{
-    Addr, BeanstalkListen, BeanstalkTls, Choice, FsPath, FsyncMode, Int, Kind, Optional, RedisUrl,
-    Retries, Schedules, StorageKind, Switch, Tokens,
+    Addr, BeanstalkListen, BeanstalkTls, Choice, FsPath, FsyncMode, HttpUrl, Int, Kind, Name,
+    Optional, OtlpProtocol, Ratio, RedisUrl, Retries, Schedules, StorageKind, Switch, Tokens,
 };
 use super::push_kinds::{PushAllow, PushTargets};
 use super::sources::{Names, Sources};
@@ -238,6 +238,27 @@ settings! {
     /// Log format; the level comes from `RUST_LOG`.
     log_format: LogFormat = LogFormat::Text;
         "log-format", "DELAYQ_LOG_FORMAT", "log_format", Choice::<LogFormat>::of();
+    /// Export delayq's spans over OTLP to this collector (docs/tracing.md): its base URL, as
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT`, which is read when this is not given (with
+    /// http/protobuf, `/v1/traces` is added to it). Export is off when neither is set.
+    otlp_endpoint: Option<String> = None;
+        "otlp-endpoint", "DELAYQ_OTLP_ENDPOINT", "otlp.endpoint", Optional(HttpUrl);
+    /// The OTLP transport (when not given: `OTEL_EXPORTER_OTLP_PROTOCOL`, else
+    /// http/protobuf).
+    otlp_protocol: OtlpProtocol = OtlpProtocol::HttpProtobuf;
+        "otlp-protocol", "DELAYQ_OTLP_PROTOCOL", "otlp.protocol", Choice::<OtlpProtocol>::of();
+    /// The share of sampled traces whose spans are exported, chosen by trace id (the same on
+    /// every instance).
+    otlp_sample_ratio: f64 = 1.0;
+        "otlp-sample-ratio", "DELAYQ_OTLP_SAMPLE_RATIO", "otlp.sample_ratio", Ratio;
+    /// The `service.name` of the exported spans (when not given: `OTEL_SERVICE_NAME`, else
+    /// delayq).
+    otlp_service_name: String = "delayq".to_owned();
+        "otlp-service-name", "DELAYQ_OTLP_SERVICE_NAME", "otlp.service_name", Name;
+    /// Most spans waiting for export; more are dropped and counted
+    /// (`delayq_spans_dropped_total`), never blocking a request.
+    otlp_max_queue: usize = 4_096;
+        "otlp-max-queue", "DELAYQ_OTLP_MAX_QUEUE", "otlp.max_queue", Int::count(1, 1_000_000);
     /// How long a graceful shutdown waits for requests in flight.
     shutdown_timeout_ms: u64 = 10_000;
         "shutdown-timeout-ms", "DELAYQ_SHUTDOWN_TIMEOUT_MS", "shutdown_timeout_ms", Int::ms(0, 600_000);

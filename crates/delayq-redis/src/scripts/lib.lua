@@ -489,6 +489,32 @@ local function fail(rec, delay, outcome, err)
   return DELAYED
 end
 
+-- Events of traced tasks (a trace context in the record) for the instance to record as
+-- spans: 4 values each, the kind ('fire' or 'dead'), the id, the due, the trace context.
+-- Untraced tasks add nothing to a reply.
+local TRACED = {}
+local function traced(kind, rec)
+  if rec.trace ~= '' then
+    TRACED[#TRACED + 1] = kind
+    TRACED[#TRACED + 1] = rec.id
+    TRACED[#TRACED + 1] = rec.due
+    TRACED[#TRACED + 1] = rec.trace
+  end
+end
+
+-- Appends what the instance records about a run's promotions to a reply payload: the number
+-- of promoted tasks, their due times (the lateness metric), then the traced events.
+local function append_events(out, dues)
+  out[#out + 1] = #dues
+  for _, d in ipairs(dues) do
+    out[#out + 1] = d
+  end
+  for _, v in ipairs(TRACED) do
+    out[#out + 1] = v
+  end
+  return out
+end
+
 -- Moves up to `limit` due DELAYED tasks to READY. Returns their due times.
 local function promote(limit)
   local due = redis.call('ZRANGEBYSCORE', SETS[DELAYED], '-inf', NOW, 'WITHSCORES', 'LIMIT', 0, limit)
@@ -507,6 +533,7 @@ local function promote(limit)
       rec.state = READY
       rec.updated = NOW
       save(rec)
+      traced('fire', rec)
       local m, score = member(rec, READY)
       add[#add + 1] = score
       add[#add + 1] = m

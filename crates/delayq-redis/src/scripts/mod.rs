@@ -185,6 +185,60 @@ impl Reply {
     }
 }
 
+/// What a run's promotions leave for the instance to record (`append_events` in `lib.lua`):
+/// the due times of the promoted tasks, and the events of traced tasks.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Events {
+    /// The due of each task made READY by its due.
+    pub dues: Vec<Millis>,
+    /// Fires and DEADs of tasks that carry a trace context, for their spans.
+    pub traced: Vec<Traced>,
+}
+
+/// One event of a traced task.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Traced {
+    /// `false`: it fired (became READY by its due); `true`: its last attempt's ttr passed.
+    pub dead: bool,
+    pub id: String,
+    pub due: Millis,
+    pub trace: delayq::TraceContext,
+}
+
+impl Events {
+    /// Reads the tail of a payload that `append_events` wrote.
+    pub fn parse(rest: &[Value]) -> Option<Events> {
+        let n = rest
+            .first()
+            .and_then(int)
+            .and_then(|n| usize::try_from(n).ok())?;
+        let dues = rest
+            .get(1..1 + n)?
+            .iter()
+            .map(|v| int(v).and_then(|d| u64::try_from(d).ok()))
+            .collect::<Option<Vec<_>>>()?;
+        let traced = rest[1 + n..]
+            .chunks(4)
+            .map(|e| {
+                let [kind, id, due, trace] = e else {
+                    return None;
+                };
+                Some(Traced {
+                    dead: match text(kind)?.as_str() {
+                        "fire" => false,
+                        "dead" => true,
+                        _ => return None,
+                    },
+                    id: text(id)?,
+                    due: u64::try_from(int(due)?).ok()?,
+                    trace: crate::record::parse_trace_text(&text(trace)?)?,
+                })
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(Events { dues, traced })
+    }
+}
+
 /// An integer reply, or a bulk string holding one.
 pub(crate) fn int(v: &Value) -> Option<i64> {
     match v {

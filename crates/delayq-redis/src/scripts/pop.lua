@@ -6,8 +6,8 @@
 -- with these four arguments two places later: POP_ARG.)
 -- Reply payload: the number of tasks taken, the pause (-2: none, -1: until resumed, else its
 -- end), 9 values per task (id, body, retries, receipt, due, ttr, priority, insertion
--- number, trace context as the record holds it: '' for none), then the due
--- times of the tasks this pop promoted (for the lateness metric).
+-- number, trace context as the record holds it: '' for none), then what this pop promoted
+-- (`append_events`).
 local max = tonumber(ARGV[POP_ARG])
 local auto = ARGV[POP_ARG + 1] == '1'
 local prefix = ARGV[POP_ARG + 2]
@@ -58,7 +58,4 @@ if pause == nil then
 else
   READY_N = 0
 end
-for _, d in ipairs(promoted) do
-  out[#out + 1] = d
-end
-return reply(0, out)
+return reply(0, append_events(out, promoted))

@@ -4,7 +4,8 @@
 -- Moves due DELAYED tasks to READY, applies expired ttrs (a failure: READY, DELAYED or DEAD),
 -- removes FINISHED/CANCELLED records whose retention passed.
 -- Reply payload: the partition's next timer (-1: none), 1 when a batch was full (call again
--- at once), the number of expired ttrs, then the due times of the promoted tasks.
+-- at once), the number of expired ttrs, then the promotions and traced events
+-- (`append_events`: fires, and the tasks an expired ttr made DEAD).
 local token = tonumber(ARGV[7])
 local limit = tonumber(ARGV[8])
 local fence = tonumber(redis.call('GET', KEYS[13]) or '0')
@@ -28,7 +29,9 @@ for _, id in ipairs(expired) do
   local rec = load(id)
   if rec and rec.state == ACTIVE then
     ttr_n = ttr_n + 1
-    fail(rec, nil, 'ttr_expired', nil)
+    if fail(rec, nil, 'ttr_expired', nil) == DEAD then
+      traced('dead', rec)
+    end
   else
     redis.call('ZREM', DEADLINES, id)
   end
@@ -56,8 +59,4 @@ for _, key in ipairs({SETS[DELAYED], DEADLINES, EXPIRY[FINISHED], EXPIRY[CANCELL
 end
 -- The holder learns its own next timer from this reply: no wake-up to publish.
 WAKE = nil
-local out = {next or -1, more, ttr_n}
-for _, d in ipairs(dues) do
-  out[#out + 1] = d
-end
-return reply(0, out)
+return reply(0, append_events({next or -1, more, ttr_n}, dues))

@@ -57,7 +57,7 @@ use tokio::task::JoinHandle;
 use crate::keys::{Keys, PartitionKeys};
 use crate::options::RedisOptions;
 use crate::promoter::Event;
-use crate::scripts::{Header, Reply};
+use crate::scripts::{Events, Header, Reply};
 
 pub(crate) use self::pipeline::Redis;
 pub(crate) use self::registry::Fencing;
@@ -173,6 +173,26 @@ impl InstanceState {
             let counters = self.ctx.metrics.topic(topic);
             for _ in 0..reply.dead {
                 self.ctx.metrics.observe_dead(&counters);
+            }
+        }
+    }
+
+    /// Records what a script's promotions did at `now`: the lateness of each fire, and the
+    /// spans of traced tasks that fired or went DEAD.
+    pub fn record_events(&self, topic: &str, events: &Events, now: Millis) {
+        let metrics = &self.ctx.metrics;
+        if !events.dues.is_empty() {
+            let counters = metrics.topic(topic);
+            for &due in &events.dues {
+                metrics.observe_fire(&counters, now.saturating_sub(due));
+            }
+        }
+        let spans = metrics.spans();
+        for e in &events.traced {
+            if e.dead {
+                spans.dead(topic, &e.id, Some(&e.trace), now, "ttr_expired");
+            } else {
+                spans.fired(topic, &e.id, Some(&e.trace), e.due, now);
             }
         }
     }

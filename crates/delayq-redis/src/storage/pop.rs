@@ -29,7 +29,7 @@ use super::InstanceState;
 use crate::error::BackendError;
 use crate::keys::PartitionKeys;
 use crate::record::parse_trace_text;
-use crate::scripts::{Reply, SCRIPTS, bytes, int, text};
+use crate::scripts::{Events, Reply, SCRIPTS, bytes, int, text};
 
 /// The source of receipt prefixes: random per instance, distinct per pop.
 pub(super) struct Receipts {
@@ -285,14 +285,7 @@ impl InstanceState {
         self.effects(part.0, part.1, reply);
         let popped = parse_pop(part.0, &reply.payload, what)?;
         self.wake_at_pause_end(part.0, popped.pause);
-        if !popped.promoted.is_empty() {
-            let counters = self.ctx.metrics.topic(part.0);
-            for due in popped.promoted {
-                self.ctx
-                    .metrics
-                    .observe_fire(&counters, now.saturating_sub(due));
-            }
-        }
+        self.record_events(part.0, &popped.promoted, now);
         Ok(popped.deliveries)
     }
 }
@@ -332,8 +325,8 @@ struct Popped {
     deliveries: Vec<(u64, Delivery)>,
     /// `-2` not paused, `-1` paused until resumed, else the end of the pause.
     pause: i64,
-    /// The due times of the tasks it promoted.
-    promoted: Vec<Millis>,
+    /// What it promoted.
+    promoted: Events,
 }
 
 /// The values `pop.lua` replies with per task.
@@ -377,11 +370,8 @@ fn parse_pop(topic: &str, payload: &[Value], what: &str) -> Result<Popped, Backe
         })
         .collect::<Option<Vec<_>>>()
         .ok_or_else(|| bad("a task with a bad field"))?;
-    let promoted = payload[2 + n * POP_VALUES..]
-        .iter()
-        .filter_map(int)
-        .filter_map(|d| u64::try_from(d).ok())
-        .collect();
+    let promoted =
+        Events::parse(&payload[2 + n * POP_VALUES..]).ok_or_else(|| bad("bad promotions"))?;
     Ok(Popped {
         deliveries,
         pause,
@@ -411,6 +401,7 @@ mod tests {
             Value::Int(7),
             bulk("0000000000000005"),
             bulk("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01 a=1\tb=2"),
+            Value::Int(1),
             Value::Int(990),
         ];
         let popped = parse_pop("t", &payload, "testing").unwrap();
@@ -424,7 +415,8 @@ mod tests {
         );
         let trace = d[0].trace.as_ref().expect("the trace context");
         assert_eq!(trace.tracestate(), Some("a=1,b=2"));
-        assert_eq!(promoted, vec![990]);
+        assert_eq!(promoted.dues, vec![990]);
+        assert!(promoted.traced.is_empty());
         assert!(parse_pop("t", &[Value::Int(2), Value::Int(-2)], "testing").is_err());
         let heads = Value::Array(vec![
             Value::Int(5000),

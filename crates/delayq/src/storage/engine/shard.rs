@@ -970,11 +970,19 @@ impl<J: Journal> Shard<J> {
                     self.metrics
                         .observe_fire(topic, now.saturating_sub(r.due_ms));
                     let due = r.due_ms;
+                    let name = &self.topics[r.topic as usize].name;
+                    self.metrics.spans().fired(name, &r.id, r.trace(), due, now);
                     self.transition(idx, State::Ready, due, now);
                 }
                 State::Active => {
                     self.metrics.observe_ttr_expired(topic);
-                    self.fail(idx, now, None, "ttr_expired", None);
+                    if self.fail(idx, now, None, "ttr_expired", None) == State::Dead {
+                        let r = &self.records[idx as usize];
+                        let name = &self.topics[r.topic as usize].name;
+                        self.metrics
+                            .spans()
+                            .dead(name, &r.id, r.trace(), now, "ttr_expired");
+                    }
                     self.journal_put(idx);
                 }
                 State::Finished | State::Cancelled => {
