@@ -228,16 +228,7 @@ impl AppError {
     /// A short label of the kind of failure, for the operations metric.
     pub fn outcome(&self) -> &'static str {
         match self {
-            AppError::Queue(e) => match e.kind() {
-                ErrorKind::Invalid => "invalid",
-                ErrorKind::TooLarge => "too_large",
-                ErrorKind::NotFound => "not_found",
-                ErrorKind::Duplicate => "duplicate",
-                ErrorKind::Conflict => "conflict",
-                ErrorKind::Unavailable => "unavailable",
-                ErrorKind::ShuttingDown => "shutting_down",
-                ErrorKind::Storage => "storage_error",
-            },
+            AppError::Queue(e) => e.kind().name(),
             AppError::Malformed(_) | AppError::Missing { .. } | AppError::Invalid { .. } => {
                 "invalid"
             }

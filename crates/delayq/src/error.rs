@@ -49,7 +49,7 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
-    /// The kind's name in spans and logs (`not_found`, `conflict`, ...).
+    /// The kind's name in metrics and spans (`not_found`, `conflict`, ...).
     pub fn name(self) -> &'static str {
         match self {
             ErrorKind::Invalid => "invalid",
@@ -59,7 +59,7 @@ impl ErrorKind {
             ErrorKind::Conflict => "conflict",
             ErrorKind::Unavailable => "unavailable",
             ErrorKind::ShuttingDown => "shutting_down",
-            ErrorKind::Storage => "storage",
+            ErrorKind::Storage => "storage_error",
         }
     }
 }

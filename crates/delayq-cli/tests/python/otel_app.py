@@ -8,7 +8,8 @@ OTLP/HTTP (protobuf) to the test's receiver, and printing one JSON line of what 
       opentelemetry.propagate.inject (the traceparent header).
   otel_app.py consume DELAYQ_URL TOPIC OTLP_URL
       POST /pop (long poll); the context extracted from the answer's headers is the parent
-      of a span "cancel-order", inside which the task is finished.
+      of a span "cancel-order", inside which the task is finished (POST /finish with that
+      span's context injected, so delayq's finish span is its child).
   otel_app.py serve PORT OTLP_URL
       an HTTP endpoint for push delivery: the context extracted from the request's headers is
       the parent of a span "cancel-order"; answers 200 once, then exits.
@@ -65,7 +66,7 @@ def produce(base, topic, task_id, delay_ms, otlp_url):
     print(json.dumps(out))
 
 
-def handle(t, headers, topic, task_id):
+def handle(t, headers, topic, task_id, work=None):
     parent = propagate.extract(headers)
     with t.start_as_current_span(
         "cancel-order",
@@ -73,6 +74,8 @@ def handle(t, headers, topic, task_id):
         kind=trace.SpanKind.CONSUMER,
         attributes={"messaging.destination.name": topic, "messaging.message.id": task_id},
     ) as span:
+        if work:
+            work()
         return ids(span)
 
 
@@ -81,8 +84,17 @@ def consume(base, topic, otlp_url):
     headers, answer = post(base + "/pop", {"topic": topic, "timeout_ms": 20000})
     task = answer["data"]
     assert task, answer
-    out = handle(t, {k.lower(): v for k, v in headers.items()}, topic, task["id"])
-    post(base + "/finish", {"topic": topic, "id": task["id"], "receipt": task["receipt"]})
+    def finish():
+        carrier = {}
+        propagate.inject(carrier)
+        _, done = post(
+            base + "/finish",
+            {"topic": topic, "id": task["id"], "receipt": task["receipt"]},
+            carrier,
+        )
+        assert done["code"] == 0, done
+
+    out = handle(t, {k.lower(): v for k, v in headers.items()}, topic, task["id"], finish)
     provider.shutdown()
     out["traceparent"] = task.get("traceparent")
     print(json.dumps(out))
