@@ -32,13 +32,11 @@ pub fn init_tracing(format: LogFormat) -> Result<(), ServerError> {
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
     let result = match format {
-        LogFormat::Json => {
-            let json = tracing_subscriber::fmt::format().json();
-            builder
-                .with_ansi(false)
-                .event_format(WithTraceIds(json))
-                .try_init()
-        }
+        LogFormat::Json => builder
+            .json()
+            .with_ansi(false)
+            .map_event_format(WithTraceIds)
+            .try_init(),
         LogFormat::Text => builder.with_ansi(colour).try_init(),
     };
     result.map_err(|e| ServerError::Logging(e.to_string()))

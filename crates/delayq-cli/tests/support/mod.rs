@@ -45,6 +45,17 @@ impl Server {
         Server::spawn(DELAYQ, free_port(), args, Stdio::piped(), env)
     }
 
+    /// Starts `delayq serve <args>` with the extra environment `env`, its standard error
+    /// appended to `log`, and waits until `/healthz` answers 200.
+    pub fn start_logged(args: &[&str], env: &[(&str, &str)], log: &Path) -> Server {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .expect("open the server's log file");
+        Server::spawn(DELAYQ, free_port(), args, Stdio::from(file), env)
+    }
+
     /// Starts `<bin> serve <args>` on `port` (again, after a kill) with its standard error
     /// appended to `log`, and waits until `/healthz` answers 200. Long runs use this: a piped
     /// standard error nobody reads would fill up and stall the server.

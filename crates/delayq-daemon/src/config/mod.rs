@@ -660,6 +660,154 @@ mod tests {
         ServerConfig::from_settings(Settings::read(&sources)?, &|_| None)
     }
 
+    type Flags<'a> = &'a [&'a str];
+    type Vars<'a> = &'a [(&'a str, &'a str)];
+
+    /// Resolves flags with `env` as the OpenTelemetry variables.
+    fn resolve_otel(argv: &[&str], env: &[(&str, &str)]) -> Result<ServerConfig, ConfigError> {
+        let mut all = vec!["serve"];
+        all.extend(argv);
+        let args = Cli::try_parse_from(all).expect("flags parse").serve;
+        let sources = Sources {
+            args: &args,
+            file: None,
+        };
+        let lookup = |name: &str| {
+            env.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| (*v).to_owned())
+        };
+        ServerConfig::from_settings(Settings::read(&sources)?, &lookup)
+    }
+
+    #[test]
+    fn otlp_export_from_flags_then_the_sdk_variables() {
+        use OtlpProtocol::{Grpc, HttpProtobuf};
+        type Want<'a> = Option<(&'a str, OtlpProtocol, &'a str)>;
+        let table: [(Flags<'_>, Vars<'_>, Want<'_>); 9] = [
+            (&[], &[], None),
+            // An empty variable counts as unset.
+            (&[], &[("OTEL_EXPORTER_OTLP_ENDPOINT", " ")], None),
+            (
+                &["--otlp-endpoint", "http://c:4318/"],
+                &[],
+                Some(("http://c:4318/v1/traces", HttpProtobuf, "delayq")),
+            ),
+            (
+                &[],
+                &[
+                    ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"),
+                    ("OTEL_SERVICE_NAME", "shop-queue"),
+                ],
+                Some(("http://c:4318/v1/traces", HttpProtobuf, "shop-queue")),
+            ),
+            // The signal's own variable is the whole URL, and wins over the general one.
+            (
+                &[],
+                &[
+                    ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"),
+                    ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "https://d/spans"),
+                ],
+                Some(("https://d/spans", HttpProtobuf, "delayq")),
+            ),
+            (
+                &[],
+                &[
+                    ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4317"),
+                    ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+                ],
+                Some(("http://c:4317", Grpc, "delayq")),
+            ),
+            // Flags win over variables.
+            (
+                &[
+                    "--otlp-endpoint",
+                    "http://flag:4317",
+                    "--otlp-protocol",
+                    "grpc",
+                    "--otlp-service-name",
+                    "q",
+                ],
+                &[
+                    ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://env:4318"),
+                    ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+                    ("OTEL_SERVICE_NAME", "env"),
+                ],
+                Some(("http://flag:4317", Grpc, "q")),
+            ),
+            (
+                &["--otlp-endpoint", "http://c:4318"],
+                &[
+                    ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "grpc"),
+                    ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+                ],
+                Some(("http://c:4318", Grpc, "delayq")),
+            ),
+            (
+                &[
+                    "--otlp-endpoint",
+                    "https://c",
+                    "--otlp-sample-ratio",
+                    "0.25",
+                    "--otlp-max-queue",
+                    "10",
+                ],
+                &[],
+                Some(("https://c/v1/traces", HttpProtobuf, "delayq")),
+            ),
+        ];
+        for (argv, env, want) in table {
+            let got = resolve_otel(argv, env).unwrap().otlp;
+            let got = got
+                .as_ref()
+                .map(|o| (o.endpoint.as_str(), o.protocol, o.service_name.as_str()));
+            assert_eq!(got, want, "{argv:?} {env:?}");
+        }
+        let o = resolve_otel(
+            &[
+                "--otlp-endpoint",
+                "https://c",
+                "--otlp-sample-ratio",
+                "0.25",
+                "--otlp-max-queue",
+                "10",
+            ],
+            &[],
+        )
+        .unwrap()
+        .otlp
+        .unwrap();
+        assert_eq!((o.sample_ratio, o.max_queue), (0.25, 10));
+    }
+
+    #[test]
+    fn bad_otlp_settings_and_variables_are_named() {
+        let table: [(Flags<'_>, Vars<'_>, &str); 7] = [
+            (&["--otlp-endpoint", "ftp://c"], &[], "--otlp-endpoint"),
+            (&["--otlp-endpoint", "http://"], &[], "--otlp-endpoint"),
+            (&["--otlp-sample-ratio", "1.5"], &[], "--otlp-sample-ratio"),
+            (&["--otlp-sample-ratio", "NaN"], &[], "--otlp-sample-ratio"),
+            (&["--otlp-protocol", "http/json"], &[], "--otlp-protocol"),
+            (
+                &[],
+                &[("OTEL_EXPORTER_OTLP_ENDPOINT", "c:4318")],
+                "OTEL_EXPORTER_OTLP_ENDPOINT (environment)",
+            ),
+            (
+                &[],
+                &[
+                    ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c"),
+                    ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),
+                ],
+                "OTEL_EXPORTER_OTLP_PROTOCOL (environment)",
+            ),
+        ];
+        for (argv, env, named) in table {
+            let err = resolve_otel(argv, env).unwrap_err().to_string();
+            assert!(err.contains(named), "{argv:?} {env:?}: {err}");
+        }
+    }
+
     #[test]
     fn no_dashboard_is_a_switch_from_every_source() {
         assert!(resolve(&[]).unwrap().dashboard);
