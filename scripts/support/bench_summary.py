@@ -107,6 +107,12 @@ def wrk_rate(text):
     return float(m[1]) if m else None
 
 
+def counter(metrics, name):
+    """An unlabelled counter of a /metrics page, or None."""
+    m = re.search(rf"^{name} (\d+)", metrics or "", re.M)
+    return int(m[1]) if m else None
+
+
 def lateness_p99_ms(metrics):
     """The server's own firing-lateness histogram: the smallest bucket bound holding 99 %."""
     buckets = []
@@ -328,6 +334,23 @@ def main():
               "add-embedded-always.json", "add", None, None, None, storage="embedded (fsync always)")
     http_line("HTTP /add, 50 clients, 1 task a request, --storage memory",
               "add-memory.json", "add", None, None, None, storage="memory")
+    # The cost of delayq's own spans: the same traced adds with export off and on.
+    off, on = result(J("add-traced-off.json"), "add"), result(J("add-traced-on.json"), "add")
+    what = ("HTTP /add, 50 clients, every task traced, span export on (OTLP/HTTP to a local sink) "
+            "vs off, --storage memory")
+    if off and on and off["figure"]:
+        spans = [counter(read(os.path.join(raw, "metrics-traced-on.txt")), name)
+                 for name in ("delayq_spans_exported_total", "delayq_spans_dropped_total")]
+        targets.append(entry(
+            what, round(on["figure"]), on["unit"], ">=", 95, "% of export off",
+            against={"what": "the same adds with export off, same run", "value": round(off["figure"])},
+            ratio=round(100 * on["figure"] / off["figure"], 1),
+            source=f"delayq bench ({on['measured']}; off: {off['measured']})",
+            notes=[f"spans exported {spans[0]}, dropped {spans[1]}"]))
+    else:
+        targets.append(entry(what, None, "tasks/s", ">=", 95, "% of export off",
+                             source="delayq bench (add-traced-off, add-traced-on)", judged=False,
+                             notes=["not measured in this run (step failed?)"]))
     http_line("HTTP pop + finish, 32 workers, count 1, embedded",
               "pop-embedded.json", "pop", ">=", 80, "% of half the ceiling", storage="embedded")
     http_line("HTTP pop count=N + one batched finish, 32 workers, embedded (issue 15)",

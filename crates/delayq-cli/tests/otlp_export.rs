@@ -17,56 +17,14 @@ use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
-use opentelemetry_proto::tonic::common::v1::any_value;
-use prost::Message as _;
 use serde_json::{Value, json};
 use std::sync::Mutex;
+use support::otlp::{Span, received, spans_of};
 use support::{Server, free_port};
 
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const PRODUCER: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 const CONSUMER: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-b7ad6b7169203331-01";
-
-/// A span as a collector decoded it.
-#[derive(Debug, Clone)]
-struct Span {
-    service: String,
-    name: String,
-    trace_id: String,
-    parent_span_id: String,
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn spans_of(request: &ExportTraceServiceRequest) -> Vec<Span> {
-    let mut out = Vec::new();
-    for resource in &request.resource_spans {
-        let service = resource
-            .resource
-            .iter()
-            .flat_map(|r| &r.attributes)
-            .find(|a| a.key == "service.name")
-            .and_then(|a| a.value.as_ref()?.value.as_ref())
-            .map(|v| match v {
-                any_value::Value::StringValue(name) => name.clone(),
-                other => format!("{other:?}"),
-            })
-            .unwrap_or_default();
-        for scope in &resource.scope_spans {
-            for s in &scope.spans {
-                out.push(Span {
-                    service: service.clone(),
-                    name: s.name.clone(),
-                    trace_id: hex(&s.trace_id),
-                    parent_span_id: hex(&s.parent_span_id),
-                });
-            }
-        }
-    }
-    out
-}
 
 /// A gRPC collector: the official trace service, keeping what it is sent.
 #[derive(Default, Clone)]
@@ -224,16 +182,7 @@ async fn the_sdks_variables_say_where_when_no_flag_does() {
         ],
     );
     traced_round(&server, "mail", "m-1").await;
-    let got = || {
-        receiver
-            .calls()
-            .iter()
-            .inspect(|c| assert_eq!(c.path, "/v1/traces"))
-            .flat_map(|c| {
-                spans_of(&ExportTraceServiceRequest::decode(c.body.as_slice()).expect("OTLP"))
-            })
-            .collect()
-    };
+    let got = || received(&receiver);
     let spans = wait_for(&["add mail", "fire mail", "pop mail", "finish mail"], got).await;
     assert!(spans.iter().all(|s| s.service == "from-env"), "{spans:?}");
 }

@@ -16,10 +16,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use delayq_testkit::{Receiver, RedisServer};
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::any_value;
-use prost::Message as _;
 use serde_json::Value;
+use support::otlp::{Span, received};
 use support::{Server, free_port};
 
 /// The Python of the venv `scripts/python-deps` makes under the target directory.
@@ -68,54 +66,6 @@ fn run(args: &[&str]) -> Value {
     serde_json::from_str(stdout.lines().last().expect("a line")).expect("JSON")
 }
 
-/// A span as the receiver decoded it.
-#[derive(Debug, Clone)]
-struct Span {
-    service: String,
-    name: String,
-    trace_id: String,
-    span_id: String,
-    parent_span_id: String,
-}
-
-/// Every span the receiver got, decoded from the OTLP/HTTP protobuf bodies.
-fn spans(receiver: &Receiver) -> Vec<Span> {
-    let mut out = Vec::new();
-    for call in receiver.calls() {
-        assert_eq!(call.path, "/v1/traces");
-        let request = ExportTraceServiceRequest::decode(call.body.as_slice()).expect("OTLP");
-        for resource in request.resource_spans {
-            let service = resource
-                .resource
-                .iter()
-                .flat_map(|r| &r.attributes)
-                .find(|a| a.key == "service.name")
-                .and_then(|a| a.value.as_ref()?.value.as_ref())
-                .map(|v| match v {
-                    any_value::Value::StringValue(name) => name.clone(),
-                    other => format!("{other:?}"),
-                })
-                .unwrap_or_default();
-            for scope in resource.scope_spans {
-                for s in scope.spans {
-                    out.push(Span {
-                        service: service.clone(),
-                        name: s.name,
-                        trace_id: hex(&s.trace_id),
-                        span_id: hex(&s.span_id),
-                        parent_span_id: hex(&s.parent_span_id),
-                    });
-                }
-            }
-        }
-    }
-    out
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// How the task reached its consumer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Via {
@@ -127,7 +77,7 @@ enum Via {
 async fn wait_spans(receiver: &Receiver, names: &[String]) -> Vec<Span> {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
-        let spans = spans(receiver);
+        let spans = received(receiver);
         if names.iter().all(|n| spans.iter().any(|s| &s.name == n)) {
             return spans;
         }

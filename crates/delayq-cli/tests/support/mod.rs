@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 pub mod http_history;
+pub mod otlp;
 
 use std::io::{Read as _, Write as _};
 use std::net::{TcpListener, TcpStream};

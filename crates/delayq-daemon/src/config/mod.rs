@@ -683,6 +683,14 @@ mod tests {
     #[test]
     fn otlp_export_from_flags_then_the_sdk_variables() {
         use OtlpProtocol::{Grpc, HttpProtobuf};
+        const RATIO: Flags<'_> = &[
+            "--otlp-endpoint",
+            "https://c",
+            "--otlp-sample-ratio",
+            "0.25",
+            "--otlp-max-queue",
+            "10",
+        ];
         type Want<'a> = Option<(&'a str, OtlpProtocol, &'a str)>;
         let table: [(Flags<'_>, Vars<'_>, Want<'_>); 9] = [
             (&[], &[], None),
@@ -744,14 +752,7 @@ mod tests {
                 Some(("http://c:4318", Grpc, "delayq")),
             ),
             (
-                &[
-                    "--otlp-endpoint",
-                    "https://c",
-                    "--otlp-sample-ratio",
-                    "0.25",
-                    "--otlp-max-queue",
-                    "10",
-                ],
+                RATIO,
                 &[],
                 Some(("https://c/v1/traces", HttpProtobuf, "delayq")),
             ),
@@ -763,20 +764,7 @@ mod tests {
                 .map(|o| (o.endpoint.as_str(), o.protocol, o.service_name.as_str()));
             assert_eq!(got, want, "{argv:?} {env:?}");
         }
-        let o = resolve_otel(
-            &[
-                "--otlp-endpoint",
-                "https://c",
-                "--otlp-sample-ratio",
-                "0.25",
-                "--otlp-max-queue",
-                "10",
-            ],
-            &[],
-        )
-        .unwrap()
-        .otlp
-        .unwrap();
+        let o = resolve_otel(RATIO, &[]).unwrap().otlp.unwrap();
         assert_eq!((o.sample_ratio, o.max_queue), (0.25, 10));
     }
 
