@@ -370,14 +370,15 @@ impl Kind for RedisUrl {
     }
 }
 
-/// An `http://` or `https://` URL with a host (an OTLP collector).
+/// An `http://` URL with a host: an OTLP collector. (The exporter is built without TLS: a
+/// collector is reached over plain HTTP or gRPC, usually an agent on the same host.)
 pub(crate) struct HttpUrl;
 
 impl Kind for HttpUrl {
     type Value = String;
 
     fn accepts(&self) -> String {
-        "a URL starting with http:// or https://, with a host".into()
+        "a URL starting with http://, with a host (TLS to the collector is not supported)".into()
     }
 
     fn value_name(&self) -> String {
@@ -386,10 +387,7 @@ impl Kind for HttpUrl {
 
     fn read_text(&self, text: &str) -> Result<String, Rejected> {
         let trimmed = text.trim();
-        let rest = trimmed
-            .strip_prefix("http://")
-            .or_else(|| trimmed.strip_prefix("https://"));
-        match rest {
+        match trimmed.strip_prefix("http://") {
             Some(rest)
                 if !rest.is_empty()
                     && !rest.starts_with('/')

@@ -685,7 +685,7 @@ mod tests {
         use OtlpProtocol::{Grpc, HttpProtobuf};
         const RATIO: Flags<'_> = &[
             "--otlp-endpoint",
-            "https://c",
+            "http://c",
             "--otlp-sample-ratio",
             "0.25",
             "--otlp-max-queue",
@@ -714,9 +714,9 @@ mod tests {
                 &[],
                 &[
                     ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"),
-                    ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "https://d/spans"),
+                    ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://d/spans"),
                 ],
-                Some(("https://d/spans", HttpProtobuf, "delayq")),
+                Some(("http://d/spans", HttpProtobuf, "delayq")),
             ),
             (
                 &[],
@@ -754,7 +754,7 @@ mod tests {
             (
                 RATIO,
                 &[],
-                Some(("https://c/v1/traces", HttpProtobuf, "delayq")),
+                Some(("http://c/v1/traces", HttpProtobuf, "delayq")),
             ),
         ];
         for (argv, env, want) in table {
@@ -770,8 +770,9 @@ mod tests {
 
     #[test]
     fn bad_otlp_settings_and_variables_are_named() {
-        let table: [(Flags<'_>, Vars<'_>, &str); 7] = [
+        let table: [(Flags<'_>, Vars<'_>, &str); 8] = [
             (&["--otlp-endpoint", "ftp://c"], &[], "--otlp-endpoint"),
+            (&["--otlp-endpoint", "https://c"], &[], "--otlp-endpoint"),
             (&["--otlp-endpoint", "http://"], &[], "--otlp-endpoint"),
             (&["--otlp-sample-ratio", "1.5"], &[], "--otlp-sample-ratio"),
             (&["--otlp-sample-ratio", "NaN"], &[], "--otlp-sample-ratio"),
