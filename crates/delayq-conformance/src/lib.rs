@@ -206,7 +206,8 @@ macro_rules! suite {
         $crate::suite!(@in spans $make;
             a_traced_task_has_a_span_for_each_event,
             release_bury_and_a_ttr_that_runs_out_have_spans,
-            untraced_and_unsampled_tasks_have_no_spans
+            untraced_and_unsampled_tasks_have_no_spans,
+            a_schedule_occurrence_links_to_its_schedule
         );
     };
     // One test per case of module `$module`, on a fresh backend each.

@@ -2,7 +2,8 @@
 //! event of its life — add, fire (from its due, with the lateness), each delivery, the
 //! consumer's finish, release or bury (children of the consumer's context), and DEAD when its
 //! last ttr runs out — each in the producer's trace; an untraced task, or one whose producer
-//! did not sample its trace, gets none.
+//! did not sample its trace, gets none. An occurrence of a traced schedule has a span in its
+//! own trace linked to the schedule's.
 //!
 //! Fires and ttr expiries happen where the backend's timers run (the engine's driver, the
 //! Redis promoter's or a pop's script), so those spans are waited for.
@@ -10,8 +11,12 @@
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
+use delayq::core::schedule::ScheduleDef;
 use delayq::spans::{SpanCounters, Spans};
-use delayq::{BuryOptions, MaxRetries, NewTask, ReleaseOptions, State, TraceContext};
+use delayq::{
+    BuryOptions, MaxRetries, NewTask, ReleaseOptions, Scheduler, SchedulerOptions, State,
+    TraceContext,
+};
 use opentelemetry::global::BoxedTracer;
 use opentelemetry::trace::{SpanId, SpanKind, Status, TraceId, TracerProvider as _};
 use opentelemetry::{Context, Value};
@@ -301,4 +306,50 @@ pub async fn untraced_and_unsampled_tasks_have_no_spans(h: &Harness) {
     span(h, "traced", "add spanned").await;
     assert!(h.spans.of("plain").is_empty(), "{:?}", h.spans.of("plain"));
     assert!(h.spans.of("quiet").is_empty(), "{:?}", h.spans.of("quiet"));
+}
+
+/// An occurrence of a traced schedule is in a trace of its own; the add that created it
+/// records a `schedule` span there, linked to the schedule's context.
+pub async fn a_schedule_occurrence_links_to_its_schedule(h: &Harness) {
+    let scheduler = Scheduler::new(h.queue.clone(), SchedulerOptions::default());
+    let t = producer(0xe5, "01");
+    let mut def = ScheduleDef::default();
+    def.topic = T.into();
+    def.name = "tick".into();
+    def.every_ms = Some(1_000);
+    def.trace = Some(t.clone());
+    scheduler.put(def).await.unwrap();
+    scheduler.tick(h.now()).await.unwrap();
+    let pending = h.queue.list(T, None, 1, 10).await.unwrap().items;
+    let occurrence = pending[0].trace.clone().expect("the occurrence's context");
+    let id = pending[0].id.clone();
+    let scheduled = span(h, &id, "schedule spanned").await;
+    child_of(&scheduled, &occurrence);
+    let links: Vec<_> = scheduled
+        .links
+        .iter()
+        .map(|l| l.span_context.clone())
+        .collect();
+    assert_eq!(links.len(), 1, "{links:?}");
+    assert_eq!(
+        links[0].trace_id(),
+        TraceId::from_bytes(t.trace_id().to_be_bytes())
+    );
+    assert_eq!(
+        links[0].span_id(),
+        SpanId::from_bytes(t.span_id().to_be_bytes())
+    );
+    // The occurrence's own spans are in its trace, not the schedule's.
+    let add = span(h, &id, "add spanned").await;
+    child_of(&add, &occurrence);
+    // A second scheduler's tick finds the occurrence there: no second schedule span.
+    let other = Scheduler::new(h.queue.clone(), SchedulerOptions::default());
+    other.tick(h.now()).await.unwrap();
+    let n = h
+        .spans
+        .of(&id)
+        .iter()
+        .filter(|s| s.name == "schedule spanned")
+        .count();
+    assert_eq!(n, 1);
 }

@@ -502,9 +502,23 @@ impl Scheduler {
                 .trace
                 .as_ref()
                 .map(|t| delayq_core::schedule::occurrence_trace(t, &def.name, due));
+            let traced = task.trace.clone().zip(def.trace.clone());
+            let id = task.id.clone();
             match self.inner.queue.add(task).await {
                 Ok(delayq_core::AddOutcome::Existed) => report.existed += 1,
-                Ok(_) => report.added += 1,
+                Ok(_) => {
+                    report.added += 1;
+                    if let Some((occurrence, schedule)) = traced {
+                        let ctx = self.inner.queue.context();
+                        ctx.metrics.spans().scheduled(
+                            &def.topic,
+                            &id,
+                            &occurrence,
+                            &schedule,
+                            ctx.clock.now_ms(),
+                        );
+                    }
+                }
                 Err(e) => {
                     failure = Some(e);
                     break;

@@ -7,6 +7,11 @@
 //! `bury` when a consumer settles it, and `dead` when it goes DEAD by itself. The wait between
 //! them is no span: a 15-minute delay is a gap in the trace, not a 15-minute span.
 //!
+//! An occurrence of a traced schedule starts a trace of its own (its context is derived from
+//! the schedule's, `delayq_core::schedule::occurrence_trace`, the same on every instance):
+//! the instance whose add created it records a `schedule` span in that trace, linked to the
+//! schedule's context, so the schedule's trace is one click away from each occurrence's.
+//!
 //! delayq starts no trace of its own: a task without a context has no spans, and a context
 //! whose sampled flag is off has none either. On top of the producer's decision a ratio
 //! samples by trace id (the same rule on every instance, so a trace is kept or dropped whole).
@@ -205,6 +210,7 @@ impl Spans {
                 end_ms,
                 extra: vec![kv("delayq.outcome", outcome.to_owned())],
                 error: None,
+                link: None,
             });
         }
         #[cfg(not(feature = "opentelemetry"))]
@@ -235,10 +241,50 @@ impl Spans {
                 end_ms: now,
                 extra: vec![kv("delayq.lateness_ms", now.saturating_sub(due) as i64)],
                 error: None,
+                link: None,
             });
         }
         #[cfg(not(feature = "opentelemetry"))]
         let _ = (topic, id, trace, due, now);
+    }
+
+    /// The occurrence `id` of a schedule was added at `now` with the derived context
+    /// `occurrence`: a span in the occurrence's trace, linked to the schedule's context. Only
+    /// the instance whose add created it calls this, so the span is recorded once.
+    pub fn scheduled(
+        &self,
+        topic: &str,
+        id: &str,
+        occurrence: &TraceContext,
+        schedule: &TraceContext,
+        now: Millis,
+    ) {
+        #[cfg(feature = "opentelemetry")]
+        if let Some((on, t)) = self.kept(Some(occurrence)) {
+            use opentelemetry::trace::{Link, SpanContext, SpanId, SpanKind, TraceFlags, TraceId};
+            let linked = SpanContext::new(
+                TraceId::from_bytes(schedule.trace_id().to_be_bytes()),
+                SpanId::from_bytes(schedule.span_id().to_be_bytes()),
+                TraceFlags::new(schedule.flags()),
+                true,
+                Default::default(),
+            );
+            on.emit(Emit {
+                op: "schedule",
+                kind: SpanKind::Internal,
+                operation_type: "create",
+                topic,
+                id,
+                parent: t,
+                start_ms: now,
+                end_ms: now,
+                extra: Vec::new(),
+                error: None,
+                link: Some(Link::with_context(linked)),
+            });
+        }
+        #[cfg(not(feature = "opentelemetry"))]
+        let _ = (topic, id, occurrence, schedule, now);
     }
 
     /// A delivery attempt handed out at `now`.
@@ -261,6 +307,7 @@ impl Spans {
                     kv("delayq.lateness_ms", now.saturating_sub(d.due_ms) as i64),
                 ],
                 error: None,
+                link: None,
             });
         }
         #[cfg(not(feature = "opentelemetry"))]
@@ -295,6 +342,7 @@ impl Spans {
                 end_ms,
                 extra: vec![kv("delayq.outcome", outcome.to_owned())],
                 error: failed.then(|| outcome.to_owned()),
+                link: None,
             });
         }
         #[cfg(not(feature = "opentelemetry"))]
@@ -325,6 +373,7 @@ impl Spans {
                 end_ms: now,
                 extra: vec![kv("delayq.outcome", reason.to_owned())],
                 error: Some(reason.to_owned()),
+                link: None,
             });
         }
         #[cfg(not(feature = "opentelemetry"))]
@@ -450,6 +499,7 @@ struct Emit<'a> {
     end_ms: Millis,
     extra: Vec<opentelemetry::KeyValue>,
     error: Option<String>,
+    link: Option<opentelemetry::trace::Link>,
 }
 
 #[cfg(feature = "opentelemetry")]
@@ -458,13 +508,16 @@ impl On {
     fn emit(&self, e: Emit<'_>) {
         use opentelemetry::trace::{Span as _, Status, Tracer as _};
         let cx = crate::otel::context_of(e.parent);
-        let mut span = self
+        let mut builder = self
             .tracer
             .span_builder(format!("{} {}", e.op, e.topic))
             .with_kind(e.kind)
             .with_start_time(time(e.start_ms))
-            .with_attributes(attributes(e.op, e.operation_type, e.topic, e.id, e.extra))
-            .start_with_context(&self.tracer, &cx);
+            .with_attributes(attributes(e.op, e.operation_type, e.topic, e.id, e.extra));
+        if let Some(link) = e.link {
+            builder = builder.with_links(vec![link]);
+        }
+        let mut span = builder.start_with_context(&self.tracer, &cx);
         if let Some(error) = e.error {
             span.set_status(Status::error(error));
         }
