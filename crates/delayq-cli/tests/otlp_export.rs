@@ -187,16 +187,19 @@ async fn the_sdks_variables_say_where_when_no_flag_does() {
     assert!(spans.iter().all(|s| s.service == "from-env"), "{spans:?}");
 }
 
-/// A collector down (nothing listens), refusing (500) or hanging: every request answers at
-/// once as without export, and the spans that could not go are counted as dropped.
+/// A collector down (nothing listens), refusing (500), slow (answers after 20 s, past the
+/// exporter's 10 s timeout) or hanging: every request answers at once as without export,
+/// and the spans that could not go are counted as dropped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_collector_down_refusing_or_hanging_costs_requests_nothing() {
     let refusing = Receiver::start(|_, _| Reply::status(500, "no")).await;
     let hanging = Receiver::start(|_, _| Reply::Hang).await;
+    let slow = Receiver::start(|_, _| Reply::Slow(Duration::from_secs(20), 200)).await;
     let down = format!("http://127.0.0.1:{}", free_port());
     for (what, url) in [
         ("down", down),
         ("refusing", refusing.url("")),
+        ("slow", slow.url("")),
         ("hanging", hanging.url("")),
     ] {
         let server = Server::start_with(&[
