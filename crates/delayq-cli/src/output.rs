@@ -378,6 +378,8 @@ mod tests {
             last_error: Some("boom".into()),
             history: Vec::new(),
             trace: None,
+            expires_at_ms: None,
+            on_expire: delayq::OnExpire::Dead,
         }
     }
 

@@ -8,7 +8,8 @@
 //! - [`job_ids`]: the job id counter ([`delayq::JobIds`]);
 //! - [`settings`]: the settings store ([`delayq::SettingsStore`]);
 //! - [`schedules`]: the recurring schedules of §9, over the task core and the settings store;
-//! - [`trace`]: trace contexts carried by tasks and schedules (docs/tracing.md).
+//! - [`trace`]: trace contexts carried by tasks and schedules (docs/tracing.md);
+//! - [`expiry`]: task expiry (docs/flow-control.md).
 //!
 //! A backend crate adds one line to an integration test file:
 //!
@@ -24,6 +25,7 @@
 
 pub mod beanstalk;
 pub mod dashboard_reads;
+pub mod expiry;
 pub mod job_ids;
 pub mod priority_pause_bury;
 pub mod schedules;
@@ -193,6 +195,14 @@ macro_rules! suite {
             trace_context_is_kept_through_the_life_of_a_task, replace_takes_the_new_trace_context,
             batch_tasks_keep_their_own_trace_contexts, schedule_occurrences_start_their_own_traces,
             finish_then_pop_hands_back_the_trace_context
+        );
+        $crate::suite!(@in expiry $make;
+            ready_task_goes_dead_at_its_expiry, task_is_never_handed_out_at_or_after_its_expiry,
+            drop_deletes_the_task_at_its_expiry,
+            active_task_is_not_cut_short_and_expires_when_it_comes_back,
+            paused_topic_tasks_still_expire, requeue_and_kick_clear_the_expiry,
+            reschedule_cannot_pass_the_expiry, replace_takes_the_new_expiry_or_none,
+            batch_tasks_carry_their_own_expiry, schedule_occurrences_expire_after_their_due
         );
     };
     // One test per case of module `$module`, on a fresh backend each.

@@ -339,7 +339,7 @@ impl Error {
                 ..
             } => Some(*state),
             Error::Conflict {
-                refusal: Refusal::StaleReceipt,
+                refusal: Refusal::StaleReceipt | Refusal::PastExpiry { .. },
                 ..
             }
             | Error::Invalid(_)
