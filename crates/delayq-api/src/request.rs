@@ -225,7 +225,8 @@ pub struct AddBatchRequest {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(untagged)]
 pub enum AddRequest {
-    /// One task (boxed: it is much larger than a batch's list).
+    // Boxed: a task's fields are much larger than a batch's list.
+    /// One task.
     One(Box<AddTaskRequest>),
     /// A batch.
     Batch(AddBatchRequest),
