@@ -86,7 +86,7 @@ if #order > 0 then
   end
   if earliest then
     local head = head_score(SETS[DELAYED])
-    if head == nil or earliest < head then
+    if (head == nil or earliest < head) and (WAKE == nil or earliest < WAKE) then
       WAKE = earliest
     end
     redis.call('ZADD', SETS[DELAYED], unpack(delayed))

@@ -11,7 +11,7 @@
 //! | READY with expiry   | expiry                   | expired: DEAD or deleted     |
 //! | ACTIVE              | ttr deadline             | a failure: READY/DELAYED/DEAD |
 //! | FINISHED, CANCELLED | end of retention         | the record is removed        |
-//! | READY, DEAD         | none                     |                              |
+//! | READY without expiry, DEAD | none              |                              |
 //!
 //! A task's expiry (docs/design.md §11) thus fires at its instant whether or not anyone pops,
 //! and a pop also checks the head it takes, so a task is never handed out at or after its
