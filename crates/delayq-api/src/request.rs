@@ -544,6 +544,35 @@ mod tests {
     }
 
     #[test]
+    fn an_expiry_goes_over_the_wire_and_back() {
+        for task in [
+            NewTask::new("t", "a")
+                .expires_in_ms(60_000)
+                .on_expire(OnExpire::Drop),
+            NewTask::new("t", "b").expires_at_ms(1_800_000_000_000),
+        ] {
+            let back = AddTaskRequest::from(&task).into_new_task().unwrap();
+            assert_eq!(back, task);
+        }
+        let json = serde_json::to_value(AddTaskRequest::from(
+            &NewTask::new("t", "a")
+                .expires_in_ms(5)
+                .on_expire(OnExpire::Drop),
+        ))
+        .unwrap();
+        assert_eq!(
+            (&json["expires_in_ms"], &json["on_expire"]),
+            (&serde_json::json!(5), &serde_json::json!("drop"))
+        );
+        let plain = serde_json::to_value(AddTaskRequest::from(&NewTask::new("t", "c"))).unwrap();
+        assert!(plain.get("on_expire").is_none() && plain.get("expires_in_ms").is_none());
+        let both: AddTaskRequest =
+            serde_json::from_str(r#"{"topic":"t","id":"i","expires_in_ms":5,"expires_at_ms":9}"#)
+                .unwrap();
+        assert_eq!(both.into_new_task().unwrap_err().field, "expires_in_ms");
+    }
+
+    #[test]
     fn delay_and_run_at_exclude_each_other() {
         let req: AddTaskRequest =
             serde_json::from_str(r#"{"topic":"t","id":"i","delay_ms":5,"run_at_ms":9}"#).unwrap();
