@@ -7,7 +7,8 @@
 
 use delayq_core::validate;
 use delayq_core::{
-    Backoff, BuryOptions, InvalidField, MaxRetries, NewTask, OnDuplicate, State, When,
+    Backoff, BuryOptions, Expiry, InvalidField, MaxRetries, NewTask, OnDuplicate, OnExpire, State,
+    When,
 };
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -78,6 +79,21 @@ pub struct AddTaskRequest {
     /// The W3C `tracestate` that goes with `traceparent` (at most 512 bytes, 32 members).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tracestate: Option<String>,
+    /// Expires at this epoch millisecond unless handed out before: it then goes DEAD with
+    /// the last error `expired` (or is deleted, see `on_expire`). Must come after the due;
+    /// an ACTIVE task is never cut short. Excludes `expires_in_ms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<u64>)]
+    pub expires_at_ms: Option<WholeMillis>,
+    /// Expires this many ms after arrival (like `delay_ms`) unless handed out before.
+    /// Excludes `expires_at_ms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<u64>, example = 3600000)]
+    pub expires_in_ms: Option<WholeMillis>,
+    /// What an expiry does: `dead` (default: DEAD with last error `expired`) or `drop`
+    /// (the task is deleted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_expire: Option<OnExpire>,
 }
 
 impl AddTaskRequest {
@@ -111,7 +127,36 @@ impl AddTaskRequest {
         if let Some(trace) = trace_of(self.traceparent.as_deref(), self.tracestate.as_deref())? {
             task = task.trace(trace);
         }
+        task.expiry = expiry_of(self.expires_at_ms, self.expires_in_ms)?;
+        if let Some(policy) = self.on_expire {
+            task = task.on_expire(policy);
+        }
         Ok(task)
+    }
+}
+
+/// The wire fields of an expiry: `(expires_at_ms, expires_in_ms)`, at most one of them set.
+pub fn expiry_fields(expiry: Option<Expiry>) -> (Option<WholeMillis>, Option<WholeMillis>) {
+    match expiry {
+        Some(Expiry::At(at)) => (Some(WholeMillis(at)), None),
+        Some(Expiry::In(ms)) => (None, Some(WholeMillis(ms))),
+        None => (None, None),
+    }
+}
+
+/// The expiry that `expires_at_ms` and `expires_in_ms` give; both at once are refused.
+fn expiry_of(
+    at: Option<WholeMillis>,
+    within: Option<WholeMillis>,
+) -> Result<Option<Expiry>, InvalidField> {
+    match (at, within) {
+        (Some(_), Some(_)) => Err(InvalidField::new(
+            "expires_in_ms",
+            "cannot be given together with expires_at_ms; give one of them",
+        )),
+        (Some(at), None) => Ok(Some(Expiry::At(at.0))),
+        (None, Some(ms)) => Ok(Some(Expiry::In(ms.0))),
+        (None, None) => Ok(None),
     }
 }
 
@@ -145,6 +190,7 @@ impl From<&NewTask> for AddTaskRequest {
         let (delay_ms, run_at_ms) = when_fields(task.when);
         let (body, body_encoding) = encode_body(task.body.clone());
         let (traceparent, tracestate) = trace_fields(task.trace.as_ref());
+        let (expires_at_ms, expires_in_ms) = expiry_fields(task.expiry);
         AddTaskRequest {
             topic: task.topic.clone(),
             id: task.id.clone(),
@@ -159,6 +205,9 @@ impl From<&NewTask> for AddTaskRequest {
             on_duplicate: (task.on_duplicate != OnDuplicate::Reject).then_some(task.on_duplicate),
             traceparent,
             tracestate,
+            expires_at_ms,
+            expires_in_ms,
+            on_expire: (task.on_expire != OnExpire::Dead).then_some(task.on_expire),
         }
     }
 }
@@ -176,8 +225,9 @@ pub struct AddBatchRequest {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(untagged)]
 pub enum AddRequest {
+    // Boxed: a task's fields are much larger than a batch's list.
     /// One task.
-    One(AddTaskRequest),
+    One(Box<AddTaskRequest>),
     /// A batch.
     Batch(AddBatchRequest),
 }
@@ -491,6 +541,35 @@ mod tests {
             .on_duplicate(OnDuplicate::Keep);
         let back = AddTaskRequest::from(&task).into_new_task().unwrap();
         assert_eq!(back, task);
+    }
+
+    #[test]
+    fn an_expiry_goes_over_the_wire_and_back() {
+        for task in [
+            NewTask::new("t", "a")
+                .expires_in_ms(60_000)
+                .on_expire(OnExpire::Drop),
+            NewTask::new("t", "b").expires_at_ms(1_800_000_000_000),
+        ] {
+            let back = AddTaskRequest::from(&task).into_new_task().unwrap();
+            assert_eq!(back, task);
+        }
+        let json = serde_json::to_value(AddTaskRequest::from(
+            &NewTask::new("t", "a")
+                .expires_in_ms(5)
+                .on_expire(OnExpire::Drop),
+        ))
+        .unwrap();
+        assert_eq!(
+            (&json["expires_in_ms"], &json["on_expire"]),
+            (&serde_json::json!(5), &serde_json::json!("drop"))
+        );
+        let plain = serde_json::to_value(AddTaskRequest::from(&NewTask::new("t", "c"))).unwrap();
+        assert!(plain.get("on_expire").is_none() && plain.get("expires_in_ms").is_none());
+        let both: AddTaskRequest =
+            serde_json::from_str(r#"{"topic":"t","id":"i","expires_in_ms":5,"expires_at_ms":9}"#)
+                .unwrap();
+        assert_eq!(both.into_new_task().unwrap_err().field, "expires_in_ms");
     }
 
     #[test]

@@ -176,6 +176,10 @@ pub struct StatsView {
     /// When the pause ends by itself, epoch ms; null while not paused or paused until resumed.
     #[serde(default)]
     pub paused_until_ms: Option<u64>,
+    /// Tasks whose expiry passed before they were handed out (gone DEAD or dropped),
+    /// cumulative (docs/flow-control.md).
+    #[serde(default)]
+    pub expired: u64,
     /// The push figures of a topic with a push target on the answering instance; absent
     /// otherwise (docs/push.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -205,6 +209,7 @@ impl From<TopicStats> for StatsView {
             next_due_ms: s.next_due_ms,
             paused: s.pause.paused,
             paused_until_ms: s.pause.until_ms.filter(|_| s.pause.paused),
+            expired: s.expired,
             push: None,
         }
     }

@@ -4,7 +4,7 @@
 //! file, so a schedule is written the same way everywhere.
 
 use delayq_core::schedule::{Missed, ScheduleDef};
-use delayq_core::{Backoff, InvalidField, MaxRetries, Millis};
+use delayq_core::{Backoff, InvalidField, MaxRetries, Millis, OnExpire};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -83,6 +83,14 @@ pub struct ScheduleRequest {
     /// The W3C `tracestate` that goes with `traceparent`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tracestate: Option<String>,
+    /// Every occurrence expires this many ms after its own due unless handed out before
+    /// (docs/flow-control.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<u64>)]
+    pub expires_in_ms: Option<WholeMillis>,
+    /// What an occurrence's expiry does: `dead` (default) or `drop`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_expire: Option<OnExpire>,
 }
 
 impl ScheduleRequest {
@@ -113,6 +121,8 @@ impl ScheduleRequest {
         def.paused = self.paused.unwrap_or(false);
         def.missed = self.missed.unwrap_or_default();
         def.trace = trace_of(self.traceparent.as_deref(), self.tracestate.as_deref())?;
+        def.expires_in_ms = self.expires_in_ms.map(|m| m.0);
+        def.on_expire = self.on_expire;
         Ok(def)
     }
 }
@@ -205,6 +215,12 @@ pub struct ScheduleView {
     /// The W3C `tracestate` the schedule was created with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tracestate: Option<String>,
+    /// How long after its due each occurrence expires, when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_in_ms: Option<u64>,
+    /// What an occurrence's expiry does, when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_expire: Option<OnExpire>,
 }
 
 impl ScheduleView {
@@ -244,6 +260,8 @@ impl ScheduleView {
             next_ms,
             traceparent,
             tracestate,
+            expires_in_ms: def.expires_in_ms,
+            on_expire: def.on_expire,
         }
     }
 }
@@ -288,6 +306,8 @@ mod tests {
             missed: Some(Missed::Skip),
             traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
             tracestate: Some("a=1".into()),
+            expires_in_ms: Some(WholeMillis(1)),
+            on_expire: Some(OnExpire::Drop),
             ..ScheduleRequest::default()
         };
         let json = serde_json::to_value(&full).unwrap();

@@ -10,7 +10,7 @@
 
 use std::ops::{Deref, DerefMut};
 
-use delayq_core::{Attempt, Backoff, State, TaskInfo};
+use delayq_core::{Attempt, Backoff, OnExpire, State, TaskInfo};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -67,6 +67,12 @@ pub struct TaskFields {
     /// The W3C `tracestate` the task was added with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tracestate: Option<String>,
+    /// When the task expires unless handed out before, epoch ms (absent: never).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at_ms: Option<u64>,
+    /// What its expiry does: `dead` or `drop` (present with `expires_at_ms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_expire: Option<OnExpire>,
 }
 
 impl TaskFields {
@@ -99,6 +105,8 @@ impl From<TaskInfo> for TaskFields {
             history: t.history,
             traceparent,
             tracestate,
+            expires_at_ms: t.expires_at_ms,
+            on_expire: t.expires_at_ms.map(|_| t.on_expire),
         }
     }
 }
@@ -331,6 +339,8 @@ mod tests {
                 error: None,
             }],
             trace: None,
+            expires_at_ms: None,
+            on_expire: OnExpire::Dead,
         }
     }
 

@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use delayq_client::{OnDuplicate, State};
+use delayq_client::{OnDuplicate, OnExpire, State};
 
 use crate::bench::BenchArgs;
 use crate::duration::{parse_duration, parse_instant};
@@ -243,6 +243,17 @@ pub struct AddArgs {
     /// What to do when the (topic, id) exists already.
     #[arg(long, value_enum, value_name = "POLICY")]
     pub on_duplicate: Option<DuplicatePolicy>,
+    /// Expire the task this long after it is added unless handed out before (after its
+    /// delay): 30m, 1h, 1d.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION", group = "expiry")]
+    pub expires_in: Option<u64>,
+    /// Expire the task at this instant unless handed out before (RFC 3339).
+    #[arg(long, value_parser = parse_instant, value_name = "TIME", group = "expiry")]
+    pub expires_at: Option<u64>,
+    /// What an expiry does: the task goes DEAD with the last error "expired" (default), or
+    /// is deleted.
+    #[arg(long, value_enum, value_name = "POLICY")]
+    pub on_expire: Option<ExpirePolicy>,
     /// Import tasks from a JSON-lines file (`-` for standard input) instead of adding one.
     #[arg(long, short = 'f', value_name = "PATH", conflicts_with_all = ["id", "body", "body_file", "delay", "delay_ms", "at"])]
     pub file: Option<PathBuf>,
@@ -271,6 +282,24 @@ impl From<DuplicatePolicy> for OnDuplicate {
             DuplicatePolicy::Reject => OnDuplicate::Reject,
             DuplicatePolicy::Replace => OnDuplicate::Replace,
             DuplicatePolicy::Keep => OnDuplicate::Keep,
+        }
+    }
+}
+
+/// The expiry policies, as flag values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ExpirePolicy {
+    /// DEAD with the last error "expired".
+    Dead,
+    /// Deleted.
+    Drop,
+}
+
+impl From<ExpirePolicy> for OnExpire {
+    fn from(policy: ExpirePolicy) -> Self {
+        match policy {
+            ExpirePolicy::Dead => OnExpire::Dead,
+            ExpirePolicy::Drop => OnExpire::Drop,
         }
     }
 }

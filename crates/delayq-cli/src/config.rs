@@ -8,7 +8,7 @@
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
-use delayq_client::{Backoff, BodyEncoding, Client, MaxRetries, NewTask, OnDuplicate};
+use delayq_client::{Backoff, BodyEncoding, Client, MaxRetries, NewTask, OnDuplicate, OnExpire};
 use serde_json::{Map, Value};
 
 use crate::args::{AddArgs, ClientArgs};
@@ -77,6 +77,7 @@ struct TaskOptions {
     max_retries: Option<MaxRetries>,
     backoff: Option<Backoff>,
     on_duplicate: Option<OnDuplicate>,
+    on_expire: Option<OnExpire>,
 }
 
 impl AddPlan {
@@ -97,6 +98,7 @@ impl AddPlan {
                 .as_ref()
                 .map(|ms| Backoff::Schedule { ms: ms.clone() }),
             on_duplicate: args.on_duplicate.map(OnDuplicate::from),
+            on_expire: args.on_expire.map(OnExpire::from),
         };
         match &args.file {
             Some(path) => Ok(AddPlan::Import(ImportPlan {
@@ -133,6 +135,15 @@ fn line_defaults(args: &AddArgs, options: TaskOptions) -> Result<LineDefaults, C
         let value = serde_json::to_value(policy)
             .map_err(|err| CliError::usage(format!("invalid --on-duplicate: {err}")))?;
         fields.insert("on_duplicate".into(), value);
+    }
+    if let Some(ms) = args.expires_in {
+        fields.insert("expires_in_ms".into(), Value::from(ms));
+    }
+    if let Some(at) = args.expires_at {
+        fields.insert("expires_at_ms".into(), Value::from(at));
+    }
+    if let Some(policy) = options.on_expire {
+        fields.insert("on_expire".into(), Value::from(policy.name()));
     }
     Ok(LineDefaults { fields })
 }
@@ -174,6 +185,15 @@ fn one_task(args: &AddArgs, options: TaskOptions) -> Result<NewTask, CliError> {
     }
     if let Some(policy) = options.on_duplicate {
         task = task.on_duplicate(policy);
+    }
+    if let Some(ms) = args.expires_in {
+        task = task.expires_in_ms(ms);
+    }
+    if let Some(at) = args.expires_at {
+        task = task.expires_at_ms(at);
+    }
+    if let Some(policy) = options.on_expire {
+        task = task.on_expire(policy);
     }
     Ok(task)
 }
@@ -233,6 +253,60 @@ mod tests {
         assert_eq!(task.when, When::Delay(900_000));
         assert_eq!(task.ttr_ms, Some(30_000));
         assert_eq!(task.max_retries, Some(MaxRetries::Limited(0)));
+    }
+
+    #[test]
+    fn expiry_flags() {
+        let AddPlan::One(task) = plan(&[
+            "delayq",
+            "add",
+            "-t",
+            "orders",
+            "-i",
+            "o-1",
+            "--delay",
+            "15m",
+            "--expires-in",
+            "1h",
+            "--on-expire",
+            "drop",
+        ])
+        .unwrap() else {
+            panic!("not one");
+        };
+        assert_eq!(task.expiry, Some(delayq_client::Expiry::In(3_600_000)));
+        assert_eq!(task.on_expire, OnExpire::Drop);
+        let AddPlan::Import(import) = plan(&[
+            "delayq",
+            "add",
+            "-f",
+            "tasks.jsonl",
+            "--expires-in",
+            "30m",
+            "--on-expire",
+            "dead",
+        ])
+        .unwrap() else {
+            panic!("not an import");
+        };
+        let mut line = Map::new();
+        import.defaults.apply(&mut line);
+        assert_eq!(line["expires_in_ms"], Value::from(1_800_000));
+        assert_eq!(line["on_expire"], Value::from("dead"));
+        // Both forms of an expiry at once are refused by the flags.
+        let both = Cli::try_parse_from([
+            "delayq",
+            "add",
+            "-t",
+            "o",
+            "-i",
+            "1",
+            "--expires-in",
+            "1h",
+            "--expires-at",
+            "2030-01-01T00:00:00Z",
+        ]);
+        assert!(both.is_err());
     }
 
     #[test]

@@ -153,6 +153,16 @@ pub fn task(task: &TaskView, now_ms: u64) -> String {
         };
         t.add_row(vec![label.to_owned(), when(deadline, now_ms)]);
     }
+    if let Some(at) = task.expires_at_ms {
+        let policy = match task.on_expire {
+            Some(delayq::OnExpire::Drop) => " (then deleted)",
+            Some(delayq::OnExpire::Dead) | None => " (then dead)",
+        };
+        t.add_row(vec![
+            "expires".to_owned(),
+            format!("{}{policy}", when(at, now_ms)),
+        ]);
+    }
     t.add_row(vec!["created".to_owned(), when(task.created_at_ms, now_ms)]);
     t.add_row(vec!["updated".to_owned(), when(task.updated_at_ms, now_ms)]);
     if let Some(error) = &task.last_error {
@@ -378,6 +388,8 @@ mod tests {
             last_error: Some("boom".into()),
             history: Vec::new(),
             trace: None,
+            expires_at_ms: None,
+            on_expire: delayq::OnExpire::Dead,
         }
     }
 
@@ -394,6 +406,14 @@ mod tests {
         ] {
             assert!(out.contains(expected), "{expected} missing from\n{out}");
         }
+        assert!(!out.contains("expires"), "{out}");
+        let expiring = TaskInfo {
+            expires_at_ms: Some(3_601_000),
+            on_expire: delayq::OnExpire::Drop,
+            ..sample(State::Ready)
+        };
+        let out = task(&TaskView::from(expiring), 1_000);
+        assert!(out.contains("(in 1h) (then deleted)"), "{out}");
     }
 
     #[test]

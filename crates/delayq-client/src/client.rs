@@ -990,7 +990,7 @@ impl Call {
 
 /// The body of one task's `/add`.
 fn add_one(task: &NewTask) -> AddRequest {
-    AddRequest::One(AddTaskRequest::from(task))
+    AddRequest::One(Box::new(AddTaskRequest::from(task)))
 }
 
 /// The body of `/release`.

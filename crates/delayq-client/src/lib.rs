@@ -36,7 +36,9 @@ pub use delayq_api::{
     BodyText, PutScheduleData, ScheduleList, ScheduleRequest, ScheduleView, WholeMillis,
 };
 pub use delayq_core::schedule::Missed;
-pub use delayq_core::{AddOutcome, Backoff, MaxRetries, Millis, NewTask, OnDuplicate, State, When};
+pub use delayq_core::{
+    AddOutcome, Backoff, Expiry, MaxRetries, Millis, NewTask, OnDuplicate, OnExpire, State, When,
+};
 pub use delayq_core::{BuryOptions, ReleaseOptions, TraceContext};
 pub use error::{ClientError, ErrorKind};
 pub use reqwest::Url;

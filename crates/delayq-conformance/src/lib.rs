@@ -11,6 +11,7 @@
 //! - [`trace`]: trace contexts carried by tasks and schedules (docs/tracing.md);
 //! - [`spans`]: delayq's own spans of a traced task's events (every case runs with them on,
 //!   recorded in [`Harness::spans`]).
+//! - [`expiry`]: task expiry (docs/flow-control.md).
 //!
 //! A backend crate adds one line to an integration test file:
 //!
@@ -26,6 +27,7 @@
 
 pub mod beanstalk;
 pub mod dashboard_reads;
+pub mod expiry;
 pub mod job_ids;
 pub mod priority_pause_bury;
 pub mod schedules;
@@ -207,7 +209,15 @@ macro_rules! suite {
             a_traced_task_has_a_span_for_each_event,
             release_bury_and_a_ttr_that_runs_out_have_spans,
             untraced_and_unsampled_tasks_have_no_spans,
-            a_schedule_occurrence_links_to_its_schedule
+            a_schedule_occurrence_links_to_its_schedule, an_expiry_is_a_dead_span
+        );
+        $crate::suite!(@in expiry $make;
+            ready_task_goes_dead_at_its_expiry, task_is_never_handed_out_at_or_after_its_expiry,
+            drop_deletes_the_task_at_its_expiry,
+            active_task_is_not_cut_short_and_expires_when_it_comes_back,
+            paused_topic_tasks_still_expire, requeue_and_kick_clear_the_expiry,
+            reschedule_cannot_pass_the_expiry, replace_takes_the_new_expiry_or_none,
+            batch_tasks_carry_their_own_expiry, schedule_occurrences_expire_after_their_due
         );
     };
     // One test per case of module `$module`, on a fresh backend each.

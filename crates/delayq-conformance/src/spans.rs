@@ -353,3 +353,35 @@ pub async fn a_schedule_occurrence_links_to_its_schedule(h: &Harness) {
         .count();
     assert_eq!(n, 1);
 }
+
+/// An expiry is a `dead` span with the outcome `expired`: of a waiting task at its expiry,
+/// and of a held task that comes back after it (one span, not a ttr one as well).
+pub async fn an_expiry_is_a_dead_span(h: &Harness) {
+    let t = producer(0xf6, "01");
+    h.add(
+        NewTask::new(T, "x")
+            .delay_ms(100)
+            .expires_in_ms(1_000)
+            .trace(t.clone()),
+    )
+    .await;
+    h.add(
+        NewTask::new(T, "y")
+            .ttr_ms(500)
+            .expires_in_ms(300)
+            .trace(t.clone()),
+    )
+    .await;
+    let y = h.pop_ready(T).await;
+    assert_eq!(y.id, "y");
+    h.advance(100);
+    span(h, "x", "fire spanned").await;
+    h.advance(900);
+    h.wait_state(T, "x", State::Dead).await;
+    h.wait_state(T, "y", State::Dead).await;
+    for id in ["x", "y"] {
+        let dead = span(h, id, "dead spanned").await;
+        child_of(&dead, &t);
+        assert_eq!(text(&dead, "delayq.outcome"), "expired", "{id}");
+    }
+}

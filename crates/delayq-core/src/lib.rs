@@ -26,8 +26,9 @@ pub mod wheel;
 pub use backoff::Backoff;
 pub use lifecycle::{AfterFailure, Op, Refusal};
 pub use task::{
-    AddOutcome, Attempt, BuryOptions, DEFAULT_PRIORITY, Delivery, MaxRetries, Millis, NewTask,
-    OnDuplicate, Page, Pause, Priority, ReleaseOptions, State, TaskInfo, TopicStats, When,
+    AddOutcome, Attempt, BuryOptions, DEFAULT_PRIORITY, Delivery, EXPIRED, Expiry, MaxRetries,
+    Millis, NewTask, OnDuplicate, OnExpire, Page, Pause, Priority, ReleaseOptions, State, TaskInfo,
+    TopicStats, When,
 };
 pub use trace::TraceContext;
 pub use validate::{InvalidField, Limits, TaskDefaults, TaskSpec};

@@ -62,6 +62,39 @@ pub enum Refusal {
     /// The receipt belongs to an earlier attempt: the task was redelivered since.
     #[error("the receipt belongs to an earlier attempt; the task was redelivered")]
     StaleReceipt,
+    /// A reschedule to a due at or after the task's expiry, which would expire the task
+    /// before it could be handed out.
+    #[error(
+        "cannot reschedule to {due_ms}: the task expires at {expires_at_ms}, and a due must \
+         come before the expiry"
+    )]
+    PastExpiry {
+        /// The due asked for.
+        due_ms: Millis,
+        /// The task's expiry.
+        expires_at_ms: Millis,
+    },
+}
+
+/// Checks that a new due of a task comes before its expiry, if it has one (rule 15 with
+/// docs/design.md §11).
+pub fn check_due_before_expiry(
+    due_ms: Millis,
+    expires_at_ms: Option<Millis>,
+) -> Result<(), Refusal> {
+    match expires_at_ms {
+        Some(expires_at_ms) if due_ms >= expires_at_ms => Err(Refusal::PastExpiry {
+            due_ms,
+            expires_at_ms,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Whether a task with this expiry may no longer be handed out at `now` (docs/design.md §11):
+/// at its expiry it is already too late.
+pub fn is_expired(expires_at_ms: Option<Millis>, now: Millis) -> bool {
+    expires_at_ms.is_some_and(|at| at <= now)
 }
 
 /// Checks that `op` applies to a task in `state` (rules 7 and 8).

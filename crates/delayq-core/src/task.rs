@@ -171,6 +171,41 @@ impl Default for When {
     }
 }
 
+/// When a new task expires if it has not been handed out by then (docs/design.md §11).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expiry {
+    /// `expires_in_ms` after the moment the queue receives the task (like `delay_ms`).
+    In(u64),
+    /// At this epoch millisecond.
+    At(Millis),
+}
+
+/// What happens to a task whose expiry passes before it is handed out.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum OnExpire {
+    /// The task goes DEAD with the last error `expired` (the default): an operator can see
+    /// it and requeue it.
+    #[default]
+    Dead,
+    /// The task is deleted.
+    Drop,
+}
+
+impl OnExpire {
+    /// The API's word for the policy.
+    pub fn name(self) -> &'static str {
+        match self {
+            OnExpire::Dead => "dead",
+            OnExpire::Drop => "drop",
+        }
+    }
+}
+
+/// The last error (and the outcome in the history) of a task that expired into DEAD.
+pub const EXPIRED: &str = "expired";
+
 /// A task as a producer submits it, before validation.
 ///
 /// Optional fields left `None` take the queue's defaults.
@@ -197,6 +232,10 @@ pub struct NewTask {
     pub on_duplicate: OnDuplicate,
     /// The producer's trace context, stored with the task and handed to its consumers.
     pub trace: Option<TraceContext>,
+    /// When the task expires unless handed out before; `None`: never.
+    pub expiry: Option<Expiry>,
+    /// What an expiry does (DEAD by default).
+    pub on_expire: OnExpire,
 }
 
 impl NewTask {
@@ -260,6 +299,24 @@ impl NewTask {
     /// Sets the trace context the task continues.
     pub fn trace(mut self, trace: TraceContext) -> Self {
         self.trace = Some(trace);
+        self
+    }
+
+    /// Makes the task expire `expires_in_ms` after it arrives unless handed out before.
+    pub fn expires_in_ms(mut self, expires_in_ms: u64) -> Self {
+        self.expiry = Some(Expiry::In(expires_in_ms));
+        self
+    }
+
+    /// Makes the task expire at the epoch millisecond `at_ms` unless handed out before.
+    pub fn expires_at_ms(mut self, at_ms: Millis) -> Self {
+        self.expiry = Some(Expiry::At(at_ms));
+        self
+    }
+
+    /// Sets what an expiry does.
+    pub fn on_expire(mut self, policy: OnExpire) -> Self {
+        self.on_expire = policy;
         self
     }
 }
@@ -458,6 +515,12 @@ pub struct TaskInfo {
     /// The trace context the task was added with, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<TraceContext>,
+    /// When the task expires unless handed out before, if it has an expiry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at_ms: Option<Millis>,
+    /// What its expiry does (meaningful only with `expires_at_ms`).
+    #[serde(default)]
+    pub on_expire: OnExpire,
 }
 
 impl TaskInfo {
@@ -488,6 +551,15 @@ pub struct TopicStats {
     pub next_due_ms: Option<Millis>,
     /// Whether the topic is paused, and until when.
     pub pause: Pause,
+    /// Tasks that expired before being handed out (DEAD or dropped), cumulative: in Redis
+    /// mode since the topic's keys were created, in memory and embedded mode since the
+    /// process started.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub expired: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl TopicStats {
@@ -526,6 +598,7 @@ impl TopicStats {
         self.finished += other.finished;
         self.cancelled += other.cancelled;
         self.total += other.total;
+        self.expired += other.expired;
         self.next_due_ms = match (self.next_due_ms, other.next_due_ms) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

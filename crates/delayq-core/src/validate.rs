@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::backoff::Backoff;
 use crate::task::{
-    DEFAULT_PRIORITY, MaxRetries, Millis, NewTask, OnDuplicate, Priority, State, When,
+    DEFAULT_PRIORITY, Expiry, MaxRetries, Millis, NewTask, OnDuplicate, OnExpire, Priority, State,
+    When,
 };
 use crate::trace::TraceContext;
 
@@ -150,6 +151,10 @@ pub struct TaskSpec {
     pub on_duplicate: OnDuplicate,
     /// The producer's trace context, if given.
     pub trace: Option<TraceContext>,
+    /// When the task expires unless handed out before (absolute, after `due_ms`).
+    pub expires_at_ms: Option<Millis>,
+    /// What its expiry does.
+    pub on_expire: OnExpire,
 }
 
 /// The longest topic name: beanstalkd's longest tube name, so every tube is a topic.
@@ -244,17 +249,23 @@ pub fn check_pop(count: u64, timeout_ms: u64, limits: &Limits) -> Result<(), Inv
 /// Checks an absolute due (`run_at_ms`) against the longest delay and returns the due it
 /// means: a past instant means now, so a task is never due before it was added or moved.
 pub fn check_run_at(at: Millis, now: Millis, limits: &Limits) -> Result<Millis, InvalidField> {
+    check_ahead("run_at_ms", at, now, limits)?;
+    Ok(at.max(now))
+}
+
+/// Checks that the instant `at` given in `field` is at most the longest delay ahead of `now`.
+fn check_ahead(field: &str, at: Millis, now: Millis, limits: &Limits) -> Result<(), InvalidField> {
     let ahead = at.saturating_sub(now);
     if ahead > limits.max_delay_ms {
         return Err(InvalidField::new(
-            "run_at_ms",
+            field,
             format!(
                 "is {ahead} ms in the future, the limit is {} ms",
                 limits.max_delay_ms
             ),
         ));
     }
-    Ok(at.max(now))
+    Ok(())
 }
 
 /// Turns a producer's task into a spec: checks every field, fills defaults, makes the due
@@ -284,6 +295,10 @@ pub fn validate_task(
         }
         When::At(at) => check_run_at(at, now, limits)?,
     };
+    let expires_at_ms = task
+        .expiry
+        .map(|e| check_expiry(e, due_ms, now, limits))
+        .transpose()?;
     let ttr_ms = task.ttr_ms.unwrap_or(defaults.ttr_ms);
     if ttr_ms == 0 {
         return Err(InvalidField::new("ttr_ms", "must be at least 1 ms"));
@@ -304,7 +319,50 @@ pub fn validate_task(
         backoff: task.backoff,
         on_duplicate: task.on_duplicate,
         trace: task.trace,
+        expires_at_ms,
+        on_expire: task.on_expire,
     })
+}
+
+/// Checks a task's expiry and returns it as an absolute instant: within the longest delay
+/// ahead, and after the task's due (an expiry at or before the due could never let the task
+/// be handed out, so it is a mistake, not a policy).
+pub fn check_expiry(
+    expiry: Expiry,
+    due_ms: Millis,
+    now: Millis,
+    limits: &Limits,
+) -> Result<Millis, InvalidField> {
+    let (field, at) = match expiry {
+        Expiry::In(ms) => {
+            check_duration("expires_in_ms", ms, limits.max_delay_ms)?;
+            ("expires_in_ms", now.saturating_add(ms))
+        }
+        Expiry::At(at) => {
+            check_ahead("expires_at_ms", at, now, limits)?;
+            ("expires_at_ms", at)
+        }
+    };
+    check_expiry_after_due(field, at, due_ms)?;
+    Ok(at)
+}
+
+/// Checks that an expiry comes after a due: the one rule shared by add and reschedule.
+pub fn check_expiry_after_due(
+    field: &str,
+    expires_at_ms: Millis,
+    due_ms: Millis,
+) -> Result<(), InvalidField> {
+    if expires_at_ms <= due_ms {
+        return Err(InvalidField::new(
+            field,
+            format!(
+                "expires at {expires_at_ms}, at or before the task's due ({due_ms}); \
+                 an expiry must come after the due"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Cuts `text` to at most `max` bytes on a character boundary: error texts over
@@ -455,6 +513,36 @@ mod tests {
             let got = validate(task).map(|s| s.due_ms).map_err(|e| e.field);
             assert_eq!(got, want.map_err(str::to_owned), "{when:?}");
         }
+    }
+
+    #[test]
+    fn expiry_is_absolute_after_the_due_and_bounded() {
+        // (delay, expiry, expires_at_ms or the field named)
+        let table: [(u64, Expiry, Result<Millis, &str>); 9] = [
+            (0, Expiry::In(1), Ok(NOW + 1)),
+            (1_000, Expiry::In(1_001), Ok(NOW + 1_001)),
+            (1_000, Expiry::In(1_000), Err("expires_in_ms")),
+            (1_000, Expiry::In(999), Err("expires_in_ms")),
+            (0, Expiry::In(0), Err("expires_in_ms")),
+            (0, Expiry::In(TEN_YEARS_MS + 1), Err("expires_in_ms")),
+            (1_000, Expiry::At(NOW + 1_001), Ok(NOW + 1_001)),
+            (1_000, Expiry::At(NOW + 1_000), Err("expires_at_ms")),
+            (0, Expiry::At(NOW + TEN_YEARS_MS + 1), Err("expires_at_ms")),
+        ];
+        for (delay, expiry, want) in table {
+            let mut task = NewTask::new("t", "i").delay_ms(delay);
+            task.expiry = Some(expiry);
+            let got = validate(task).map(|s| s.expires_at_ms.unwrap());
+            assert_eq!(
+                got.map_err(|e| e.field),
+                want.map_err(str::to_owned),
+                "{expiry:?}"
+            );
+        }
+        let e = validate(NewTask::new("t", "i").delay_ms(5).expires_in_ms(5)).unwrap_err();
+        assert!(e.reason.contains("at or before the task's due"), "{e}");
+        let spec = validate(NewTask::new("t", "i")).unwrap();
+        assert_eq!((spec.expires_at_ms, spec.on_expire), (None, OnExpire::Dead));
     }
 
     #[test]

@@ -11,7 +11,8 @@
 //! | `dq:{t#p}:delayed` … `:dead`          | zset   | the tasks in each state (see below)       |
 //! | `dq:{t#p}:deadlines`                  | zset   | ACTIVE tasks scored by ttr deadline       |
 //! | `dq:{t#p}:finished:expiry`, `:cancelled:expiry` | zset | retained records by end of retention |
-//! | `dq:{t#p}:info`                       | hash   | index format `v`, insertion counter `seq`, `pause` |
+//! | `dq:{t#p}:info`                       | hash   | index format `v`, insertion counter `seq`, `pause`, `expired` count |
+//! | `dq:{t#p}:expiries`                   | zset   | DELAYED/READY tasks with an expiry, scored by it |
 //! | `dq:{t#p}:fence`                      | string | the highest lease token seen (fencing)    |
 //! | `dq:topics`                           | hash   | topic → partition count (the registry)    |
 //! | `dq:{lease}:bucket:<b>`               | string | `<instance>:<token>`, `PX` lease time     |
@@ -102,7 +103,7 @@ pub(crate) struct PartitionKeys {
 }
 
 /// The suffixes of the keys every partition script declares, in `KEYS` order.
-const SETS: [&str; 12] = [
+const SETS: [&str; 13] = [
     "delayed",
     "ready",
     "active",
@@ -115,6 +116,7 @@ const SETS: [&str; 12] = [
     "records",
     "extras",
     "info",
+    "expiries",
 ];
 
 impl PartitionKeys {
@@ -232,6 +234,7 @@ mod tests {
         assert_eq!(sets[8], "dq:{orders#7}:cancelled:expiry");
         assert_eq!(sets[10], "dq:{orders#7}:extras");
         assert_eq!(sets[11], "dq:{orders#7}:info");
+        assert_eq!(sets[12], "dq:{orders#7}:expiries");
         assert_eq!(pk.state_set(delayq::State::Dead), "dq:{orders#7}:dead");
         assert!(sets.iter().all(|k| k.contains("{orders#7}")));
         assert_eq!(keys.lease_bucket(3), "dq:{lease}:bucket:3");

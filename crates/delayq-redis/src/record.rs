@@ -7,7 +7,7 @@
 //! a delayed task's memory is most of what a large Redis deployment holds:
 //!
 //! ```text
-//! <state letter><created>,<due>,<insertion>,<updated>,<ttr>,<max retries>,<retries>,<deadline>,<receipt>,<priority>,<trace>
+//! <state letter><created>,<due>,<insertion>,<updated>,<ttr>,<max retries>,<retries>,<deadline>,<receipt>,<priority>,<trace>,<expiry>
 //! ```
 //!
 //! - the state is one letter, `a` (DELAYED) to `f` (DEAD): the state code plus `a`;
@@ -23,7 +23,11 @@
 //! - the trace context, only for a task added with one: the `traceparent`, then for a
 //!   `tracestate` a space and the tracestate with its commas written as tabs (a checked
 //!   tracestate holds neither tab nor comma otherwise, nor a newline, so the header stays
-//!   one comma-separated line; `lib.lua` keeps the field as an opaque string).
+//!   one comma-separated line; `lib.lua` keeps the field as an opaque string);
+//! - the expiry, only for a task added with one (docs/flow-control.md): its offset from
+//!   `created`, then `!` when it is dropped at its expiry (`on_expire: drop`) rather than
+//!   made DEAD. A record without an expiry (and without a trace context) is byte for byte
+//!   what the release before expiries wrote.
 //!
 //! So a task due in an hour is `amwzf57y5,255s0,8c` and a newline before its body: 19 bytes
 //! (a few more when the insertion number's millisecond is not the creation's), where the
@@ -42,7 +46,7 @@
 //! add script writes the backoff the caller encoded with serde.
 
 use delayq::core::{DEFAULT_PRIORITY, Priority};
-use delayq::{Attempt, Backoff, Millis, State, TaskInfo, TaskSpec, TraceContext};
+use delayq::{Attempt, Backoff, Millis, OnExpire, State, TaskInfo, TaskSpec, TraceContext};
 
 use crate::error::BackendError;
 
@@ -63,6 +67,8 @@ enum Field<'a> {
     Text(&'a str),
     /// The trace context (see [`push_trace`]); `None`: empty.
     Trace(Option<&'a TraceContext>),
+    /// The expiry (see [`push_expiry`]); `None`: empty.
+    Expiry(Option<(Millis, OnExpire)>),
 }
 
 /// A record's header and body.
@@ -86,6 +92,8 @@ pub(crate) struct Record {
     pub seq: u64,
     /// The producer's trace context, if the task was added with one.
     pub trace: Option<TraceContext>,
+    /// When the task expires unless handed out before, and what the expiry does.
+    pub expiry: Option<(Millis, OnExpire)>,
     /// Any bytes: the header is text, the body after its newline is not read as text.
     pub body: Vec<u8>,
 }
@@ -107,6 +115,7 @@ impl Record {
             priority: t.priority,
             seq,
             trace: t.trace.clone(),
+            expiry: t.expires_at_ms.map(|at| (at, t.on_expire)),
             body: t.body.clone(),
         }
     }
@@ -131,6 +140,7 @@ impl Record {
             Field::Text(&self.receipt),
             unless(self.priority == DEFAULT_PRIORITY, i128::from(self.priority)),
             Field::Trace(self.trace.as_ref()),
+            Field::Expiry(self.expiry),
         ];
         let mut out = String::with_capacity(32 + self.receipt.len() + self.body.len());
         out.push(char::from(STATE_LETTER + self.state.code()));
@@ -145,7 +155,10 @@ impl Record {
                 Field::Seq => push_seq(&mut out, self.seq, created),
                 Field::Text(text) => out.push_str(text),
                 Field::Trace(Some(trace)) => push_trace(&mut out, trace),
-                Field::Number(None) | Field::Trace(None) => {}
+                Field::Expiry(Some((at, on_expire))) => {
+                    push_expiry(&mut out, at, on_expire, created);
+                }
+                Field::Number(None) | Field::Trace(None) | Field::Expiry(None) => {}
             }
             if out.len() > start {
                 keep = out.len();
@@ -197,7 +210,17 @@ pub(crate) fn blank(state: State, created: Millis) -> Record {
         priority: DEFAULT_PRIORITY,
         seq: 0,
         trace: None,
+        expiry: None,
         body: Vec::new(),
+    }
+}
+
+/// Appends the expiry field: the offset from `created`, then `!` for `on_expire: drop`.
+fn push_expiry(out: &mut String, at: Millis, on_expire: OnExpire, created: Millis) {
+    push36(out, i128::from(at) - i128::from(created));
+    match on_expire {
+        OnExpire::Dead => {}
+        OnExpire::Drop => out.push('!'),
     }
 }
 
@@ -257,6 +280,14 @@ fn parse_short(header: &str) -> Option<Record> {
     let trace = field();
     if !trace.is_empty() {
         r.trace = Some(parse_trace_text(trace)?);
+    }
+    let expiry = field();
+    if !expiry.is_empty() {
+        let (offset, on_expire) = match expiry.strip_suffix('!') {
+            Some(offset) => (offset, OnExpire::Drop),
+            None => (expiry, OnExpire::Dead),
+        };
+        r.expiry = Some((at(offset)?, on_expire));
     }
     if fields.next().is_some() {
         return None;
@@ -426,6 +457,8 @@ pub(crate) fn task_info(
         last_error,
         history,
         trace: record.trace,
+        expires_at_ms: record.expiry.map(|(at, _)| at),
+        on_expire: record.expiry.map(|(_, e)| e).unwrap_or_default(),
     })
 }
 
@@ -502,6 +535,15 @@ mod tests {
             traced.seq = 0;
             table.push(traced);
         }
+        for on_expire in [OnExpire::Dead, OnExpire::Drop] {
+            let mut expiring = sample(State::Ready);
+            expiring.expiry = Some((3_000, on_expire));
+            table.push(expiring.clone());
+            let mut both = active.clone();
+            both.trace = Some(TraceContext::parse(parent, Some("a=1,b=2")).unwrap());
+            both.expiry = Some((9_000, on_expire));
+            table.push(both);
+        }
         let mut huge = sample(State::Finished);
         huge.due_ms = u64::MAX;
         huge.created_at_ms = 0;
@@ -557,6 +599,15 @@ mod tests {
         record.trace = Some(TraceContext::parse(parent, Some("a=1,b=x y")).unwrap());
         let packed = format!("amwzf57y5,255s0,8c,,,,,,,,{parent} a=1\tb=x y\nhello");
         assert_eq!(record.encode(), packed.as_bytes());
+        assert_eq!(Record::parse(record.encode()), Some(record.clone()));
+        // An expiry is the field after the trace context: its offset from created, and `!`
+        // when the task is dropped at its expiry.
+        record.trace = None;
+        record.expiry = Some((created + 7_200_000, OnExpire::Drop));
+        assert_eq!(record.encode(), b"amwzf57y5,255s0,8c,,,,,,,,,4abk0!\nhello");
+        assert_eq!(Record::parse(record.encode()), Some(record.clone()));
+        record.expiry = Some((created + 7_200_000, OnExpire::Dead));
+        assert_eq!(record.encode(), b"amwzf57y5,255s0,8c,,,,,,,,,4abk0\nhello");
         assert_eq!(Record::parse(record.encode()), Some(record));
     }
 
@@ -568,7 +619,8 @@ mod tests {
             "a,rs\nx",                  // no creation time
             "ars\nx",                   // no due
             "ars,+rs\nx",               // a sign base 36 does not write
-            "ars,rs,,,,,,,,,9\nx",      // a field too many
+            "ars,rs,,,,,,,,,9,1\nx",    // a field too many
+            "ars,rs,,,,,,,,,9!!\nx",    // an expiry that is not one
             "ars,rs,,,,,,,,1z141z4\nx", // a priority beyond u32
             "ars,rs,mh34\nx",           // a counter beyond 20 bits
             "ars,-rt\nx",               // due before the epoch

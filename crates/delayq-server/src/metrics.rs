@@ -587,6 +587,20 @@ fn write_topic_activity(out: &mut String, activity: &[(String, delayq::TopicActi
             );
         }
     }
+    header(
+        out,
+        "delayq_tasks_expired_total",
+        "counter",
+        "Tasks whose expiry passed before they were handed out (gone DEAD or dropped), per topic, counted by this instance.",
+    );
+    for (topic, a) in activity {
+        let _ = writeln!(
+            out,
+            "delayq_tasks_expired_total{{topic=\"{}\"}} {}",
+            escape(topic),
+            a.expired
+        );
+    }
 }
 
 /// The push figures of each topic that had a target on this instance (docs/push.md).

@@ -355,7 +355,7 @@ impl Error {
                 ..
             } => Some(*state),
             Error::Conflict {
-                refusal: Refusal::StaleReceipt,
+                refusal: Refusal::StaleReceipt | Refusal::PastExpiry { .. },
                 ..
             }
             | Error::Invalid(_)

@@ -46,6 +46,7 @@ pub struct Metrics {
     fired: AtomicU64,
     ttr_expired: AtomicU64,
     dead: AtomicU64,
+    expired: AtomicU64,
     topics: RwLock<HashMap<Arc<str>, Arc<TopicCounters>>>,
     /// The spans of traced tasks' events ([`crate::spans`]), recorded where the counters are.
     spans: Spans,
@@ -69,6 +70,8 @@ pub struct MetricsSnapshot {
     pub spans_exported: u64,
     /// delayq's own spans dropped: the export queue was full, or the collector failed.
     pub spans_dropped: u64,
+    /// Tasks whose expiry passed before they were handed out.
+    pub expired: u64,
 }
 
 /// The live counters of one topic. Obtained from [`Metrics::topic`]; updated through the
@@ -79,6 +82,7 @@ pub struct TopicCounters {
     finished: AtomicU64,
     failed: AtomicU64,
     dead: AtomicU64,
+    expired: AtomicU64,
     /// Fires per lateness bucket (not cumulative); their sum is the number fired, so a fire
     /// costs one atomic add per topic.
     lateness: [AtomicU64; LATENESS_BUCKETS],
@@ -98,8 +102,10 @@ pub struct TopicActivity {
     pub finished: u64,
     /// Attempts that failed: releases, buries and ttr expiries.
     pub failed: u64,
-    /// Tasks that went DEAD (retries exhausted, or buried).
+    /// Tasks that went DEAD (retries exhausted, buried, or expired).
     pub dead: u64,
+    /// Tasks whose expiry passed before they were handed out (DEAD or dropped).
+    pub expired: u64,
     /// Fires per lateness bucket, cumulative as in [`MetricsSnapshot::lateness_cumulative`]:
     /// [`LATENESS_BUCKETS`] entries, the last equal to `fired`.
     pub lateness_cumulative: Vec<u64>,
@@ -122,8 +128,15 @@ impl TopicActivity {
             finished,
             failed,
             dead,
+            expired: 0,
             lateness_cumulative,
         }
+    }
+
+    /// The same activity with this count of expired tasks.
+    pub fn with_expired(mut self, expired: u64) -> Self {
+        self.expired = expired;
+        self
     }
 }
 
@@ -180,6 +193,12 @@ impl Metrics {
         topic.dead.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Records a task of `topic` whose expiry passed before it was handed out.
+    pub fn observe_expired(&self, topic: &TopicCounters) {
+        self.expired.fetch_add(1, Ordering::Relaxed);
+        topic.expired.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Records `n` tasks of `topic` added.
     pub fn observe_added(&self, topic: &TopicCounters, n: u64) {
         topic.added.fetch_add(n, Ordering::Relaxed);
@@ -205,6 +224,7 @@ impl Metrics {
             dead: self.dead.load(Ordering::Relaxed),
             spans_exported: self.spans.counters().snapshot().0,
             spans_dropped: self.spans.counters().snapshot().1,
+            expired: self.expired.load(Ordering::Relaxed),
         }
     }
 
@@ -236,6 +256,7 @@ impl TopicCounters {
             self.dead.load(Ordering::Relaxed),
             cumulative(&self.lateness),
         )
+        .with_expired(self.expired.load(Ordering::Relaxed))
     }
 }
 

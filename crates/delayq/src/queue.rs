@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use delayq_core::InvalidField;
 use delayq_core::validate::{self, check_id, check_topic};
 use delayq_core::{
-    AddOutcome, BuryOptions, Delivery, Millis, NewTask, Page, State, TaskInfo, TaskSpec,
+    AddOutcome, BuryOptions, Delivery, Expiry, Millis, NewTask, Page, State, TaskInfo, TaskSpec,
     TopicStats, When,
 };
 use parking_lot::Mutex;
@@ -173,6 +173,7 @@ impl Queue {
             }
             task
         };
+        let expiry = task.expiry;
         let mut spec = validate::validate_task(task, &ctx.limits, &ctx.defaults, now)?;
         if let Some(delay) = delay {
             // Validation checked the delay's limit; the due and the creation time come from
@@ -180,6 +181,10 @@ impl Queue {
             let due = ctx.clock.due_after(delay).max(spec.due_ms);
             spec.due_ms = due;
             spec.created_at_ms = due.saturating_sub(delay).max(spec.created_at_ms);
+            if let Some(Expiry::In(expires_in)) = expiry {
+                // Relative to the same arrival as the due, so it stays after the due.
+                spec.expires_at_ms = Some(spec.created_at_ms.saturating_add(expires_in));
+            }
         }
         Ok(spec)
     }

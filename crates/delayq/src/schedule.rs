@@ -502,6 +502,16 @@ impl Scheduler {
                 .trace
                 .as_ref()
                 .map(|t| delayq_core::schedule::occurrence_trace(t, &def.name, due));
+            if let Some(expires_in) = def.expires_in_ms {
+                let at = due.saturating_add(expires_in);
+                if at <= self.now() {
+                    // A missed occurrence whose expiry passed too: it would expire unseen.
+                    last = Some(due);
+                    continue;
+                }
+                task = task.expires_at_ms(at);
+                task.on_expire = def.on_expire.unwrap_or_default();
+            }
             let traced = task.trace.clone().zip(def.trace.clone());
             let id = task.id.clone();
             match self.inner.queue.add(task).await {

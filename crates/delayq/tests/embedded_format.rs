@@ -5,13 +5,13 @@
 //! it, so the snapshot reader and the record codec are both pinned. Format 2 adds priorities,
 //! insertion order, buried tasks, paused topics, the meta store and the job id counter; format 3
 //! moves the settings (the meta store) out of shard 0 into their own log, `settings/`; format 4
-//! adds the trace context of a task (`Put v3`). A change of the format must come with its
-//! upgrade path; these tests then keep the old directories opening (formats 1 to 3 are
-//! upgraded to 4 in place when opened).
+//! adds the trace context of a task (`Put v3`); format 5 the expiry of a task (`Put v4`). A
+//! change of the format must come with its upgrade path; these tests then keep the old
+//! directories opening (formats 1 to 4 are upgraded to 5 in place when opened).
 //!
-//! The format 4 fixture was written by this same file with `DELAYQ_WRITE_FORMAT_FIXTURE=1` (it
+//! The format 5 fixture was written by this same file with `DELAYQ_WRITE_FORMAT_FIXTURE=1` (it
 //! replaces the directory and `expected.json`); do that only for a new format version, in a new
-//! folder. The format 1 to 3 fixtures were written the same way by builds of their format.
+//! folder. The format 1 to 4 fixtures were written the same way by builds of their format.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -19,7 +19,7 @@ use std::sync::Arc;
 use delayq::storage::embedded::{self, EmbeddedOptions, EmbeddedStorage};
 use delayq::{
     Backoff, BuryOptions, Clock, DEFAULT_PRIORITY, ManualClock, MaxRetries, NewTask, OnDuplicate,
-    PopOptions, Queue, ReleaseOptions, SettingsStore, State, StorageContext, TaskInfo,
+    OnExpire, PopOptions, Queue, ReleaseOptions, SettingsStore, State, StorageContext, TaskInfo,
     TraceContext,
 };
 use delayq_log::FsyncPolicy;
@@ -37,8 +37,11 @@ const V2_TOPICS: [&str; 3] = ["tube-a", "paused", "paused-until"];
 /// The topic format 4 adds to the fixture: tasks with trace contexts.
 const V4_TOPICS: [&str; 1] = ["traced"];
 
+/// The topic format 5 adds to the fixture: tasks with expiries.
+const V5_TOPICS: [&str; 1] = ["expiring"];
+
 /// The format this build writes.
-const FORMAT: u32 = 4;
+const FORMAT: u32 = 5;
 
 fn fixture_dir(version: u32) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/embedded-v{version}"))
@@ -113,6 +116,10 @@ async fn all_views_v2(q: &Queue, topics: &[&str]) -> Value {
             if let Some(trace) = &t.trace {
                 v["trace"] = json!(trace);
             }
+            if let Some(at) = t.expires_at_ms {
+                v["expires_at_ms"] = json!(at);
+                v["on_expire"] = json!(t.on_expire);
+            }
             v
         }));
     }
@@ -122,10 +129,12 @@ async fn all_views_v2(q: &Queue, topics: &[&str]) -> Value {
 /// The topics of the fixture of format `version` (2 or later).
 fn all_topics(version: u32) -> Vec<&'static str> {
     let v4: &[&str] = if version >= 4 { &V4_TOPICS } else { &[] };
+    let v5: &[&str] = if version >= 5 { &V5_TOPICS } else { &[] };
     TOPICS
         .iter()
         .chain(V2_TOPICS.iter())
         .chain(v4)
+        .chain(v5)
         .copied()
         .collect()
 }
@@ -333,9 +342,6 @@ async fn a_format_3_directory_opens_with_the_same_tasks() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_format_4_directory_opens_with_the_same_tasks_and_trace_contexts() {
-    if std::env::var_os("DELAYQ_WRITE_FORMAT_FIXTURE").is_some() {
-        write_fixture(&fixture_dir(4)).await;
-    }
     let copy = check_fixture(4).await;
     let meta: Value =
         serde_json::from_slice(&std::fs::read(copy.path().join("delayq.meta")).unwrap()).unwrap();
@@ -356,6 +362,72 @@ async fn a_format_4_directory_opens_with_the_same_tasks_and_trace_contexts() {
             .any(|t| t["trace"].get("tracestate").is_some())
     );
     assert!(traced.iter().any(|t| t["retries"] == json!(1)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_format_5_directory_opens_with_the_same_tasks_and_expiries() {
+    if std::env::var_os("DELAYQ_WRITE_FORMAT_FIXTURE").is_some() {
+        write_fixture(&fixture_dir(5)).await;
+    }
+    let copy = check_fixture(5).await;
+    let meta: Value =
+        serde_json::from_slice(&std::fs::read(copy.path().join("delayq.meta")).unwrap()).unwrap();
+    assert_eq!(meta, json!({"format": FORMAT, "shards": 2}));
+    // The fixture holds expiring tasks in the snapshot and in the log, with both policies,
+    // one traced, and one that expired into DEAD before the fixture was closed.
+    let expected = expected_of(5);
+    let expiring: Vec<&Value> = expected["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t.get("expires_at_ms").is_some())
+        .collect();
+    assert_eq!(expiring.len(), 4, "{expiring:?}");
+    assert!(expiring.iter().any(|t| t["on_expire"] == json!("drop")));
+    assert!(expiring.iter().any(|t| t.get("trace").is_some()));
+    let dead: Vec<&Value> = expected["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["topic"] == json!("expiring") && t["state"] == json!("dead"))
+        .collect();
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!(dead[0]["last_error"], json!("expired"));
+    // The expiries still run after a restart: past the drop task's expiry it is gone.
+    let at = expiring
+        .iter()
+        .find(|t| t["on_expire"] == json!("drop"))
+        .and_then(|t| t["expires_at_ms"].as_u64())
+        .unwrap();
+    let clock = ManualClock::new(at);
+    let q = open(copy.path(), &clock).await;
+    let id = expiring
+        .iter()
+        .find(|t| t["on_expire"] == json!("drop"))
+        .and_then(|t| t["id"].as_str())
+        .unwrap();
+    let gone = wait_for(|| async { q.get("expiring", id).await.is_err() }).await;
+    assert!(
+        gone,
+        "the dropped task is deleted at its expiry after a restart"
+    );
+    q.shutdown().await.unwrap();
+}
+
+/// Polls `check` until it holds or five seconds pass; whether it held.
+async fn wait_for<F, Fut>(check: F) -> bool
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while std::time::Instant::now() < deadline {
+        if check().await {
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    false
 }
 
 /// The settings of namespace "push" as the fixture's `expected.json` lists them.
@@ -408,11 +480,7 @@ async fn check_fixture(version: u32) -> tempfile::TempDir {
     );
     for topic in all_topics(version) {
         let stats = q.stats(topic).await.expect("stats");
-        assert_eq!(
-            serde_json::to_value(stats).unwrap(),
-            expected["stats"][topic],
-            "{topic}"
-        );
+        assert_eq!(stats_view(stats), expected["stats"][topic], "{topic}");
     }
     // Pop order (priority, then due, then insertion) and the buried order survived.
     let ready: Vec<String> = q
@@ -552,6 +620,59 @@ async fn write_v4_extras(q: &Queue, storage: &EmbeddedStorage) {
     .await;
 }
 
+/// What format 5 adds to the fixture: tasks with expiries before and after a forced snapshot
+/// of every shard, and one that expired into DEAD.
+async fn write_v5_extras(q: &Queue, clock: &ManualClock, storage: &EmbeddedStorage) {
+    let add = |task: NewTask| async move { q.add(task).await.expect("add") };
+    // Expires 1 ms after it is ready; nothing else of the fixture is due that soon.
+    add(NewTask::new("expiring", "expired")
+        .body("e0")
+        .expires_in_ms(1))
+    .await;
+    clock.advance(1);
+    let expired = wait_for(|| async {
+        q.get("expiring", "expired")
+            .await
+            .is_ok_and(|t| t.state == State::Dead)
+    })
+    .await;
+    assert!(expired, "the task expired into DEAD");
+    add(NewTask::new("expiring", "delayed-dead")
+        .body("e1")
+        .delay_ms(600_000)
+        .expires_in_ms(700_000))
+    .await;
+    for i in 0..storage.shard_count() {
+        embedded::snapshot_shard(storage, i, true).await.unwrap();
+    }
+    add(NewTask::new("expiring", "ready-drop")
+        .body("e2")
+        .expires_in_ms(800_000)
+        .on_expire(OnExpire::Drop))
+    .await;
+    add(NewTask::new("expiring", "traced")
+        .body("e3")
+        .delay_ms(1_000)
+        .expires_at_ms(clock.now_ms() + 900_000)
+        .trace(
+            TraceContext::parse(
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902bb-01",
+                None,
+            )
+            .unwrap(),
+        ))
+    .await;
+    add(NewTask::new("expiring", "never").body("e4").delay_ms(1_000)).await;
+}
+
+/// A topic's counters as the fixture compares them: `expired` is counted since the process
+/// started, so it is not part of what a directory holds.
+fn stats_view(stats: delayq::TopicStats) -> Value {
+    let mut v = serde_json::to_value(stats).unwrap();
+    v.as_object_mut().unwrap().remove("expired");
+    v
+}
+
 async fn write_fixture(fixture: &Path) {
     let data = fixture.join("data");
     let _ = std::fs::remove_dir_all(&data);
@@ -561,12 +682,10 @@ async fn write_fixture(fixture: &Path) {
     let receipt = write_tasks(&q, &clock).await;
     let last_job_id = write_v2_extras(&q, &storage).await;
     write_v4_extras(&q, &storage).await;
+    write_v5_extras(&q, &clock, &storage).await;
     let mut stats = serde_json::Map::new();
     for topic in all_topics(FORMAT) {
-        stats.insert(
-            topic.into(),
-            serde_json::to_value(q.stats(topic).await.unwrap()).unwrap(),
-        );
+        stats.insert(topic.into(), stats_view(q.stats(topic).await.unwrap()));
     }
     let tasks = all_views_v2(&q, &all_topics(FORMAT)).await;
     let first_buried = q.peek("tube-a", State::Dead).await.unwrap().unwrap().id;

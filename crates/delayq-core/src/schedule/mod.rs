@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 pub use timetable::Timetable;
 
 use crate::backoff::Backoff;
-use crate::task::{MaxRetries, Millis, Priority};
+use crate::task::{MaxRetries, Millis, OnExpire, Priority};
 use crate::trace::TraceContext;
 use crate::validate::{InvalidField, Limits, check_backoff, check_duration, check_topic};
 
@@ -106,6 +106,12 @@ pub struct ScheduleDef {
     /// trace of its own derived from it ([`occurrence_trace`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<TraceContext>,
+    /// Every occurrence expires this long after its own due unless handed out before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_in_ms: Option<u64>,
+    /// What an occurrence's expiry does (DEAD when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_expire: Option<OnExpire>,
 }
 
 /// The trace context of the occurrence of a schedule due at `due_ms`: a new trace per
@@ -207,6 +213,15 @@ pub fn validate_schedule(def: ScheduleDef, limits: &Limits) -> Result<Schedule, 
     }
     if let Some(backoff) = &def.backoff {
         check_backoff(backoff, limits)?;
+    }
+    if let Some(expires_in) = def.expires_in_ms {
+        if expires_in == 0 {
+            return Err(InvalidField::new(
+                "expires_in_ms",
+                "must be at least 1 ms: an occurrence expiring at its due is never handed out",
+            ));
+        }
+        check_duration("expires_in_ms", expires_in, limits.max_delay_ms)?;
     }
     if let (Some(start), Some(end)) = (def.start_ms, def.end_ms)
         && end < start

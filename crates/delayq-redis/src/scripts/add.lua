@@ -1,13 +1,14 @@
 -- add: adds tasks of one partition, in order, with a few commands for the whole batch.
--- ARGV[7] the number of tasks, then 7 values per task: id, due, the packed record (built by
+-- ARGV[7] the number of tasks, then 8 values per task: id, due, the packed record (built by
 -- the caller with the same `now`: READY when due <= now, else DELAYED), the backoff JSON
 -- ('' for none), on_duplicate (0 reject, 1 replace, 2 keep), the priority, the insertion
--- number (16 hex digits, as in the record; rule 11: FIFO among equals).
+-- number (16 hex digits, as in the record; rule 11: FIFO among equals), the expiry ('' for
+-- none; the record holds it too).
 -- Reply payload: one code per task: 0 added, 1 replaced, 2 existed (kept), 3 duplicate.
 local n = tonumber(ARGV[7])
 local ids = {}
 for i = 0, n - 1 do
-  ids[i + 1] = ARGV[8 + i * 7]
+  ids[i + 1] = ARGV[8 + i * 8]
 end
 local existing = redis.call('HMGET', RECORDS, unpack(ids))
 -- The ARGV offset of the task that will be written, by id (a later task of the batch with
@@ -16,7 +17,7 @@ local pending = {}
 local order = {}
 local out = {}
 for i = 0, n - 1 do
-  local a = 8 + i * 7
+  local a = 8 + i * 8
   local id = ARGV[a]
   local policy = ARGV[a + 4]
   local code = 0
@@ -61,6 +62,9 @@ if #order > 0 then
     local due = tonumber(ARGV[a + 1])
     records[#records + 1] = id
     records[#records + 1] = ARGV[a + 2]
+    if ARGV[a + 7] ~= '' then
+      index_timer(EXPIRIES, tonumber(ARGV[a + 7]), id)
+    end
     if ARGV[a + 3] ~= '' then
       extras[#extras + 1] = id
       extras[#extras + 1] = ARGV[a + 3] .. '\0\0'
@@ -82,7 +86,7 @@ if #order > 0 then
   end
   if earliest then
     local head = head_score(SETS[DELAYED])
-    if head == nil or earliest < head then
+    if (head == nil or earliest < head) and (WAKE == nil or earliest < WAKE) then
       WAKE = earliest
     end
     redis.call('ZADD', SETS[DELAYED], unpack(delayed))

@@ -246,6 +246,7 @@ async fn seed(conn: &mut MultiplexedConnection, pk: &PartitionKeys, case: &Case,
         priority: 7,
         seq: 3,
         trace: None,
+        expiry: None,
         body: b"body".to_vec(),
     };
     let (member, score) = crate::keys::member_of(case.state, "t", &record);
@@ -294,7 +295,9 @@ async fn read_outcome(
             });
         }
         Status::StaleReceipt => return Outcome::Refused(Refusal::StaleReceipt),
-        Status::NotFound | Status::Fenced(_) => panic!("unexpected {:?}", reply.status),
+        Status::NotFound | Status::Fenced(_) | Status::PastExpiry(_) => {
+            panic!("unexpected {:?}", reply.status)
+        }
     }
     let (raw, extras): (String, Option<String>) = redis::pipe()
         .hget(pk.records(), "t")

@@ -2,13 +2,15 @@
 -- ARGV[7] a task id (DEAD or DELAYED), or '' for a batch: then ARGV[8] '5' for up to
 -- ARGV[9] DEAD tasks, oldest buried first, retries reset (as requeue), or '0' for up to
 -- ARGV[9] DELAYED tasks not due yet, earliest due first, then insertion.
--- A DEAD task keeps its due (as requeue), a DELAYED one is due now.
+-- A DEAD task keeps its due and loses its expiry (as requeue), a DELAYED one is due now.
 -- Reply payload: how many moved.
 local function kick(rec)
   local from = rec.state
   leave(rec)
   if from == DEAD then
     rec.retries = 0
+    rec.expires = nil
+    rec.drop = false
     enter(rec, READY, rec.due)
   else
     enter(rec, READY, NOW)

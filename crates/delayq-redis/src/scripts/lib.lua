@@ -8,9 +8,11 @@
 --   9     cancelled tasks scored by the end of their retention
 --   10    the records: a hash, task id -> packed record (below)
 --   11    the extras: a hash, task id -> what only some tasks have (below)
---   12    the partition's info: a hash with `v` (the index format, 2) and `pause` (absent:
---         not paused; -1: until resumed; else the epoch ms at which the pause ends)
---   13    (tick only) the partition's fencing token
+--   12    the partition's info: a hash with `v` (the index format, 2), `pause` (absent:
+--         not paused; -1: until resumed; else the epoch ms at which the pause ends) and
+--         `expired` (how many tasks expired, cumulative)
+--   13    DELAYED and READY tasks that have an expiry, scored by it (docs/flow-control.md)
+--   14    (tick only) the partition's fencing token
 --
 -- The READY and DEAD sets do not hold bare ids: a sorted set orders by one double and then
 -- by member bytes, and rule 11 needs three keys (priority, due, insertion). So:
@@ -36,15 +38,17 @@
 --
 -- A record is one string: a header, a newline, then the body. The header (short, because it
 -- is paid once per task) is
---   <state letter><created>,<due>,<insertion>,<updated>,<ttr>,<max>,<retries>,<deadline>,<receipt>,<priority>,<trace>
+--   <state letter><created>,<due>,<insertion>,<updated>,<ttr>,<max>,<retries>,<deadline>,<receipt>,<priority>,<trace>,<expiry>
 -- The state letter is `a` (DELAYED) .. `f` (DEAD). Numbers are base 36; due, updated and
 -- deadline are signed offsets from created ('-' before a negative one). The insertion number
 -- is its counter (low 20 bits), then '.' and the offset of its millisecond from created when
 -- that is not 0. Empty fields hold defaults: insertion none, updated = created, ttr 30000,
 -- max retries 3 (-1: no limit), retries 0, no deadline (ACTIVE: ttr deadline;
 -- FINISHED/CANCELLED: end of retention), no receipt (ACTIVE only), priority 1024, no trace
--- context; trailing empty fields are left out. The trace context (only a task added with
--- one has it) is written by record.rs and kept here as an opaque string: it holds no comma.
+-- context, no expiry; trailing empty fields are left out. The trace context (only a task
+-- added with one has it) is written by record.rs and kept here as an opaque string: it holds
+-- no comma. The expiry (only a task added with one has it) is its offset from created, then
+-- '!' when the task is deleted at its expiry instead of going DEAD.
 -- Records written before begin with the state's digit and hold decimal fields: state, due,
 -- created, updated, ttr, max, retries, deadline, receipt, priority, insertion (16 hex
 -- digits); the oldest end after the receipt. `load` reads both,
@@ -79,6 +83,9 @@ local EXPIRY = {[FINISHED] = KEYS[8], [CANCELLED] = KEYS[9]}
 local RECORDS = KEYS[10]
 local EXTRAS = KEYS[11]
 local INFO = KEYS[12]
+local EXPIRIES = KEYS[13]
+-- The last error of a task that expired into DEAD.
+local EXPIRED = 'expired'
 local HISTORY = 16
 local DEFAULT_PRIORITY = 1024
 -- The width of the due and of the insertion number in READY and DEAD members (hex digits).
@@ -92,6 +99,8 @@ local NO_SEQ = '0000000000000000'
 local READY_N = 0
 local WAKE = nil
 local DEAD_N = 0
+-- Tasks whose expiry this script applied (DEAD or deleted).
+local EXPIRED_N = 0
 local HEADS = {}
 -- How many due entries the last promote() looked at (a full batch means: call again).
 local SCANNED = 0
@@ -176,7 +185,13 @@ local function header(rec)
     end
   end
   -- The trace context (record.rs writes it; opaque here) is kept through every transition.
-  local f = {due, seq, '', '', '', '', '', rec.receipt, '', rec.trace}
+  local f = {due, seq, '', '', '', '', '', rec.receipt, '', rec.trace, ''}
+  if rec.expires then
+    f[11] = b36(rec.expires - c)
+    if rec.drop then
+      f[11] = f[11] .. '!'
+    end
+  end
   if rec.updated and rec.updated ~= c then
     f[3] = b36(rec.updated - c)
   end
@@ -195,7 +210,7 @@ local function header(rec)
   if rec.pri ~= DEFAULT_PRIORITY then
     f[9] = b36(rec.pri)
   end
-  local n = 10
+  local n = 11
   while f[n] == '' do
     n = n - 1
   end
@@ -239,6 +254,9 @@ local function purge(rec)
   elseif EXPIRY[rec.state] then
     redis.call('ZREM', EXPIRY[rec.state], rec.id)
   end
+  if rec.expires then
+    redis.call('ZREM', EXPIRIES, rec.id)
+  end
   redis.call('HDEL', RECORDS, rec.id)
   redis.call('HDEL', EXTRAS, rec.id)
 end
@@ -270,6 +288,12 @@ local function load(id)
     local due = c + n36(f[2])
     local updated = n36(f[4])
     local deadline = n36(f[8])
+    local expires, drop = nil, false
+    if f[12] and f[12] ~= '' then
+      local offset, bang = string.match(f[12], '^([^!]*)(!?)$')
+      expires = c + n36(offset)
+      drop = bang == '!'
+    end
     rec = {
       id = id,
       state = string.byte(raw, 1) - 97,
@@ -288,6 +312,8 @@ local function load(id)
       pri = n36(f[10]) or DEFAULT_PRIORITY,
       seq = seq,
       trace = f[11] or '',
+      expires = expires,
+      drop = drop,
       body = string.sub(raw, nl + 1),
     }
   else
@@ -395,6 +421,14 @@ local function enter(rec, state, due)
   rec.state = state
   rec.due = due
   rec.updated = NOW
+  if rec.expires then
+    -- Only a task that may still be handed out can expire (an ACTIVE one is never cut short).
+    if state == DELAYED or state == READY then
+      index_timer(EXPIRIES, rec.expires, rec.id)
+    else
+      redis.call('ZREM', EXPIRIES, rec.id)
+    end
+  end
   if state == DELAYED then
     index_timer(SETS[DELAYED], due, rec.id)
   else
@@ -459,6 +493,57 @@ local function push_history(x, started, outcome, err)
   x.history = entry
 end
 
+-- Whether the task may no longer be handed out: its expiry is at or before now.
+local function is_expired(rec)
+  return rec.expires ~= nil and rec.expires <= NOW
+end
+
+-- Events of traced tasks (a trace context in the record) for the instance to record as
+-- spans: 4 values each, the kind ('fire'; 'dead': its last ttr ran out; 'expired'), the id,
+-- the due, the trace context.
+-- Untraced tasks add nothing to a reply.
+local TRACED = {}
+local function traced(kind, rec)
+  if rec.trace ~= '' then
+    TRACED[#TRACED + 1] = kind
+    TRACED[#TRACED + 1] = rec.id
+    TRACED[#TRACED + 1] = rec.due
+    TRACED[#TRACED + 1] = rec.trace
+  end
+end
+
+-- A task whose expiry passed before it was handed out: DEAD with the last error `expired`, or
+-- deleted (on_expire drop). Counted in the partition's `expired`.
+local function expire(rec)
+  traced('expired', rec)
+  EXPIRED_N = EXPIRED_N + 1
+  redis.call('HINCRBY', INFO, 'expired', 1)
+  if rec.drop then
+    purge(rec)
+    return
+  end
+  local x = load_extra(rec.id)
+  x.error = cjson.encode(EXPIRED)
+  save_extra(rec.id, x)
+  leave(rec)
+  DEAD_N = DEAD_N + 1
+  enter(rec, DEAD, rec.due)
+end
+
+-- Applies up to `limit` expiries that are due; returns how many entries it looked at.
+local function expire_due(limit)
+  local due = redis.call('ZRANGEBYSCORE', EXPIRIES, '-inf', NOW, 'LIMIT', 0, limit)
+  for _, id in ipairs(due) do
+    local rec = load(id)
+    if rec and (rec.state == DELAYED or rec.state == READY) and is_expired(rec) then
+      expire(rec)
+    else
+      redis.call('ZREM', EXPIRIES, id)
+    end
+  end
+  return #due
+end
+
 -- A failed attempt of an ACTIVE task (release or ttr expiry), exactly as
 -- delayq_core::lifecycle::after_failure decides it. `delay` is the consumer's override or nil.
 -- Returns the new state.
@@ -476,6 +561,13 @@ local function fail(rec, delay, outcome, err)
     return DEAD
   end
   rec.retries = rec.retries + 1
+  if is_expired(rec) then
+    -- It came back after its expiry: it expires now instead of another delivery (a
+    -- dropped task reports DEAD too: it will not come back either).
+    rec.state = READY
+    expire(rec)
+    return DEAD
+  end
   local wait = delay
   if wait == nil then
     wait = backoff_delay(x.backoff, rec.retries)
@@ -487,19 +579,6 @@ local function fail(rec, delay, outcome, err)
   end
   enter(rec, DELAYED, UPPER + wait)
   return DELAYED
-end
-
--- Events of traced tasks (a trace context in the record) for the instance to record as
--- spans: 4 values each, the kind ('fire' or 'dead'), the id, the due, the trace context.
--- Untraced tasks add nothing to a reply.
-local TRACED = {}
-local function traced(kind, rec)
-  if rec.trace ~= '' then
-    TRACED[#TRACED + 1] = kind
-    TRACED[#TRACED + 1] = rec.id
-    TRACED[#TRACED + 1] = rec.due
-    TRACED[#TRACED + 1] = rec.trace
-  end
 end
 
 -- Appends what the instance records about a run's promotions to a reply payload: the number
@@ -529,7 +608,9 @@ local function promote(limit)
     local id, d = due[i], due[i + 1]
     ids[#ids + 1] = id
     local rec = load(id)
-    if rec then
+    if rec and is_expired(rec) then
+      expire(rec)
+    elseif rec then
       rec.state = READY
       rec.updated = NOW
       save(rec)
@@ -594,11 +675,12 @@ local function publish()
 end
 
 -- Every reply starts with: status, tasks made ready, earliest new timer (-1: none), tasks
--- that went DEAD. Status: 0 ok, -1 not found, -2 wrong state (then the state), -3 stale
--- receipt, -4 fenced off (then the newer token).
+-- that went DEAD, tasks that expired. Status: 0 ok, -1 not found, -2 wrong state (then the
+-- state), -3 stale receipt, -4 fenced off (then the newer token), -5 a due at or after the
+-- task's expiry (then the expiry).
 local function reply(status, payload)
   publish()
-  local out = {status, READY_N, WAKE or -1, DEAD_N}
+  local out = {status, READY_N, WAKE or -1, DEAD_N, EXPIRED_N}
   if payload then
     for _, v in ipairs(payload) do
       out[#out + 1] = v
@@ -608,7 +690,7 @@ local function reply(status, payload)
 end
 
 local function refuse(status, state)
-  return {status, 0, -1, 0, state or 0}
+  return {status, 0, -1, 0, 0, state or 0}
 end
 
 

@@ -96,7 +96,7 @@ pub(crate) struct Header<'a> {
 }
 
 impl Header<'_> {
-    /// An invocation of the partition script `script` over the keys of `pk` (`KEYS[1..=12]`)
+    /// An invocation of the partition script `script` over the keys of `pk` (`KEYS[1..=13]`)
     /// with this header; the script's own keys and arguments are added after it.
     pub fn invoke<'s>(&self, script: &'s Script, pk: &PartitionKeys) -> ScriptInvocation<'s> {
         let mut inv = script.prepare_invoke();
@@ -129,6 +129,8 @@ pub(crate) struct Reply {
     pub wake: Option<Millis>,
     /// Tasks that went DEAD.
     pub dead: u64,
+    /// Tasks whose expiry the script applied (DEAD or deleted).
+    pub expired: u64,
     /// The script's own values.
     pub payload: Vec<Value>,
 }
@@ -143,6 +145,8 @@ pub(crate) enum Status {
     StaleReceipt,
     /// A newer lease holder has worked on the partition; the token is the newer one.
     Fenced(u64),
+    /// A new due at or after the task's expiry (reschedule); the expiry.
+    PastExpiry(u64),
 }
 
 impl Reply {
@@ -153,8 +157,8 @@ impl Reply {
                 format!("not an array: {value:?}"),
             ));
         };
-        if items.len() < 4 {
-            return Err(BackendError::protocol(op, "fewer than 4 values"));
+        if items.len() < 5 {
+            return Err(BackendError::protocol(op, "fewer than 5 values"));
         }
         let mut items = items.into_iter();
         let mut next_int = |what: &str| -> Result<i64, BackendError> {
@@ -165,6 +169,7 @@ impl Reply {
         let ready = next_int("ready count")?;
         let wake = next_int("wake time")?;
         let dead = next_int("dead count")?;
+        let expired = next_int("expired count")?;
         let payload: Vec<Value> = items.collect();
         let first = payload.first().and_then(int).unwrap_or(0);
         let status = match status {
@@ -173,6 +178,7 @@ impl Reply {
             -2 => Status::WrongState(u8::try_from(first).unwrap_or(u8::MAX)),
             -3 => Status::StaleReceipt,
             -4 => Status::Fenced(u64::try_from(first).unwrap_or(0)),
+            -5 => Status::PastExpiry(u64::try_from(first).unwrap_or(0)),
             other => return Err(BackendError::protocol(op, format!("status {other}"))),
         };
         Ok(Reply {
@@ -180,6 +186,7 @@ impl Reply {
             ready: u64::try_from(ready).unwrap_or(0),
             wake: u64::try_from(wake).ok(),
             dead: u64::try_from(dead).unwrap_or(0),
+            expired: u64::try_from(expired).unwrap_or(0),
             payload,
         })
     }
@@ -198,8 +205,9 @@ pub(crate) struct Events {
 /// One event of a traced task.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Traced {
-    /// `false`: it fired (became READY by its due); `true`: its last attempt's ttr passed.
-    pub dead: bool,
+    /// `None`: it fired (became READY by its due); else why it went DEAD by itself
+    /// (`ttr_expired`: its last attempt's ttr passed; `expired`: its expiry passed).
+    pub dead: Option<&'static str>,
     pub id: String,
     pub due: Millis,
     pub trace: delayq::TraceContext,
@@ -225,8 +233,9 @@ impl Events {
                 };
                 Some(Traced {
                     dead: match text(kind)?.as_str() {
-                        "fire" => false,
-                        "dead" => true,
+                        "fire" => None,
+                        "dead" => Some("ttr_expired"),
+                        "expired" => Some("expired"),
                         _ => return None,
                     },
                     id: text(id)?,
@@ -304,62 +313,57 @@ mod tests {
 
     #[test]
     fn replies_parse() {
-        let table: [(Vec<Value>, Status, u64, Option<Millis>); 5] = [
+        /// A reply, then the status, ready count, wake time and expired count it parses to.
+        type Row = (Vec<Value>, Status, u64, Option<Millis>, u64);
+        let i = Value::Int;
+        let table: [Row; 6] = [
+            (vec![i(0), i(2), i(-1), i(0), i(0)], Status::Ok, 2, None, 0),
             (
-                vec![Value::Int(0), Value::Int(2), Value::Int(-1), Value::Int(0)],
-                Status::Ok,
-                2,
-                None,
-            ),
-            (
-                vec![Value::Int(0), Value::Int(0), Value::Int(99), Value::Int(0)],
+                vec![i(0), i(0), i(99), i(1), i(3)],
                 Status::Ok,
                 0,
                 Some(99),
+                3,
             ),
             (
-                vec![
-                    Value::Int(-2),
-                    Value::Int(0),
-                    Value::Int(-1),
-                    Value::Int(0),
-                    Value::Int(3),
-                ],
+                vec![i(-2), i(0), i(-1), i(0), i(0), i(3)],
                 Status::WrongState(3),
                 0,
                 None,
+                0,
             ),
             (
-                vec![
-                    Value::Int(-3),
-                    Value::Int(0),
-                    Value::Int(-1),
-                    Value::Int(0),
-                    Value::Int(0),
-                ],
+                vec![i(-3), i(0), i(-1), i(0), i(0), i(0)],
                 Status::StaleReceipt,
                 0,
                 None,
+                0,
             ),
             (
-                vec![
-                    Value::Int(-4),
-                    Value::Int(0),
-                    Value::Int(-1),
-                    Value::Int(0),
-                    bulk("7"),
-                ],
+                vec![i(-4), i(0), i(-1), i(0), i(0), bulk("7")],
                 Status::Fenced(7),
                 0,
                 None,
+                0,
+            ),
+            (
+                vec![i(-5), i(0), i(-1), i(0), i(0), i(1_800_000_000_000)],
+                Status::PastExpiry(1_800_000_000_000),
+                0,
+                None,
+                0,
             ),
         ];
-        for (items, status, ready, wake) in table {
+        for (items, status, ready, wake, expired) in table {
             let r = Reply::parse(Value::Array(items), "testing").unwrap();
-            assert_eq!((r.status, r.ready, r.wake), (status, ready, wake));
+            assert_eq!(
+                (r.status, r.ready, r.wake, r.expired),
+                (status, ready, wake, expired)
+            );
         }
         assert!(Reply::parse(Value::Int(1), "testing").is_err());
-        assert!(Reply::parse(Value::Array(vec![Value::Int(5); 4]), "testing").is_err());
+        assert!(Reply::parse(Value::Array(vec![Value::Int(5); 5]), "testing").is_err());
+        assert!(Reply::parse(Value::Array(vec![Value::Int(0); 4]), "testing").is_err());
     }
 
     #[test]

@@ -1,6 +1,8 @@
 -- pop: takes up to ARGV[7] READY tasks in the order of rule 11 (priority, due, insertion),
 -- after promoting what is due (so a partition whose promoter lags, or has none, still never
--- keeps due tasks back). A paused partition promotes but hands nothing out (rule 14).
+-- keeps due tasks back) and applying the expiries that are due (so a task is never handed
+-- out at or after its expiry, whatever the promoter's lag). A paused partition promotes and
+-- expires but hands nothing out (rule 14).
 -- ARGV[8] '1' to finish them at once, ARGV[9] a random receipt prefix (12 hex digits),
 -- ARGV[10] how many due tasks to promote at most. (finish_pop.lua runs this after a finish,
 -- with these four arguments two places later: POP_ARG.)
@@ -12,6 +14,7 @@ local max = tonumber(ARGV[POP_ARG])
 local auto = ARGV[POP_ARG + 1] == '1'
 local prefix = ARGV[POP_ARG + 2]
 local promoted = promote(tonumber(ARGV[POP_ARG + 3]))
+expire_due(tonumber(ARGV[POP_ARG + 3]))
 local pause = paused()
 local members = {}
 if pause == nil then
@@ -25,7 +28,13 @@ local taken = 0
 for i, m in ipairs(members) do
   local id = member_id(m, READY)
   local rec = load(id)
-  if rec then
+  if rec and is_expired(rec) then
+    -- Past what expire_due's batch reached: never handed out either.
+    expire(rec)
+  elseif rec then
+    if rec.expires then
+      redis.call('ZREM', EXPIRIES, id)
+    end
     taken = taken + 1
     local receipt = prefix .. string.format('%04x', i)
     if auto then

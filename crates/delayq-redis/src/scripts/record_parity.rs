@@ -1,9 +1,9 @@
 //! The record format on both sides, on a real redis-server: what `lib.lua`'s `load` then
 //! `save` make of a record is byte for byte what `Record::encode` writes, whether the record
 //! was in the short form or in the decimal form of the previous release, with a trace
-//! context or without.
+//! context or an expiry or without.
 
-use delayq::{State, TraceContext};
+use delayq::{OnExpire, State, TraceContext};
 use delayq_testkit::RedisServer;
 
 use crate::keys::Keys;
@@ -89,6 +89,13 @@ fn table() -> Vec<Record> {
     out.push(traced);
     let mut traced = out[2].clone();
     traced.trace = Some(TraceContext::parse(parent, Some("congo=t61rcWkgMzE,rojo=a b")).unwrap());
+    out.push(traced.clone());
+    // An expiry after fields left at their default (no trace context), and after a trace
+    // context, with both policies.
+    let mut expiring = record(State::Ready);
+    expiring.expiry = Some((CREATED + 7_200_000, OnExpire::Dead));
+    out.push(expiring);
+    traced.expiry = Some((CREATED + 90_000, OnExpire::Drop));
     out.push(traced);
     out
 }
@@ -102,8 +109,8 @@ async fn the_scripts_write_what_rust_encodes() {
     let script = super::with_lib(RESAVE);
     for (i, want) in table().iter().enumerate() {
         let id = format!("r{i}");
-        // The decimal form never held a trace context.
-        let forms = if want.trace.is_some() {
+        // The decimal form never held a trace context or an expiry.
+        let forms = if want.trace.is_some() || want.expiry.is_some() {
             vec![want.encode()]
         } else {
             vec![want.encode(), decimal(want)]

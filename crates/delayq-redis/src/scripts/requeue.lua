@@ -1,9 +1,12 @@
--- requeue: DEAD -> READY with retries reset, its due kept.
+-- requeue: DEAD -> READY with retries reset, its due kept, its expiry cleared (an operator's
+-- explicit act: the task is wanted now).
 -- ARGV[7] a task id, or '' for every DEAD task of the partition, at most ARGV[8] of them.
 -- Reply payload: how many were requeued.
 local function requeue(rec)
   leave(rec)
   rec.retries = 0
+  rec.expires = nil
+  rec.drop = false
   enter(rec, READY, rec.due)
 end
 if ARGV[7] ~= '' then

@@ -1,7 +1,7 @@
 -- stats: the counters of one partition, O(1): the size of each state's set, less the
 -- retained records whose retention already passed (not yet purged).
--- Reply: six counts in state order, the earliest due of a DELAYED task (-1: none), then the
--- pause (-2: none, -1: until resumed, else its end).
+-- Reply: six counts in state order, the earliest due of a DELAYED task (-1: none), the
+-- pause (-2: none, -1: until resumed, else its end), then how many tasks expired.
 local out = {}
 for state = 0, 5 do
   out[state + 1] = redis.call('ZCARD', SETS[state])
@@ -11,4 +11,5 @@ for _, state in ipairs({FINISHED, CANCELLED}) do
 end
 out[7] = head_score(SETS[DELAYED]) or -1
 out[8] = paused() or -2
+out[9] = tonumber(redis.call('HGET', INFO, 'expired') or '0')
 return out

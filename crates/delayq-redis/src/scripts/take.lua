@@ -11,12 +11,26 @@ end
 if rec.state ~= READY and rec.state ~= DELAYED and rec.state ~= DEAD then
   return refuse(-2, rec.state)
 end
+if rec.state ~= DEAD and is_expired(rec) then
+  -- Too late to hand it out: it expires now, and the caller learns what became of it.
+  expire(rec)
+  if rec.drop then
+    return reply(-1, {0})
+  end
+  return reply(-2, {DEAD})
+end
 local from = rec.state
 leave(rec)
 if from == DELAYED then
   rec.due = NOW
 elseif from == DEAD then
   rec.retries = 0
+  -- An operator's explicit act, as requeue: the task is wanted, whatever its expiry said.
+  rec.expires = nil
+  rec.drop = false
+end
+if rec.expires then
+  redis.call('ZREM', EXPIRIES, rec.id)
 end
 local receipt = ARGV[8] .. '0001'
 rec.state = ACTIVE

@@ -1,23 +1,27 @@
 -- tick: the time-driven work of one partition, run by the holder of its lease.
--- KEYS[13] the partition's fencing token; ARGV[7] the holder's token, ARGV[8] the most
+-- KEYS[14] the partition's fencing token; ARGV[7] the holder's token, ARGV[8] the most
 -- entries to handle of each kind.
--- Moves due DELAYED tasks to READY, applies expired ttrs (a failure: READY, DELAYED or DEAD),
--- removes FINISHED/CANCELLED records whose retention passed.
+-- Moves due DELAYED tasks to READY, applies the expiries that are due (DEAD or deleted),
+-- applies expired ttrs (a failure: READY, DELAYED or DEAD), removes FINISHED/CANCELLED
+-- records whose retention passed.
 -- Reply payload: the partition's next timer (-1: none), 1 when a batch was full (call again
 -- at once), the number of expired ttrs, then the promotions and traced events
 -- (`append_events`: fires, and the tasks an expired ttr made DEAD).
 local token = tonumber(ARGV[7])
 local limit = tonumber(ARGV[8])
-local fence = tonumber(redis.call('GET', KEYS[13]) or '0')
+local fence = tonumber(redis.call('GET', KEYS[14]) or '0')
 if token < fence then
   return refuse(-4, fence)
 end
 if token > fence then
-  redis.call('SET', KEYS[13], ARGV[7])
+  redis.call('SET', KEYS[14], ARGV[7])
 end
 local more = 0
 local dues = promote(limit)
 if SCANNED == limit then
+  more = 1
+end
+if expire_due(limit) == limit then
   more = 1
 end
 local expired = redis.call('ZRANGEBYSCORE', DEADLINES, '-inf', NOW, 'LIMIT', 0, limit)
@@ -29,7 +33,10 @@ for _, id in ipairs(expired) do
   local rec = load(id)
   if rec and rec.state == ACTIVE then
     ttr_n = ttr_n + 1
-    if fail(rec, nil, 'ttr_expired', nil) == DEAD then
+    -- Out of retries: DEAD by its ttr (a task past its expiry records its own event).
+    local exhausted = rec.max >= 0 and rec.retries >= rec.max
+    fail(rec, nil, 'ttr_expired', nil)
+    if exhausted then
       traced('dead', rec)
     end
   else
@@ -51,7 +58,7 @@ for _, state in ipairs({FINISHED, CANCELLED}) do
   end
 end
 local next = nil
-for _, key in ipairs({SETS[DELAYED], DEADLINES, EXPIRY[FINISHED], EXPIRY[CANCELLED]}) do
+for _, key in ipairs({SETS[DELAYED], DEADLINES, EXPIRY[FINISHED], EXPIRY[CANCELLED], EXPIRIES}) do
   local h = head_score(key)
   if h and (next == nil or h < next) then
     next = h

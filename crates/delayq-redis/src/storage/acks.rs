@@ -29,6 +29,15 @@ fn refusal(status: Status, topic: &str, id: &str, op: Option<Op>, what: &str) ->
             (_, None) => BackendError::protocol(what, "a refusal of delete").into(),
         },
         Status::StaleReceipt => Error::conflict(topic, id, Refusal::StaleReceipt),
+        // Only reschedule refuses so; it puts the due it asked for in (`reschedule`).
+        Status::PastExpiry(expires_at_ms) => Error::conflict(
+            topic,
+            id,
+            Refusal::PastExpiry {
+                due_ms: 0,
+                expires_at_ms,
+            },
+        ),
         Status::Ok | Status::Fenced(_) => {
             BackendError::protocol(what, format!("{status:?} is no refusal")).into()
         }
@@ -251,7 +260,21 @@ impl InstanceState {
         let due = due_ms.to_string();
         let args = [due.as_str()];
         let op = TaskOp::new(&SCRIPTS.reschedule, Some(Op::Reschedule), "rescheduling").args(&args);
-        let reply = self.task_op(topic, id, op).await?;
+        let reply = self.task_op(topic, id, op).await.map_err(|e| match e {
+            Error::Conflict {
+                topic,
+                id,
+                refusal: Refusal::PastExpiry { expires_at_ms, .. },
+            } => Error::Conflict {
+                topic,
+                id,
+                refusal: Refusal::PastExpiry {
+                    due_ms,
+                    expires_at_ms,
+                },
+            },
+            e => e,
+        })?;
         let code = reply.payload.first().and_then(int).unwrap_or(-1);
         u8::try_from(code)
             .ok()

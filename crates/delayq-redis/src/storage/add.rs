@@ -249,7 +249,11 @@ impl InstanceState {
                 .arg(backoff)
                 .arg(policy_code(t.on_duplicate))
                 .arg(t.priority)
-                .arg(format!("{seq:016x}"));
+                .arg(format!("{seq:016x}"))
+                .arg(
+                    t.expires_at_ms
+                        .map_or_else(String::new, |at| at.to_string()),
+                );
         }
         inv
     }

@@ -155,7 +155,7 @@ impl InstanceState {
     }
 
     /// Acts on what a script reports: wake local consumers, tell the local promoter of an
-    /// earlier timer, count DEAD tasks.
+    /// earlier timer, count DEAD and expired tasks.
     pub fn effects(&self, topic: &str, partition: u32, reply: &Reply) {
         if reply.ready > 0 {
             self.ctx
@@ -169,10 +169,13 @@ impl InstanceState {
                 at,
             });
         }
-        if reply.dead > 0 {
+        if reply.dead > 0 || reply.expired > 0 {
             let counters = self.ctx.metrics.topic(topic);
             for _ in 0..reply.dead {
                 self.ctx.metrics.observe_dead(&counters);
+            }
+            for _ in 0..reply.expired {
+                self.ctx.metrics.observe_expired(&counters);
             }
         }
     }
@@ -189,10 +192,9 @@ impl InstanceState {
         }
         let spans = metrics.spans();
         for e in &events.traced {
-            if e.dead {
-                spans.dead(topic, &e.id, Some(&e.trace), now, "ttr_expired");
-            } else {
-                spans.fired(topic, &e.id, Some(&e.trace), e.due, now);
+            match e.dead {
+                Some(reason) => spans.dead(topic, &e.id, Some(&e.trace), now, reason),
+                None => spans.fired(topic, &e.id, Some(&e.trace), e.due, now),
             }
         }
     }

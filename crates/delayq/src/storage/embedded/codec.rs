@@ -16,7 +16,12 @@
 //! MetaDelete: 0x06 namespace key
 //! JobIds:     0x07 reserved
 //! Put v3:     0x08 <as Put v2 up to seq> traceparent tracestate? extra?(...)
+//! Put v4:     0x09 <as Put v2 up to seq> trace?(0 | 1 traceparent tracestate?) expires_at
+//!             on_expire(0 dead | 1 drop) extra?(...)
 //! ```
+//!
+//! Format version 5 writes `Put v4` for a task with an expiry, and otherwise what format 4
+//! wrote (so a task without an expiry costs nothing more on disk).
 //!
 //! Format version 4 writes `Put v3` for a task with a trace context and `Put v2` for one
 //! without (the same bytes as format 3, so untraced tasks cost nothing more on disk).
@@ -27,7 +32,7 @@
 
 use std::collections::VecDeque;
 
-use delayq_core::{Attempt, Backoff, MaxRetries, Pause, State, TraceContext};
+use delayq_core::{Attempt, Backoff, MaxRetries, OnExpire, Pause, State, TraceContext};
 
 use crate::storage::engine::record::{Extra, Record};
 
@@ -39,6 +44,7 @@ const META_PUT: u8 = 5;
 const META_DELETE: u8 = 6;
 const JOB_IDS: u8 = 7;
 const PUT_TRACED: u8 = 8;
+const PUT_EXPIRING: u8 = 9;
 
 /// A decoded record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -155,7 +161,12 @@ pub fn encode(out: &mut Vec<u8>, change: &Change<'_>) {
 /// Appends the `Put` form of `record` of `topic` to `out`.
 pub fn encode_put(out: &mut Vec<u8>, topic: &str, r: &Record) {
     let trace = r.trace();
-    out.push(if trace.is_some() { PUT_TRACED } else { PUT });
+    let expiry = r.expires_at_ms();
+    out.push(match (expiry, trace) {
+        (Some(_), _) => PUT_EXPIRING,
+        (None, Some(_)) => PUT_TRACED,
+        (None, None) => PUT,
+    });
     put_str(out, topic);
     put_str(out, &r.id);
     put_bytes(out, &r.body);
@@ -170,9 +181,27 @@ pub fn encode_put(out: &mut Vec<u8>, topic: &str, r: &Record) {
     out.extend_from_slice(&r.receipt.to_le_bytes());
     put_varint(out, u64::from(r.priority));
     put_varint(out, r.seq());
-    if let Some(trace) = trace {
-        put_str(out, trace.traceparent());
-        put_opt_str(out, trace.tracestate());
+    match (expiry, trace) {
+        (Some(expires_at_ms), trace) => {
+            match trace {
+                Some(trace) => {
+                    out.push(1);
+                    put_str(out, trace.traceparent());
+                    put_opt_str(out, trace.tracestate());
+                }
+                None => out.push(0),
+            }
+            put_varint(out, expires_at_ms);
+            out.push(match r.on_expire() {
+                OnExpire::Dead => 0,
+                OnExpire::Drop => 1,
+            });
+        }
+        (None, Some(trace)) => {
+            put_str(out, trace.traceparent());
+            put_opt_str(out, trace.tracestate());
+        }
+        (None, None) => {}
     }
     match r.extra.as_deref() {
         None => out.push(0),
@@ -322,7 +351,7 @@ pub fn decode(bytes: &[u8]) -> Result<Change<'_>, CodecError> {
     let mut r = Reader { bytes, pos: 0 };
     let kind = r.u8("record kind")?;
     match kind {
-        PUT_V1 | PUT | PUT_TRACED => decode_put(&mut r, kind),
+        PUT_V1 | PUT | PUT_TRACED | PUT_EXPIRING => decode_put(&mut r, kind),
         PAUSE => {
             let topic = r.str("topic")?;
             let pause = decode_pause(&mut r)?;
@@ -383,10 +412,30 @@ fn decode_put<'a>(r: &mut Reader<'a>, kind: u8) -> Result<Change<'a>, CodecError
         // Version 1 had no priority; the sequence comes from replay order.
         (delayq_core::DEFAULT_PRIORITY, 0)
     };
-    let trace = if kind == PUT_TRACED {
+    let traced = match kind {
+        PUT_TRACED => true,
+        PUT_EXPIRING => match r.u8("trace flag")? {
+            0 => false,
+            1 => true,
+            _ => return Err(r.err("trace flag")),
+        },
+        _ => false,
+    };
+    let trace = if traced {
         let traceparent = r.str("traceparent")?;
         let tracestate = r.opt_str("tracestate")?;
         Some(TraceContext::parse(traceparent, tracestate).map_err(|_| r.err("trace context"))?)
+    } else {
+        None
+    };
+    let expiry = if kind == PUT_EXPIRING {
+        let expires_at_ms = r.varint("expires_at")?;
+        let on_expire = match r.u8("on_expire")? {
+            0 => OnExpire::Dead,
+            1 => OnExpire::Drop,
+            _ => return Err(r.err("on_expire")),
+        };
+        Some((expires_at_ms, on_expire))
     } else {
         None
     };
@@ -394,6 +443,11 @@ fn decode_put<'a>(r: &mut Reader<'a>, kind: u8) -> Result<Change<'a>, CodecError
     r.end()?;
     if trace.is_some() {
         extra.get_or_insert_with(Box::default).trace = trace;
+    }
+    if let Some((expires_at_ms, on_expire)) = expiry {
+        let extra = extra.get_or_insert_with(Box::default);
+        extra.expires_at_ms = Some(expires_at_ms);
+        extra.on_expire = on_expire;
     }
     let mut record = Record {
         topic: 0,
@@ -444,7 +498,7 @@ fn decode_extra(r: &mut Reader<'_>) -> Result<Option<Box<Extra>>, CodecError> {
                 backoff,
                 last_error,
                 history,
-                trace: None,
+                ..Extra::default()
             })))
         }
         _ => Err(r.err("extra flag")),
@@ -506,7 +560,7 @@ mod tests {
                 outcome: "released".into(),
                 error: None,
             }]),
-            trace: None,
+            ..Extra::default()
         };
         let traced = |full: &Extra, state: Option<&str>| Extra {
             trace: Some(
@@ -522,7 +576,16 @@ mod tests {
             trace: traced(&full, None).trace,
             ..Extra::default()
         };
+        let expiring = |extra: Extra, on_expire| Extra {
+            expires_at_ms: Some(1_800_000_060_000),
+            on_expire,
+            ..extra
+        };
         for r in [
+            record(Some(expiring(Extra::default(), OnExpire::Dead))),
+            record(Some(expiring(full.clone(), OnExpire::Drop))),
+            record(Some(expiring(traced(&full, Some("a=1")), OnExpire::Dead))),
+            record(Some(expiring(only_trace.clone(), OnExpire::Drop))),
             record(None),
             record(Some(Extra::default())),
             record(Some(traced(&full, Some("a=1,b=2")))),
@@ -560,23 +623,30 @@ mod tests {
 
     #[test]
     fn damaged_records_are_errors_never_panics() {
-        let mut good = Vec::new();
-        encode_put(&mut good, "orders", &record(Some(Extra::default())));
-        // Every truncation, and every single-byte corruption, decodes to an error or to some
-        // record, but never panics.
-        for cut in 0..good.len() {
-            assert!(decode(&good[..cut]).is_err(), "truncated at {cut}");
-        }
-        for i in 0..good.len() {
-            for flip in [0x01u8, 0x80, 0xff] {
-                let mut bad = good.clone();
-                bad[i] ^= flip;
-                let _ = decode(&bad);
+        let expiring = Extra {
+            expires_at_ms: Some(1_800_000_060_000),
+            on_expire: OnExpire::Drop,
+            ..Extra::default()
+        };
+        for extra in [Extra::default(), expiring] {
+            let mut good = Vec::new();
+            encode_put(&mut good, "orders", &record(Some(extra)));
+            // Every truncation, and every single-byte corruption, decodes to an error or to
+            // some record, but never panics.
+            for cut in 0..good.len() {
+                assert!(decode(&good[..cut]).is_err(), "truncated at {cut}");
+            }
+            for i in 0..good.len() {
+                for flip in [0x01u8, 0x80, 0xff] {
+                    let mut bad = good.clone();
+                    bad[i] ^= flip;
+                    let _ = decode(&bad);
+                }
             }
         }
         let table: [(&[u8], &str); 4] = [
             (&[], "record kind"),
-            (&[9], "record kind"),
+            (&[10], "record kind"),
             (&[REMOVE, 2, b'a'], "topic"),
             (&[REMOVE, 1, 0xff, 1, b'a'], "topic"),
         ];

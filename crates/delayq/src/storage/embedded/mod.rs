@@ -14,7 +14,9 @@
 //! (`Remove`), and ttr expiries; a topic's pause; job id reservations (in shard 0). Changes of
 //! the settings store go to the settings' log, under its own lock, the same way; no shard
 //! holds settings (formats 1 and 2 kept them in shard 0; the first start moves them; format 4 adds a task's
-//! trace context to its record). What is not: the
+//! trace context to its record, format 5 its expiry). An expiry is logged when it happens
+//! (the task's record goes DEAD, or its removal): it changes the record, unlike a promotion;
+//! an expiry that passed while the process was down happens right after start. What is not: the
 //! promotion of a due task to READY and the end of a record's retention — both follow from
 //! time alone, so recovery re-derives them: a DELAYED task whose due passed while the process
 //! was down fires right after start, an ACTIVE task whose ttr passed is redelivered, a
@@ -144,13 +146,13 @@ struct Meta {
     shards: usize,
 }
 
-/// The data format this build writes: version 3 with the `Put v3` record of a task that
-/// carries a trace context. Versions 1 (no priorities, pauses, settings or job ids), 2
-/// (settings in shard 0's log) and 3 (no trace contexts) are read too: opening such a
+/// The data format this build writes: version 4 with the `Put v4` record of a task that
+/// carries an expiry. Versions 1 (no priorities, pauses, settings or job ids), 2 (settings
+/// in shard 0's log), 3 (no trace contexts) and 4 (no expiries) are read too: opening such a
 /// directory moves the settings of a version 1 or 2 to their own log and rewrites its
-/// `delayq.meta` to version 4 before anything else is written, as older builds cannot read
+/// `delayq.meta` to version 5 before anything else is written, as older builds cannot read
 /// what this one writes (see [`upgrade`]).
-const FORMAT: u32 = 4;
+const FORMAT: u32 = 5;
 
 /// The first format with the settings in their own log: the settings records a directory of
 /// an older format left in shard 0 are moved at its upgrade, and ignored from this one on

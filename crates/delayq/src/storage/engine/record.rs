@@ -5,7 +5,9 @@
 use std::collections::VecDeque;
 
 use delayq_core::wheel::TimerKey;
-use delayq_core::{Attempt, Backoff, Delivery, MaxRetries, Millis, State, TaskInfo, TraceContext};
+use delayq_core::{
+    Attempt, Backoff, Delivery, MaxRetries, Millis, OnExpire, State, TaskInfo, TraceContext,
+};
 
 /// How many failed attempts a task's history keeps (the oldest are dropped).
 pub(crate) const HISTORY_LEN: usize = 16;
@@ -62,6 +64,10 @@ pub(crate) struct Extra {
     pub(crate) history: VecDeque<Attempt>,
     /// The producer's trace context, kept for the task's whole life (retries included).
     pub(crate) trace: Option<TraceContext>,
+    /// When the task expires unless handed out before (docs/design.md §11).
+    pub(crate) expires_at_ms: Option<Millis>,
+    /// What its expiry does.
+    pub(crate) on_expire: OnExpire,
 }
 
 /// The largest insertion sequence a record can hold (48 bits).
@@ -131,6 +137,24 @@ impl Record {
         self.extra.as_ref().and_then(|e| e.trace.as_ref())
     }
 
+    /// When the task expires unless handed out before, if it has an expiry.
+    pub fn expires_at_ms(&self) -> Option<Millis> {
+        self.extra.as_ref().and_then(|e| e.expires_at_ms)
+    }
+
+    /// What the task's expiry does.
+    pub fn on_expire(&self) -> OnExpire {
+        self.extra.as_ref().map(|e| e.on_expire).unwrap_or_default()
+    }
+
+    /// Forgets the expiry: an operator's requeue or kick of a DEAD task brings it back for good.
+    pub fn clear_expiry(&mut self) {
+        if let Some(extra) = self.extra.as_mut() {
+            extra.expires_at_ms = None;
+            extra.on_expire = OnExpire::Dead;
+        }
+    }
+
     /// Remembers a failed attempt and its error.
     pub fn push_failure(&mut self, now: Millis, outcome: &str, error: Option<String>) {
         let extra = self.extra.get_or_insert_with(Box::default);
@@ -191,6 +215,8 @@ impl Record {
                 .map(|e| e.history.iter().cloned().collect())
                 .unwrap_or_default(),
             trace: extra.and_then(|e| e.trace.clone()),
+            expires_at_ms: extra.and_then(|e| e.expires_at_ms),
+            on_expire: extra.map(|e| e.on_expire).unwrap_or_default(),
         }
     }
 }

@@ -7,10 +7,16 @@
 //!
 //! | state               | timer at                 | when it fires                |
 //! |---------------------|--------------------------|------------------------------|
-//! | DELAYED             | due                      | → READY                      |
+//! | DELAYED             | due (or expiry, if earlier) | → READY (or expired)      |
+//! | READY with expiry   | expiry                   | expired: DEAD or deleted     |
 //! | ACTIVE              | ttr deadline             | a failure: READY/DELAYED/DEAD |
 //! | FINISHED, CANCELLED | end of retention         | the record is removed        |
-//! | READY, DEAD         | none                     |                              |
+//! | READY without expiry, DEAD | none              |                              |
+//!
+//! A task's expiry (docs/design.md §11) thus fires at its instant whether or not anyone pops,
+//! and a pop also checks the head it takes, so a task is never handed out at or after its
+//! expiry even before its timer ran. An ACTIVE task's expiry waits: it applies when the task
+//! comes back (release, ttr expiry).
 //!
 //! Per topic, every state has a `BTreeSet` of (due, insertion, record) keys
 //! ([`Record::due_key`]): DELAYED's gives `next_due_ms` and
@@ -34,8 +40,8 @@ use super::slab::ChunkedSlab;
 use delayq_core::lifecycle::{self, AfterFailure, Op};
 use delayq_core::wheel::{Expired, Wheel};
 use delayq_core::{
-    AddOutcome, BuryOptions, Delivery, Millis, OnDuplicate, Page, Pause, State, TaskDefaults,
-    TaskInfo, TaskSpec, TopicStats,
+    AddOutcome, BuryOptions, Delivery, EXPIRED, Millis, OnDuplicate, OnExpire, Page, Pause, State,
+    TaskDefaults, TaskInfo, TaskSpec, TopicStats,
 };
 use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
 use std::hash::BuildHasher;
@@ -62,6 +68,8 @@ struct Topic {
     pause: Pause,
     /// The topic's activity counters, found once when the topic is first seen.
     activity: Arc<TopicCounters>,
+    /// Tasks of the topic that expired since the process started (the `expired` of stats).
+    expired: u64,
 }
 
 impl Topic {
@@ -75,6 +83,7 @@ impl Topic {
             .first()
             .map(|&k| due_of_key(k));
         stats.pause = self.pause.at(now);
+        stats.expired = self.expired;
         stats
     }
 
@@ -206,6 +215,7 @@ impl<J: Journal> Shard<J> {
             dead: BTreeSet::new(),
             pause: Pause::default(),
             activity: self.metrics.topic(&name),
+            expired: 0,
         });
         self.topic_index.insert(name, idx);
         idx
@@ -408,13 +418,16 @@ impl<J: Journal> Shard<J> {
             deadline_ms: 0,
             receipt: 0,
             timer: None,
-            extra: (spec.backoff.is_some() || spec.trace.is_some()).then(|| {
-                Box::new(Extra {
-                    backoff: spec.backoff,
-                    trace: spec.trace,
-                    ..Extra::default()
-                })
-            }),
+            extra: (spec.backoff.is_some() || spec.trace.is_some() || spec.expires_at_ms.is_some())
+                .then(|| {
+                    Box::new(Extra {
+                        backoff: spec.backoff,
+                        trace: spec.trace,
+                        expires_at_ms: spec.expires_at_ms,
+                        on_expire: spec.on_expire,
+                        ..Extra::default()
+                    })
+                }),
         };
         record.set_seq(self.next_seq());
         self.insert_record(record, now);
@@ -485,6 +498,11 @@ impl<J: Journal> Shard<J> {
             else {
                 break;
             };
+            if lifecycle::is_expired(self.records[idx as usize].expires_at_ms(), now) {
+                // Its timer has not run yet (it fires at the same instant): never hand it out.
+                self.expire(idx, now);
+                continue;
+            }
             let due = self.records[idx as usize].due_ms;
             let receipt = self.next_receipt();
             let r = &mut self.records[idx as usize];
@@ -535,6 +553,15 @@ impl<J: Journal> Shard<J> {
         let next =
             lifecycle::after_failure(r.max_retries.get(), r.backoff(), r.retries, now, delay);
         match next {
+            AfterFailure::Retry { retries, .. }
+                if lifecycle::is_expired(r.expires_at_ms(), now) =>
+            {
+                // It came back after its expiry: it expires now instead of another delivery
+                // (a dropped task reports DEAD too: it will not come back either).
+                r.retries = retries;
+                self.expire(idx, now);
+                State::Dead
+            }
             AfterFailure::Retry { retries, due_ms } => {
                 r.retries = retries;
                 let state = lifecycle::scheduled_state(due_ms, now);
@@ -545,6 +572,7 @@ impl<J: Journal> Shard<J> {
                     due_ms
                 };
                 self.transition(idx, state, due, now);
+                self.journal_put(idx);
                 state
             }
             AfterFailure::Dead => {
@@ -552,7 +580,35 @@ impl<J: Journal> Shard<J> {
                 let topic = &self.topics[r.topic as usize].activity;
                 self.metrics.observe_dead(topic);
                 self.transition(idx, State::Dead, due, now);
+                self.journal_put(idx);
                 State::Dead
+            }
+        }
+    }
+
+    /// A task whose expiry passed before it was handed out (docs/design.md §11): DEAD with
+    /// the last error `expired`, or deleted with `on_expire: drop`. Journals the change.
+    fn expire(&mut self, idx: u32, now: Millis) {
+        let r = &self.records[idx as usize];
+        let t = r.topic as usize;
+        self.metrics
+            .spans()
+            .dead(&self.topics[t].name, &r.id, r.trace(), now, EXPIRED);
+        self.topics[t].expired += 1;
+        self.metrics.observe_expired(&self.topics[t].activity);
+        match r.on_expire() {
+            OnExpire::Drop => {
+                let r = self.remove_record(idx);
+                let name = Arc::clone(&self.topics[t].name);
+                self.journal.remove(&name, &r.id);
+            }
+            OnExpire::Dead => {
+                self.metrics.observe_dead(&self.topics[t].activity);
+                let r = &mut self.records[idx as usize];
+                r.extra.get_or_insert_with(Box::default).last_error = Some(EXPIRED.to_owned());
+                let due = r.due_ms;
+                self.transition(idx, State::Dead, due, now);
+                self.journal_put(idx);
             }
         }
     }
@@ -571,9 +627,7 @@ impl<J: Journal> Shard<J> {
             // ACTIVE is in no priority ordering: the new priority counts from the next state.
             self.records[idx as usize].priority = priority;
         }
-        let state = self.fail(idx, now, options.delay_ms, "released", options.error);
-        self.journal_put(idx);
-        Ok(state)
+        Ok(self.fail(idx, now, options.delay_ms, "released", options.error))
     }
 
     /// ACTIVE: restarts the ttr.
@@ -615,6 +669,8 @@ impl<J: Journal> Shard<J> {
     fn requeue_idx(&mut self, idx: u32, now: Millis) {
         let r = &mut self.records[idx as usize];
         r.retries = 0;
+        // An operator's explicit act: the task is wanted now, whatever its expiry said.
+        r.clear_expiry();
         let due = r.due_ms;
         self.transition(idx, State::Ready, due, now);
         self.journal_put(idx);
@@ -667,6 +723,9 @@ impl<J: Journal> Shard<J> {
     ) -> Result<State> {
         let idx = self.find_or_404(topic, id)?;
         self.check(idx, Op::Reschedule, None)?;
+        let r = &self.records[idx as usize];
+        lifecycle::check_due_before_expiry(due_ms, r.expires_at_ms())
+            .map_err(|refusal| Error::conflict(topic, id, refusal))?;
         let state = lifecycle::scheduled_state(due_ms, now);
         self.transition(idx, state, due_ms, now);
         self.journal_put(idx);
@@ -725,12 +784,27 @@ impl<J: Journal> Shard<J> {
     pub fn take(&mut self, topic: &str, id: &str, now: Millis) -> Result<Delivery> {
         let idx = self.find_or_404(topic, id)?;
         self.check(idx, Op::Take, None)?;
+        let r = &self.records[idx as usize];
+        if r.state != State::Dead && lifecycle::is_expired(r.expires_at_ms(), now) {
+            // Too late to hand it out: it expires now, and the caller learns what became of it.
+            self.expire(idx, now);
+            self.find_or_404(topic, id)?;
+            return Err(Error::conflict(
+                topic,
+                id,
+                lifecycle::Refusal::WrongState {
+                    state: State::Dead,
+                    op: Op::Take,
+                },
+            ));
+        }
         let receipt = self.next_receipt();
         let r = &mut self.records[idx as usize];
         let due = match r.state {
             State::Delayed => now,
             State::Dead => {
                 r.retries = 0;
+                r.clear_expiry();
                 r.due_ms
             }
             _ => r.due_ms,
@@ -966,6 +1040,9 @@ impl<J: Journal> Shard<J> {
             r.timer = None;
             let topic = &self.topics[r.topic as usize].activity;
             match r.state {
+                State::Delayed | State::Ready if lifecycle::is_expired(r.expires_at_ms(), now) => {
+                    self.expire(idx, now);
+                }
                 State::Delayed => {
                     self.metrics
                         .observe_fire(topic, now.saturating_sub(r.due_ms));
@@ -976,14 +1053,21 @@ impl<J: Journal> Shard<J> {
                 }
                 State::Active => {
                     self.metrics.observe_ttr_expired(topic);
-                    if self.fail(idx, now, None, "ttr_expired", None) == State::Dead {
-                        let r = &self.records[idx as usize];
-                        let name = &self.topics[r.topic as usize].name;
+                    // A task past its expiry expires in `fail`, which records its span; else
+                    // what a dead span needs is read before the failure changes the record.
+                    let traced = (self.metrics.spans().traces(r.trace())
+                        && !lifecycle::is_expired(r.expires_at_ms(), now))
+                    .then(|| {
+                        let name = Arc::clone(&self.topics[r.topic as usize].name);
+                        (name, r.id.clone(), r.trace().cloned())
+                    });
+                    if self.fail(idx, now, None, "ttr_expired", None) == State::Dead
+                        && let Some((name, id, trace)) = traced
+                    {
                         self.metrics
                             .spans()
-                            .dead(name, &r.id, r.trace(), now, "ttr_expired");
+                            .dead(&name, &id, trace.as_ref(), now, "ttr_expired");
                     }
-                    self.journal_put(idx);
                 }
                 State::Finished | State::Cancelled => {
                     self.remove_record(idx);
@@ -1073,9 +1157,10 @@ impl<J: Journal> Shard<J> {
 /// When a record's timer fires, by its state (see the table in the module doc).
 fn timer_at(r: &Record) -> Option<Millis> {
     match r.state {
-        State::Delayed => Some(r.due_ms),
+        State::Delayed => Some(r.expires_at_ms().map_or(r.due_ms, |at| at.min(r.due_ms))),
+        State::Ready => r.expires_at_ms(),
         State::Active | State::Finished | State::Cancelled => Some(r.deadline_ms),
-        State::Ready | State::Dead => None,
+        State::Dead => None,
     }
 }
 
