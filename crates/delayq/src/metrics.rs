@@ -216,14 +216,15 @@ impl Metrics {
 
     /// A consistent-enough copy of the global metrics for export.
     pub fn snapshot(&self) -> MetricsSnapshot {
+        let (spans_exported, spans_dropped) = self.spans.counters().snapshot();
         MetricsSnapshot {
             lateness_cumulative: cumulative(&self.lateness),
             lateness_sum_ms: self.lateness_sum_ms.load(Ordering::Relaxed),
             fired: self.fired.load(Ordering::Relaxed),
             ttr_expired: self.ttr_expired.load(Ordering::Relaxed),
             dead: self.dead.load(Ordering::Relaxed),
-            spans_exported: self.spans.counters().snapshot().0,
-            spans_dropped: self.spans.counters().snapshot().1,
+            spans_exported,
+            spans_dropped,
             expired: self.expired.load(Ordering::Relaxed),
         }
     }

@@ -17,8 +17,11 @@ pub fn current() -> Option<TraceContext> {
 
 /// The trace context of the span of `cx`, if it has a valid one.
 pub fn of_context(cx: &Context) -> Option<TraceContext> {
-    let span = cx.span();
-    let sc = span.span_context();
+    of_span_context(cx.span().span_context())
+}
+
+/// The trace context of a span, if it is valid, with its tracestate.
+pub fn of_span_context(sc: &SpanContext) -> Option<TraceContext> {
     if !sc.is_valid() {
         return None;
     }

@@ -26,7 +26,7 @@ use tokio::sync::watch;
 use crate::clock::{Clock, ClockUnavailable, SystemClock};
 use crate::error::{Error, ErrorKind, Result};
 use crate::metrics::{TopicActivity, TopicCounters};
-use crate::spans::{Settle, Via};
+use crate::spans::Settle;
 use crate::storage::{
     AddResult, Backend, Held, MAX_DUE_BOUNDS, ReleaseOptions, StorageContext, memory,
 };
@@ -433,7 +433,7 @@ impl Queue {
         }
         let now = self.now();
         for d in got {
-            spans.delivered(d, Via::Pop, now);
+            spans.delivered(d, now);
         }
     }
 

@@ -101,13 +101,6 @@ impl Settle {
     }
 }
 
-/// How a task was delivered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Via {
-    /// Taken by a consumer (HTTP pop, beanstalk reserve, the library's pop or callbacks).
-    Pop,
-}
-
 /// The bound under which a trace id's low 64 bits fall for `ratio` of all traces.
 #[cfg_attr(not(feature = "opentelemetry"), allow(dead_code))]
 fn bound_of(ratio: f64) -> u64 {
@@ -173,10 +166,7 @@ impl Spans {
     pub fn traces(&self, trace: Option<&TraceContext>) -> bool {
         #[cfg(feature = "opentelemetry")]
         {
-            match (&self.on, trace) {
-                (Some(on), Some(t)) => keeps(on.bound, t),
-                _ => false,
-            }
+            self.kept(trace).is_some()
         }
         #[cfg(not(feature = "opentelemetry"))]
         {
@@ -287,12 +277,12 @@ impl Spans {
         let _ = (topic, id, occurrence, schedule, now);
     }
 
-    /// A delivery attempt handed out at `now`.
-    pub fn delivered(&self, d: &Delivery, via: Via, now: Millis) {
+    /// A delivery attempt handed out at `now` to a consumer (HTTP pop, beanstalk reserve,
+    /// the library's pop and callbacks, the push dispatcher).
+    pub fn delivered(&self, d: &Delivery, now: Millis) {
         #[cfg(feature = "opentelemetry")]
         if let Some((on, t)) = self.kept(d.trace.as_ref()) {
             use opentelemetry::trace::SpanKind;
-            let Via::Pop = via;
             on.emit(Emit {
                 op: "pop",
                 kind: SpanKind::Server,
@@ -311,7 +301,7 @@ impl Spans {
             });
         }
         #[cfg(not(feature = "opentelemetry"))]
-        let _ = (d, via, now);
+        let _ = (d, now);
     }
 
     /// A consumer settled the task from `start_ms` to `end_ms`; `outcome` is the state it
@@ -405,16 +395,8 @@ impl Spans {
                     ],
                 ))
                 .start_with_context(&on.tracer, &cx);
-            let sc = span.span_context().clone();
-            let context = TraceContext::from_ids(
-                u128::from_be_bytes(sc.trace_id().to_bytes()),
-                u64::from_be_bytes(sc.span_id().to_bytes()),
-                sc.is_sampled(),
-            )
-            .and_then(|c| match t.tracestate() {
-                Some(state) => TraceContext::parse(c.traceparent(), Some(state)).ok(),
-                None => Some(c),
-            });
+            // The span's tracestate is its parent's: the target gets the task's.
+            let context = crate::otel::of_span_context(span.span_context());
             return Some(PushSpan { span, context });
         }
         #[cfg(not(feature = "opentelemetry"))]
