@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::openapi::path::{Operation, PathsBuilder};
 use utoipa::openapi::{RefOr, schema::Schema};
 
+use crate::flow::{LimitsDeleted, LimitsList, LimitsQuery, LimitsRequest, LimitsView};
 use crate::push::{PushDeleted, PushList, PushQuery, PushTarget, TargetView};
 use crate::{
     AckRequest, AddRequest, AddResponse, BuryRequest, Envelope, ErrorData, FinishBatchData,
@@ -752,6 +753,55 @@ endpoints! { $
         response: (serde_json::Value),
         ok: "The OpenAPI document",
         errors: [],
+    }
+
+    /// Sets the flow limits of a topic, replacing the ones it had (docs/flow-control.md): every
+    /// consumer of every instance obeys them from its next pop.
+    LimitsSet = post "/limits" {
+        name: "set_limits",
+        doing: "setting flow limits",
+        tag: "flow",
+        auth: bearer,
+        input: body,
+        request: (LimitsRequest),
+        output: envelope,
+        response: (LimitsView),
+        ok: "Set; data is the limits as GET shows them",
+        errors: [
+            400: "A field is missing or invalid (named in the message), or no limit given",
+            403: "A read-only token, or a topic the token may not use",
+        ],
+    }
+
+    /// The limits of one topic, or of every topic with limits the caller may see.
+    LimitsGet = get "/limits" {
+        name: "get_limits",
+        doing: "reading flow limits",
+        tag: "flow",
+        auth: bearer,
+        input: query,
+        request: (LimitsQuery),
+        output: envelope,
+        response: (LimitsList),
+        ok: "The limits (one, or none, with topic)",
+        errors: [],
+    }
+
+    /// Removes a topic's limits: its tasks then go to consumers as fast as they take them.
+    LimitsDelete = delete "/limits" {
+        name: "delete_limits",
+        doing: "deleting flow limits",
+        tag: "flow",
+        auth: bearer,
+        input: query,
+        request: (LimitsQuery),
+        output: envelope,
+        response: (LimitsDeleted),
+        ok: "Removed, or there were none (deleted: false)",
+        errors: [
+            400: "No topic given, or an invalid one",
+            403: "A read-only token, or a topic the token may not use",
+        ],
     }
 
     /// Sets the push target of a topic; from then on delayq delivers the topic's tasks itself.

@@ -25,10 +25,12 @@
 //! - [`number`]: strict readers of numbers and bodies.
 //! - [`body`]: bodies as bytes, written as text or base64.
 //! - [`push`]: push targets and their figures (docs/design.md §8).
+//! - [`flow`]: a topic's flow limits (docs/design.md §11).
 
 pub mod body;
 pub mod endpoint;
 pub mod envelope;
+pub mod flow;
 pub mod limits;
 pub mod number;
 pub mod push;

@@ -94,6 +94,11 @@ pub struct AddTaskRequest {
     /// (the task is deleted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_expire: Option<OnExpire>,
+    /// The flow-control key (`[A-Za-z0-9._:@/+=-]{1,256}`, e.g. a merchant id): the topic's
+    /// `max_active_per_key` bounds the ACTIVE tasks of one key (docs/flow-control.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(example = "merchant-42")]
+    pub key: Option<String>,
 }
 
 impl AddTaskRequest {
@@ -131,6 +136,7 @@ impl AddTaskRequest {
         if let Some(policy) = self.on_expire {
             task = task.on_expire(policy);
         }
+        task.key = self.key;
         Ok(task)
     }
 }
@@ -208,6 +214,7 @@ impl From<&NewTask> for AddTaskRequest {
             expires_at_ms,
             expires_in_ms,
             on_expire: (task.on_expire != OnExpire::Dead).then_some(task.on_expire),
+            key: task.key.clone(),
         }
     }
 }

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use delayq_core::{AddOutcome, State, TopicStats};
+use delayq_core::{AddOutcome, HeldBack, State, TopicStats};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -180,6 +180,10 @@ pub struct StatsView {
     /// cumulative (docs/flow-control.md).
     #[serde(default)]
     pub expired: u64,
+    /// READY tasks a pop could not take now because of the topic's flow limits, by the
+    /// limit that holds them (docs/flow-control.md); absent when none are held back.
+    #[serde(default, skip_serializing_if = "HeldBack::is_none")]
+    pub held_back: HeldBack,
     /// The push figures of a topic with a push target on the answering instance; absent
     /// otherwise (docs/push.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -210,6 +214,7 @@ impl From<TopicStats> for StatsView {
             paused: s.pause.paused,
             paused_until_ms: s.pause.until_ms.filter(|_| s.pause.paused),
             expired: s.expired,
+            held_back: s.held_back,
             push: None,
         }
     }

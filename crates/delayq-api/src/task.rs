@@ -73,6 +73,9 @@ pub struct TaskFields {
     /// What its expiry does: `dead` or `drop` (present with `expires_at_ms`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_expire: Option<OnExpire>,
+    /// The flow-control key, if the task has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
 }
 
 impl TaskFields {
@@ -107,6 +110,7 @@ impl From<TaskInfo> for TaskFields {
             tracestate,
             expires_at_ms: t.expires_at_ms,
             on_expire: t.expires_at_ms.map(|_| t.on_expire),
+            key: t.key,
         }
     }
 }
@@ -341,6 +345,7 @@ mod tests {
             trace: None,
             expires_at_ms: None,
             on_expire: OnExpire::Dead,
+            key: None,
         }
     }
 

@@ -390,6 +390,7 @@ mod tests {
             trace: None,
             expires_at_ms: None,
             on_expire: delayq::OnExpire::Dead,
+            key: None,
         }
     }
 

@@ -9,12 +9,14 @@
 //! - [`task`]: states, the options a producer sets, the views a consumer sees.
 //! - [`lifecycle`]: which operation applies in which state, receipts, retries and DEAD.
 //! - [`backoff`]: retry schedules.
+//! - [`flow`]: a topic's limits on hand-outs (concurrency, rate, per key).
 //! - [`hash`]: the stable hashes that place data in shards and partitions.
 //! - [`validate`]: limits, defaults and validation at the edge.
 //! - [`schedule`]: recurring schedules: model, validation, occurrence times (cron, time zones).
 //! - [`wheel`]: the hierarchical timing wheel that decides when things happen.
 
 pub mod backoff;
+pub mod flow;
 pub mod hash;
 pub mod lifecycle;
 pub mod schedule;
@@ -24,11 +26,12 @@ pub mod validate;
 pub mod wheel;
 
 pub use backoff::Backoff;
+pub use flow::FlowLimits;
 pub use lifecycle::{AfterFailure, Op, Refusal};
 pub use task::{
-    AddOutcome, Attempt, BuryOptions, DEFAULT_PRIORITY, Delivery, EXPIRED, Expiry, MaxRetries,
-    Millis, NewTask, OnDuplicate, OnExpire, Page, Pause, Priority, ReleaseOptions, State, TaskInfo,
-    TopicStats, When,
+    AddOutcome, Attempt, BuryOptions, DEFAULT_PRIORITY, Delivery, EXPIRED, Expiry, HeldBack,
+    MaxRetries, Millis, NewTask, OnDuplicate, OnExpire, Page, Pause, Priority, ReleaseOptions,
+    State, TaskInfo, TopicStats, When,
 };
 pub use trace::TraceContext;
 pub use validate::{InvalidField, Limits, TaskDefaults, TaskSpec};

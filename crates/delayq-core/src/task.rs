@@ -236,6 +236,9 @@ pub struct NewTask {
     pub expiry: Option<Expiry>,
     /// What an expiry does (DEAD by default).
     pub on_expire: OnExpire,
+    /// The flow-control key (a merchant, a user): a topic's `max_active_per_key` bounds the
+    /// ACTIVE tasks of one key (docs/design.md §11).
+    pub key: Option<String>,
 }
 
 impl NewTask {
@@ -317,6 +320,12 @@ impl NewTask {
     /// Sets what an expiry does.
     pub fn on_expire(mut self, policy: OnExpire) -> Self {
         self.on_expire = policy;
+        self
+    }
+
+    /// Sets the flow-control key.
+    pub fn key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
         self
     }
 }
@@ -521,6 +530,9 @@ pub struct TaskInfo {
     /// What its expiry does (meaningful only with `expires_at_ms`).
     #[serde(default)]
     pub on_expire: OnExpire,
+    /// The flow-control key, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
 }
 
 impl TaskInfo {
@@ -556,10 +568,48 @@ pub struct TopicStats {
     /// process started.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub expired: u64,
+    /// READY tasks a pop could not take now because of the topic's limits (docs/design.md
+    /// §11), by the limit that holds them.
+    #[serde(default, skip_serializing_if = "HeldBack::is_none")]
+    pub held_back: HeldBack,
 }
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
+}
+
+/// READY tasks held back by a topic's limits, by limit. A task counts under the first limit
+/// that holds it, in this order.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct HeldBack {
+    /// The topic has `max_active` tasks ACTIVE: every READY task waits.
+    pub max_active: u64,
+    /// The rate allows no hand-out now: every READY task waits.
+    pub rate: u64,
+    /// READY tasks of keys that have `max_active_per_key` tasks ACTIVE.
+    pub key: u64,
+}
+
+impl HeldBack {
+    /// Whether nothing is held back.
+    pub fn is_none(&self) -> bool {
+        *self == HeldBack::default()
+    }
+
+    /// All held back tasks.
+    pub fn total(&self) -> u64 {
+        self.max_active + self.rate + self.key
+    }
+
+    /// The counts by reason, as `/metrics` labels them.
+    pub fn by_reason(&self) -> [(&'static str, u64); 3] {
+        [
+            ("max_active", self.max_active),
+            ("rate", self.rate),
+            ("key", self.key),
+        ]
+    }
 }
 
 impl TopicStats {
@@ -599,6 +649,9 @@ impl TopicStats {
         self.cancelled += other.cancelled;
         self.total += other.total;
         self.expired += other.expired;
+        self.held_back.max_active += other.held_back.max_active;
+        self.held_back.rate += other.held_back.rate;
+        self.held_back.key += other.held_back.key;
         self.next_due_ms = match (self.next_due_ms, other.next_due_ms) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

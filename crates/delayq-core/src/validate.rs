@@ -155,6 +155,8 @@ pub struct TaskSpec {
     pub expires_at_ms: Option<Millis>,
     /// What its expiry does.
     pub on_expire: OnExpire,
+    /// The flow-control key, valid per [`check_key`].
+    pub key: Option<String>,
 }
 
 /// The longest topic name: beanstalkd's longest tube name, so every tube is a topic.
@@ -175,6 +177,11 @@ const ID_EXTRA_CHARS: &str = "._:@/+=-";
 /// Checks a task id: `[A-Za-z0-9._:@/+=-]{1,256}`.
 pub fn check_id(id: &str) -> Result<(), InvalidField> {
     check_name("id", id, 256, ID_EXTRA_CHARS)
+}
+
+/// Checks a flow-control key: the id's character set, `[A-Za-z0-9._:@/+=-]{1,256}`.
+pub fn check_key(key: &str) -> Result<(), InvalidField> {
+    check_name("key", key, 256, ID_EXTRA_CHARS)
 }
 
 fn check_name(field: &str, value: &str, max: usize, extra: &str) -> Result<(), InvalidField> {
@@ -278,6 +285,9 @@ pub fn validate_task(
 ) -> Result<TaskSpec, InvalidField> {
     check_topic(&task.topic)?;
     check_id(&task.id)?;
+    if let Some(key) = &task.key {
+        check_key(key)?;
+    }
     if task.body.len() > limits.max_body_bytes {
         return Err(InvalidField::too_large(
             "body",
@@ -321,6 +331,7 @@ pub fn validate_task(
         trace: task.trace,
         expires_at_ms,
         on_expire: task.on_expire,
+        key: task.key,
     })
 }
 

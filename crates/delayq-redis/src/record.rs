@@ -459,6 +459,8 @@ pub(crate) fn task_info(
         trace: record.trace,
         expires_at_ms: record.expiry.map(|(at, _)| at),
         on_expire: record.expiry.map(|(_, e)| e).unwrap_or_default(),
+        // Redis mode refuses keyed tasks (see `RedisStorage::add`).
+        key: None,
     })
 }
 

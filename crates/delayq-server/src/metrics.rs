@@ -7,6 +7,8 @@
 //!   [`MAX_TOPIC_LABELS`] of them; later ones are counted under `topic="_other"`.
 //! - `delayq_tasks{topic,state}`: tasks by topic and state, from the storage's counters.
 //! - `delayq_topic_paused{topic}`: 1 while a topic is paused (docs/design.md §2 rule 14), else 0.
+//! - `delayq_topic_held_back{topic,reason}`: READY tasks held back by a topic's flow limits
+//!   (`max_active`, `rate`, `key`), for topics that hold some back.
 //! - `delayq_fire_lateness_seconds`: how late tasks became ready after their due time, from
 //!   the library's histogram ([`delayq::metrics::LATENESS_BUCKETS_MS`]), plus the fired,
 //!   ttr-expired and dead counters.
@@ -459,6 +461,21 @@ fn write_topics(out: &mut String, topics: &[(String, TopicStats)], now: Millis) 
             "delayq_topic_paused{{topic=\"{}\"}} {paused}",
             escape(topic)
         );
+    }
+    header(
+        out,
+        "delayq_topic_held_back",
+        "gauge",
+        "READY tasks a pop could not take because of the topic's flow limits, by the limit that holds them (docs/flow-control.md).",
+    );
+    for (topic, stats) in topics.iter().filter(|(_, s)| !s.held_back.is_none()) {
+        for (reason, n) in stats.held_back.by_reason() {
+            let _ = writeln!(
+                out,
+                "delayq_topic_held_back{{topic=\"{}\",reason=\"{reason}\"}} {n}",
+                escape(topic)
+            );
+        }
     }
 }
 

@@ -28,6 +28,7 @@ use utoipa::{Modify, OpenApi};
         (name = "schedules", description = "Recurring schedules: each occurrence an ordinary task"),
         (name = "ops", description = "Health, readiness, metrics and this description"),
         (name = "push", description = "Push targets: delayq POSTs a topic's tasks to a URL"),
+        (name = "flow", description = "Flow limits: concurrency and rate per topic and per key"),
     )
 )]
 pub struct ApiDoc;

@@ -46,7 +46,7 @@ pub use queue::{PopOptions, Queue};
 pub use schedule::{PutOutcome, ScheduleInfo, Scheduler, SchedulerOptions, TickReport};
 pub use spans::Spans;
 pub use storage::{
-    AddResult, Backend, BeanstalkOps, Held, JobIds, MAX_DUE_BOUNDS, ReleaseOptions,
-    SettingsChanges, SettingsStore, StorageContext, TaskStore,
+    AddResult, Backend, BeanstalkOps, Held, JobIds, LIMITS_NAMESPACE, MAX_DUE_BOUNDS,
+    ReleaseOptions, SettingsChanges, SettingsStore, StorageContext, TaskStore,
 };
 pub use workers::{WorkerOptions, Workers};

@@ -17,8 +17,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use delayq_core::InvalidField;
 use delayq_core::validate::{self, check_id, check_topic};
 use delayq_core::{
-    AddOutcome, BuryOptions, Delivery, Expiry, Millis, NewTask, Page, State, TaskInfo, TaskSpec,
-    TopicStats, When,
+    AddOutcome, BuryOptions, Delivery, Expiry, FlowLimits, Millis, NewTask, Page, State, TaskInfo,
+    TaskSpec, TopicStats, When,
 };
 use parking_lot::Mutex;
 use tokio::sync::watch;
@@ -787,6 +787,39 @@ impl Queue {
         check_topic(topic)?;
         self.check_clock()?;
         self.inner.storage.tasks().resume(topic).await
+    }
+
+    /// Sets the flow limits of `topic` (docs/design.md §11), replacing any it had: durable,
+    /// shared by every instance, in force from the next pop of every consumer.
+    pub async fn set_limits(&self, topic: &str, limits: FlowLimits) -> Result<()> {
+        check_topic(topic)?;
+        limits.check()?;
+        self.inner
+            .storage
+            .tasks()
+            .set_limits(topic, Some(limits))
+            .await
+    }
+
+    /// Removes the limits of `topic` (nothing when it has none).
+    pub async fn delete_limits(&self, topic: &str) -> Result<()> {
+        check_topic(topic)?;
+        self.inner.storage.tasks().set_limits(topic, None).await
+    }
+
+    /// The limits of every topic that has some, ordered by topic.
+    pub async fn limits(&self) -> Result<Vec<(String, FlowLimits)>> {
+        self.inner.storage.tasks().limits().await
+    }
+
+    /// The limits of `topic`, if it has some.
+    pub async fn topic_limits(&self, topic: &str) -> Result<Option<FlowLimits>> {
+        check_topic(topic)?;
+        Ok(self
+            .limits()
+            .await?
+            .into_iter()
+            .find_map(|(t, l)| (t == topic).then_some(l)))
     }
 
     /// The next task of `topic` in `state` (READY, DELAYED or DEAD) without taking it.

@@ -5,22 +5,23 @@
 //! it, so the snapshot reader and the record codec are both pinned. Format 2 adds priorities,
 //! insertion order, buried tasks, paused topics, the meta store and the job id counter; format 3
 //! moves the settings (the meta store) out of shard 0 into their own log, `settings/`; format 4
-//! adds the trace context of a task (`Put v3`); format 5 the expiry of a task (`Put v4`). A
+//! adds the trace context of a task (`Put v3`); format 5 the expiry of a task (`Put v4`);
+//! format 6 the flow-control key of a task (`Put v5`) and holds flow limits in its settings. A
 //! change of the format must come with its upgrade path; these tests then keep the old
-//! directories opening (formats 1 to 4 are upgraded to 5 in place when opened).
+//! directories opening (formats 1 to 5 are upgraded to 6 in place when opened).
 //!
-//! The format 5 fixture was written by this same file with `DELAYQ_WRITE_FORMAT_FIXTURE=1` (it
+//! The format 6 fixture was written by this same file with `DELAYQ_WRITE_FORMAT_FIXTURE=1` (it
 //! replaces the directory and `expected.json`); do that only for a new format version, in a new
-//! folder. The format 1 to 4 fixtures were written the same way by builds of their format.
+//! folder. The format 1 to 5 fixtures were written the same way by builds of their format.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use delayq::storage::embedded::{self, EmbeddedOptions, EmbeddedStorage};
 use delayq::{
-    Backoff, BuryOptions, Clock, DEFAULT_PRIORITY, ManualClock, MaxRetries, NewTask, OnDuplicate,
-    OnExpire, PopOptions, Queue, ReleaseOptions, SettingsStore, State, StorageContext, TaskInfo,
-    TraceContext,
+    Backoff, BuryOptions, Clock, DEFAULT_PRIORITY, FlowLimits, ManualClock, MaxRetries, NewTask,
+    OnDuplicate, OnExpire, PopOptions, Queue, ReleaseOptions, SettingsStore, State, StorageContext,
+    TaskInfo, TraceContext,
 };
 use delayq_log::FsyncPolicy;
 use serde_json::{Value, json};
@@ -40,8 +41,11 @@ const V4_TOPICS: [&str; 1] = ["traced"];
 /// The topic format 5 adds to the fixture: tasks with expiries.
 const V5_TOPICS: [&str; 1] = ["expiring"];
 
+/// The topic format 6 adds to the fixture: tasks with keys, and limits on the topic.
+const V6_TOPICS: [&str; 1] = ["keyed"];
+
 /// The format this build writes.
-const FORMAT: u32 = 5;
+const FORMAT: u32 = 6;
 
 fn fixture_dir(version: u32) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/embedded-v{version}"))
@@ -120,6 +124,9 @@ async fn all_views_v2(q: &Queue, topics: &[&str]) -> Value {
                 v["expires_at_ms"] = json!(at);
                 v["on_expire"] = json!(t.on_expire);
             }
+            if let Some(key) = &t.key {
+                v["key"] = json!(key);
+            }
             v
         }));
     }
@@ -130,11 +137,13 @@ async fn all_views_v2(q: &Queue, topics: &[&str]) -> Value {
 fn all_topics(version: u32) -> Vec<&'static str> {
     let v4: &[&str] = if version >= 4 { &V4_TOPICS } else { &[] };
     let v5: &[&str] = if version >= 5 { &V5_TOPICS } else { &[] };
+    let v6: &[&str] = if version >= 6 { &V6_TOPICS } else { &[] };
     TOPICS
         .iter()
         .chain(V2_TOPICS.iter())
         .chain(v4)
         .chain(v5)
+        .chain(v6)
         .copied()
         .collect()
 }
@@ -366,9 +375,6 @@ async fn a_format_4_directory_opens_with_the_same_tasks_and_trace_contexts() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_format_5_directory_opens_with_the_same_tasks_and_expiries() {
-    if std::env::var_os("DELAYQ_WRITE_FORMAT_FIXTURE").is_some() {
-        write_fixture(&fixture_dir(5)).await;
-    }
     let copy = check_fixture(5).await;
     let meta: Value =
         serde_json::from_slice(&std::fs::read(copy.path().join("delayq.meta")).unwrap()).unwrap();
@@ -411,6 +417,46 @@ async fn a_format_5_directory_opens_with_the_same_tasks_and_expiries() {
         gone,
         "the dropped task is deleted at its expiry after a restart"
     );
+    q.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_format_6_directory_opens_with_the_same_keys_and_limits() {
+    if std::env::var_os("DELAYQ_WRITE_FORMAT_FIXTURE").is_some() {
+        write_fixture(&fixture_dir(6)).await;
+    }
+    let copy = check_fixture(6).await;
+    let expected = expected_of(6);
+    let keyed: Vec<&Value> = expected["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t.get("key").is_some())
+        .collect();
+    assert_eq!(
+        keyed.len(),
+        4,
+        "keyed tasks in the snapshot and the log: {keyed:?}"
+    );
+    let clock = ManualClock::new(expected["clock_ms"].as_u64().unwrap());
+    let q = open(copy.path(), &clock).await;
+    // The limits came back from the settings, and hold: merchant-a has its one task ACTIVE,
+    // so only merchant-b's task goes.
+    assert_eq!(
+        q.limits().await.unwrap(),
+        [(
+            "keyed".to_owned(),
+            FlowLimits::default().with_max_active_per_key(1)
+        )]
+    );
+    let got: Vec<String> = q
+        .pop("keyed", PopOptions::default().count(10))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|d| d.id)
+        .collect();
+    assert_eq!(got, ["b1"]);
     q.shutdown().await.unwrap();
 }
 
@@ -665,6 +711,32 @@ async fn write_v5_extras(q: &Queue, clock: &ManualClock, storage: &EmbeddedStora
     add(NewTask::new("expiring", "never").body("e4").delay_ms(1_000)).await;
 }
 
+/// What format 6 adds to the fixture: limits on a topic, keyed tasks before and after a
+/// forced snapshot of every shard, one of them ACTIVE.
+async fn write_v6_extras(q: &Queue, storage: &EmbeddedStorage) {
+    let add = |task: NewTask| async move { q.add(task).await.expect("add") };
+    q.set_limits("keyed", FlowLimits::default().with_max_active_per_key(1))
+        .await
+        .unwrap();
+    add(NewTask::new("keyed", "a1").body("k1").key("merchant-a")).await;
+    add(NewTask::new("keyed", "a2").body("k2").key("merchant-a")).await;
+    let active = q
+        .pop("keyed", PopOptions::default().count(10))
+        .await
+        .unwrap();
+    assert_eq!(active.len(), 1, "one task of merchant-a");
+    for i in 0..storage.shard_count() {
+        embedded::snapshot_shard(storage, i, true).await.unwrap();
+    }
+    add(NewTask::new("keyed", "a3").body("k3").key("merchant-a")).await;
+    add(NewTask::new("keyed", "b1")
+        .body("k4")
+        .key("merchant-b")
+        .delay_ms(0))
+    .await;
+    add(NewTask::new("keyed", "plain").body("k5").delay_ms(600_000)).await;
+}
+
 /// A topic's counters as the fixture compares them: `expired` is counted since the process
 /// started, so it is not part of what a directory holds.
 fn stats_view(stats: delayq::TopicStats) -> Value {
@@ -683,6 +755,7 @@ async fn write_fixture(fixture: &Path) {
     let last_job_id = write_v2_extras(&q, &storage).await;
     write_v4_extras(&q, &storage).await;
     write_v5_extras(&q, &clock, &storage).await;
+    write_v6_extras(&q, &storage).await;
     let mut stats = serde_json::Map::new();
     for topic in all_topics(FORMAT) {
         stats.insert(topic.into(), stats_view(q.stats(topic).await.unwrap()));

@@ -295,7 +295,36 @@ pub async fn start(ctx: StorageContext, options: RedisOptions) -> Result<Arc<Red
 #[async_trait]
 impl TaskStore for RedisStorage {
     async fn add(&self, tasks: Vec<TaskSpec>) -> Result<Vec<AddResult>> {
-        self.state.add(tasks).await
+        // Flow-control keys are not stored in Redis mode yet (docs/flow-control.md): a keyed
+        // task is refused, each on its own, rather than stored without its key.
+        if !tasks.iter().any(|t| t.key.is_some()) {
+            return self.state.add(tasks).await;
+        }
+        let (keyed, plain): (Vec<_>, Vec<_>) = tasks
+            .into_iter()
+            .enumerate()
+            .partition(|(_, t)| t.key.is_some());
+        let mut added = self
+            .state
+            .add(plain.iter().map(|(_, t)| t.clone()).collect())
+            .await?
+            .into_iter();
+        let mut results: Vec<Option<AddResult>> = Vec::new();
+        results.resize_with(keyed.len() + plain.len(), || None);
+        for (i, _) in keyed {
+            results[i] = Some(Err(delayq::InvalidField::new(
+                "key",
+                "flow-control keys are not available in Redis mode yet (docs/flow-control.md)",
+            )
+            .into()));
+        }
+        for (i, _) in plain {
+            results[i] = added.next();
+        }
+        Ok(results
+            .into_iter()
+            .map(|r| r.expect("every task has a result"))
+            .collect())
     }
 
     async fn pop(&self, topic: &str, max: usize, auto_finish: bool) -> Result<Vec<Delivery>> {
@@ -326,6 +355,27 @@ impl TaskStore for RedisStorage {
 
     async fn resume(&self, topic: &str) -> Result<()> {
         self.state.resume(topic).await
+    }
+
+    /// Not yet: flow limits must be checked inside the scripts that hand tasks out, which
+    /// this version's scripts do not do, so Redis mode refuses them rather than ignore them
+    /// (docs/flow-control.md).
+    async fn set_limits(&self, _topic: &str, limits: Option<delayq::FlowLimits>) -> Result<()> {
+        self.state.check_open()?;
+        match limits {
+            None => Ok(()),
+            Some(_) => Err(delayq::InvalidField::new(
+                "topic",
+                "flow limits are not available in Redis mode yet (docs/flow-control.md): \
+                 use the embedded storage, or limit the consumers",
+            )
+            .into()),
+        }
+    }
+
+    async fn limits(&self) -> Result<Vec<(String, delayq::FlowLimits)>> {
+        self.state.check_open()?;
+        Ok(Vec::new())
     }
 
     async fn finish(&self, topic: &str, id: &str, receipt: Option<&str>) -> Result<()> {

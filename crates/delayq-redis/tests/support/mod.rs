@@ -243,6 +243,16 @@ impl delayq::TaskStore for Served {
     async fn resume(&self, topic: &str) -> delayq::Result<()> {
         self.storage.resume(topic).await
     }
+    async fn set_limits(
+        &self,
+        topic: &str,
+        limits: Option<delayq::FlowLimits>,
+    ) -> delayq::Result<()> {
+        self.storage.set_limits(topic, limits).await
+    }
+    async fn limits(&self) -> delayq::Result<Vec<(String, delayq::FlowLimits)>> {
+        self.storage.limits().await
+    }
     async fn shutdown(&self) -> delayq::Result<()> {
         self.storage.shutdown().await
     }

@@ -8,6 +8,7 @@
 //! - [`inspect`]: reads: `/get`, `/tasks`, `/stats`, `/topics`.
 //! - [`ops`]: `/healthz`, `/readyz`, `/metrics`, `/openapi.json`.
 //! - [`push`]: `/push`, the push targets (docs/push.md).
+//! - [`flow`]: `/limits`, the flow limits (docs/flow-control.md).
 //!
 //! Each handler checks the caller may use the topic, calls the queue once, counts the
 //! operation in the metrics and wraps the result in the envelope. Errors are returned as
@@ -16,6 +17,7 @@
 pub mod ack;
 pub mod add;
 pub mod control;
+pub mod flow;
 pub mod inspect;
 pub mod manage;
 pub mod ops;

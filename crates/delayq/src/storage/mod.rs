@@ -114,5 +114,9 @@ pub const MAX_DUE_BOUNDS: usize = 1_000;
 /// [`TaskStore::due_counts`]; it then lets other operations in and goes on.
 pub const DUE_COUNT_STEP: usize = 65_536;
 
+/// The settings-store namespace of the topics' flow limits (topic → JSON of
+/// [`FlowLimits`](delayq_core::FlowLimits)).
+pub const LIMITS_NAMESPACE: &str = "limits";
+
 /// The result of one task of a batch add.
 pub type AddResult = Result<AddOutcome>;

@@ -2,7 +2,8 @@
 
 use async_trait::async_trait;
 use delayq_core::{
-    BuryOptions, Delivery, Millis, Page, ReleaseOptions, State, TaskInfo, TaskSpec, TopicStats,
+    BuryOptions, Delivery, FlowLimits, Millis, Page, ReleaseOptions, State, TaskInfo, TaskSpec,
+    TopicStats,
 };
 
 use super::AddResult;
@@ -109,6 +110,16 @@ pub trait TaskStore: Send + Sync + 'static {
 
     /// Ends the pause of `topic` (nothing when it is not paused).
     async fn resume(&self, topic: &str) -> Result<()>;
+
+    /// Sets the flow limits of `topic` (docs/design.md §11), or removes them with `None`:
+    /// durable, shared by every instance of the storage, and in force from the next pop. Like
+    /// the pause, limits decide what a pop takes, so they belong to the task store: a backend
+    /// applies them in the same atomic step as each hand-out. Parked consumers of the topic
+    /// are woken (a raised limit may let them go).
+    async fn set_limits(&self, topic: &str, limits: Option<FlowLimits>) -> Result<()>;
+
+    /// Every topic that has limits, with them, ordered by topic.
+    async fn limits(&self) -> Result<Vec<(String, FlowLimits)>>;
 
     /// The task's full view.
     async fn get(&self, topic: &str, id: &str) -> Result<TaskInfo>;

@@ -18,7 +18,12 @@
 //! Put v3:     0x08 <as Put v2 up to seq> traceparent tracestate? extra?(...)
 //! Put v4:     0x09 <as Put v2 up to seq> trace?(0 | 1 traceparent tracestate?) expires_at
 //!             on_expire(0 dead | 1 drop) extra?(...)
+//! Put v5:     0x0A <as Put v2 up to seq> trace?(0 | 1 traceparent tracestate?)
+//!             expiry?(0 | 1 expires_at on_expire) key extra?(...)
 //! ```
+//!
+//! Format version 6 writes `Put v5` for a task with a flow-control key, and otherwise what
+//! format 5 wrote.
 //!
 //! Format version 5 writes `Put v4` for a task with an expiry, and otherwise what format 4
 //! wrote (so a task without an expiry costs nothing more on disk).
@@ -45,6 +50,7 @@ const META_DELETE: u8 = 6;
 const JOB_IDS: u8 = 7;
 const PUT_TRACED: u8 = 8;
 const PUT_EXPIRING: u8 = 9;
+const PUT_KEYED: u8 = 10;
 
 /// A decoded record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -162,10 +168,12 @@ pub fn encode(out: &mut Vec<u8>, change: &Change<'_>) {
 pub fn encode_put(out: &mut Vec<u8>, topic: &str, r: &Record) {
     let trace = r.trace();
     let expiry = r.expires_at_ms();
-    out.push(match (expiry, trace) {
-        (Some(_), _) => PUT_EXPIRING,
-        (None, Some(_)) => PUT_TRACED,
-        (None, None) => PUT,
+    let key = r.key();
+    out.push(match (key, expiry, trace) {
+        (Some(_), _, _) => PUT_KEYED,
+        (None, Some(_), _) => PUT_EXPIRING,
+        (None, None, Some(_)) => PUT_TRACED,
+        (None, None, None) => PUT,
     });
     put_str(out, topic);
     put_str(out, &r.id);
@@ -181,21 +189,53 @@ pub fn encode_put(out: &mut Vec<u8>, topic: &str, r: &Record) {
     out.extend_from_slice(&r.receipt.to_le_bytes());
     put_varint(out, u64::from(r.priority));
     put_varint(out, r.seq());
+    if let Some(key) = key {
+        put_trace_flagged(out, trace);
+        match expiry {
+            Some(expires_at_ms) => {
+                out.push(1);
+                put_expiry(out, expires_at_ms, r.on_expire());
+            }
+            None => out.push(0),
+        }
+        put_str(out, key);
+    } else {
+        put_unkeyed_tail(out, expiry, trace, r.on_expire());
+    }
+    put_extra(out, r.extra.as_deref());
+}
+
+/// A trace context behind a flag byte (`Put v4` and `v5`).
+fn put_trace_flagged(out: &mut Vec<u8>, trace: Option<&TraceContext>) {
+    match trace {
+        Some(trace) => {
+            out.push(1);
+            put_str(out, trace.traceparent());
+            put_opt_str(out, trace.tracestate());
+        }
+        None => out.push(0),
+    }
+}
+
+fn put_expiry(out: &mut Vec<u8>, expires_at_ms: u64, on_expire: OnExpire) {
+    put_varint(out, expires_at_ms);
+    out.push(match on_expire {
+        OnExpire::Dead => 0,
+        OnExpire::Drop => 1,
+    });
+}
+
+/// What `Put v2`, `v3` and `v4` carry after the sequence.
+fn put_unkeyed_tail(
+    out: &mut Vec<u8>,
+    expiry: Option<u64>,
+    trace: Option<&TraceContext>,
+    on_expire: OnExpire,
+) {
     match (expiry, trace) {
         (Some(expires_at_ms), trace) => {
-            match trace {
-                Some(trace) => {
-                    out.push(1);
-                    put_str(out, trace.traceparent());
-                    put_opt_str(out, trace.tracestate());
-                }
-                None => out.push(0),
-            }
-            put_varint(out, expires_at_ms);
-            out.push(match r.on_expire() {
-                OnExpire::Dead => 0,
-                OnExpire::Drop => 1,
-            });
+            put_trace_flagged(out, trace);
+            put_expiry(out, expires_at_ms, on_expire);
         }
         (None, Some(trace)) => {
             put_str(out, trace.traceparent());
@@ -203,7 +243,11 @@ pub fn encode_put(out: &mut Vec<u8>, topic: &str, r: &Record) {
         }
         (None, None) => {}
     }
-    match r.extra.as_deref() {
+}
+
+/// The rarely used part of a record, behind a flag byte.
+fn put_extra(out: &mut Vec<u8>, extra: Option<&Extra>) {
+    match extra {
         None => out.push(0),
         Some(extra) => {
             out.push(1);
@@ -327,6 +371,14 @@ impl<'a> Reader<'a> {
         }
     }
 
+    fn flag(&mut self, what: &'static str) -> Result<bool, CodecError> {
+        match self.u8(what)? {
+            0 => Ok(false),
+            1 => Ok(true),
+            _ => Err(self.err(what)),
+        }
+    }
+
     fn end(&self) -> Result<(), CodecError> {
         if self.pos == self.bytes.len() {
             Ok(())
@@ -351,7 +403,7 @@ pub fn decode(bytes: &[u8]) -> Result<Change<'_>, CodecError> {
     let mut r = Reader { bytes, pos: 0 };
     let kind = r.u8("record kind")?;
     match kind {
-        PUT_V1 | PUT | PUT_TRACED | PUT_EXPIRING => decode_put(&mut r, kind),
+        PUT_V1 | PUT | PUT_TRACED | PUT_EXPIRING | PUT_KEYED => decode_put(&mut r, kind),
         PAUSE => {
             let topic = r.str("topic")?;
             let pause = decode_pause(&mut r)?;
@@ -414,11 +466,7 @@ fn decode_put<'a>(r: &mut Reader<'a>, kind: u8) -> Result<Change<'a>, CodecError
     };
     let traced = match kind {
         PUT_TRACED => true,
-        PUT_EXPIRING => match r.u8("trace flag")? {
-            0 => false,
-            1 => true,
-            _ => return Err(r.err("trace flag")),
-        },
+        PUT_EXPIRING | PUT_KEYED => r.flag("trace flag")?,
         _ => false,
     };
     let trace = if traced {
@@ -428,7 +476,12 @@ fn decode_put<'a>(r: &mut Reader<'a>, kind: u8) -> Result<Change<'a>, CodecError
     } else {
         None
     };
-    let expiry = if kind == PUT_EXPIRING {
+    let expiring = match kind {
+        PUT_EXPIRING => true,
+        PUT_KEYED => r.flag("expiry flag")?,
+        _ => false,
+    };
+    let expiry = if expiring {
         let expires_at_ms = r.varint("expires_at")?;
         let on_expire = match r.u8("on_expire")? {
             0 => OnExpire::Dead,
@@ -439,8 +492,16 @@ fn decode_put<'a>(r: &mut Reader<'a>, kind: u8) -> Result<Change<'a>, CodecError
     } else {
         None
     };
+    let key = if kind == PUT_KEYED {
+        Some(r.str("key")?)
+    } else {
+        None
+    };
     let mut extra = decode_extra(r)?;
     r.end()?;
+    if let Some(key) = key {
+        extra.get_or_insert_with(Box::default).key = Some(key.into());
+    }
     if trace.is_some() {
         extra.get_or_insert_with(Box::default).trace = trace;
     }
@@ -581,7 +642,15 @@ mod tests {
             on_expire,
             ..extra
         };
+        let keyed = |extra: Extra| Extra {
+            key: Some("merchant-7".into()),
+            ..extra
+        };
         for r in [
+            record(Some(keyed(Extra::default()))),
+            record(Some(keyed(expiring(full.clone(), OnExpire::Drop)))),
+            record(Some(keyed(traced(&full, Some("a=1"))))),
+            record(Some(keyed(expiring(only_trace.clone(), OnExpire::Dead)))),
             record(Some(expiring(Extra::default(), OnExpire::Dead))),
             record(Some(expiring(full.clone(), OnExpire::Drop))),
             record(Some(expiring(traced(&full, Some("a=1")), OnExpire::Dead))),
@@ -628,7 +697,11 @@ mod tests {
             on_expire: OnExpire::Drop,
             ..Extra::default()
         };
-        for extra in [Extra::default(), expiring] {
+        let keyed = Extra {
+            key: Some("merchant-7".into()),
+            ..expiring.clone()
+        };
+        for extra in [Extra::default(), expiring, keyed] {
             let mut good = Vec::new();
             encode_put(&mut good, "orders", &record(Some(extra)));
             // Every truncation, and every single-byte corruption, decodes to an error or to
@@ -646,7 +719,7 @@ mod tests {
         }
         let table: [(&[u8], &str); 4] = [
             (&[], "record kind"),
-            (&[10], "record kind"),
+            (&[11], "record kind"),
             (&[REMOVE, 2, b'a'], "topic"),
             (&[REMOVE, 1, 0xff, 1, b'a'], "topic"),
         ];

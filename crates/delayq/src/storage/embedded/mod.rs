@@ -146,13 +146,13 @@ struct Meta {
     shards: usize,
 }
 
-/// The data format this build writes: version 4 with the `Put v4` record of a task that
-/// carries an expiry. Versions 1 (no priorities, pauses, settings or job ids), 2 (settings
-/// in shard 0's log), 3 (no trace contexts) and 4 (no expiries) are read too: opening such a
-/// directory moves the settings of a version 1 or 2 to their own log and rewrites its
-/// `delayq.meta` to version 5 before anything else is written, as older builds cannot read
-/// what this one writes (see [`upgrade`]).
-const FORMAT: u32 = 5;
+/// The data format this build writes: version 5 with the `Put v5` record of a task that
+/// carries a flow-control key. Versions 1 (no priorities, pauses, settings or job ids), 2
+/// (settings in shard 0's log), 3 (no trace contexts), 4 (no expiries) and 5 (no keys) are
+/// read too: opening such a directory moves the settings of a version 1 or 2 to their own log
+/// and rewrites its `delayq.meta` to version 6 before anything else is written, as older
+/// builds cannot read what this one writes (see [`upgrade`]).
+const FORMAT: u32 = 6;
 
 /// The first format with the settings in their own log: the settings records a directory of
 /// an older format left in shard 0 are moved at its upgrade, and ignored from this one on

@@ -16,6 +16,7 @@
 //! [`crate::storage::memory::MemoryStorage`] is the engine with a journal that does nothing;
 //! the embedded durable backend gives each shard a log.
 
+pub(crate) mod flow;
 #[cfg(test)]
 mod model_tests;
 pub(crate) mod record;
@@ -30,7 +31,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use async_trait::async_trait;
 use delayq_core::{
-    AddOutcome, BuryOptions, Delivery, Millis, Page, Pause, State, TaskInfo, TaskSpec, TopicStats,
+    AddOutcome, BuryOptions, Delivery, FlowLimits, Millis, Page, Pause, State, TaskInfo, TaskSpec,
+    TopicStats,
 };
 use parking_lot::Mutex;
 use tokio::sync::{Notify, watch};
@@ -40,7 +42,8 @@ pub(crate) use self::record::Record;
 pub(crate) use self::settings::{Settings, SettingsMap};
 pub(crate) use self::shard::Shard;
 use super::{
-    AddResult, BeanstalkOps, JobIds, ReleaseOptions, SettingsStore, StorageContext, TaskStore,
+    AddResult, BeanstalkOps, JobIds, LIMITS_NAMESPACE, ReleaseOptions, SettingsStore,
+    StorageContext, TaskStore,
 };
 use crate::clock::Clock;
 use crate::error::{Error, Result};
@@ -135,7 +138,12 @@ pub struct Engine<J: Journal> {
     drivers: Mutex<Vec<JoinHandle<()>>>,
     /// The task that wakes a topic's parked consumers when its pause ends, one per topic: a new
     /// pause or a resume replaces it, so repeated pauses do not pile up sleeping tasks.
-    pause_wakers: Arc<Mutex<HashMap<String, AbortHandle>>>,
+    pause_wakers: Wakers,
+    /// The task that wakes a rate-limited topic's parked consumers when its rate lets the
+    /// next task go, one per topic (the earliest asked for).
+    rate_wakers: Wakers,
+    /// Serializes changes of limits, so the durable value and the shards' agree.
+    limits_lock: tokio::sync::Mutex<()>,
     /// The settings store, apart from the task shards.
     settings: Settings<J>,
 }
@@ -177,9 +185,15 @@ impl<J: Journal> Engine<J> {
             closed: AtomicBool::new(false),
             stop,
             drivers: Mutex::new(Vec::new()),
-            pause_wakers: Arc::default(),
+            pause_wakers: Wakers::default(),
+            rate_wakers: Wakers::default(),
+            limits_lock: tokio::sync::Mutex::new(()),
             settings,
         });
+        for (topic, limits) in engine.stored_limits() {
+            let index = engine.shard_index(&topic);
+            engine.with_shard_at(index, |s| s.set_flow(&topic, Some(limits)));
+        }
         let drivers = engine
             .shards
             .iter()
@@ -201,32 +215,29 @@ impl<J: Journal> Engine<J> {
     /// Wakes the consumers parked on `topic` when its pause ends at `until` (a pause replaced
     /// or resumed meanwhile makes this a wasted wake-up, which parked consumers tolerate).
     fn wake_at_pause_end(&self, topic: String, until: Millis) {
-        let ctx = self.ctx.clone();
-        let mut stop = self.stop.subscribe();
-        let wakers = Arc::clone(&self.pause_wakers);
-        // Registered before it can run, so its own entry is there when it removes it.
-        let mut map = self.pause_wakers.lock();
-        let name = topic.clone();
-        let task = tokio::spawn(async move {
-            tokio::select! {
-                _ = ctx.clock.sleep_until(until) => ctx.waiters.notify(&topic, usize::MAX),
-                _ = stop.wait_for(|s| *s) => {}
-            }
-            let mut map = wakers.lock();
-            if map.get(&topic).is_some_and(|h| h.id() == tokio::task::id()) {
-                map.remove(&topic);
-            }
-        });
-        if let Some(old) = map.insert(name, task.abort_handle()) {
-            old.abort();
-        }
+        self.pause_wakers
+            .wake_at(&self.ctx, self.stop.subscribe(), &topic, until, false);
     }
 
     /// Stops the end-of-pause wake-up of `topic` (the pause was replaced or resumed).
     fn cancel_pause_wake(&self, topic: &str) {
-        if let Some(old) = self.pause_wakers.lock().remove(topic) {
-            old.abort();
-        }
+        self.pause_wakers.cancel(topic);
+    }
+
+    /// The limits kept in the settings store. A value that does not parse is reported and
+    /// left out: the topic then has no limits until they are set again.
+    fn stored_limits(&self) -> Vec<(String, FlowLimits)> {
+        self.settings
+            .list(LIMITS_NAMESPACE)
+            .into_iter()
+            .filter_map(|(topic, value)| match serde_json::from_slice(&value) {
+                Ok(limits) => Some((topic, limits)),
+                Err(e) => {
+                    tracing::error!(topic, error = %e, "stored flow limits do not parse; the topic has none until they are set again");
+                    None
+                }
+            })
+            .collect()
     }
 
     /// The context the engine runs with.
@@ -296,6 +307,10 @@ impl<J: Journal> Engine<J> {
             cell.wake.notify_one();
         }
         notify_ready(&self.ctx, shard.take_became_ready());
+        for (topic, at) in shard.take_rate_wakes() {
+            self.rate_wakers
+                .wake_at(&self.ctx, self.stop.subscribe(), &topic, at, true);
+        }
     }
 
     fn check_open(&self) -> Result<()> {
@@ -330,6 +345,53 @@ impl<J: Journal> Engine<J> {
     /// Runs `f` on shard `index` with it locked (snapshots).
     pub(crate) fn with_shard_at<R>(&self, index: usize, f: impl FnOnce(&mut Shard<J>) -> R) -> R {
         f(&mut self.shards[index].state.lock())
+    }
+}
+
+/// Sleeping tasks that wake a topic's parked consumers at an instant, at most one per topic.
+#[derive(Default)]
+struct Wakers(Arc<Mutex<HashMap<String, (Millis, AbortHandle)>>>);
+
+impl Wakers {
+    /// Wakes every consumer parked on `topic` at `at`, replacing the topic's earlier wake-up
+    /// (with `keep_earlier`: unless that one comes sooner).
+    fn wake_at(
+        &self,
+        ctx: &StorageContext,
+        mut stop: watch::Receiver<bool>,
+        topic: &str,
+        at: Millis,
+        keep_earlier: bool,
+    ) {
+        // Registered before it can run, so its own entry is there when it removes it.
+        let mut map = self.0.lock();
+        if keep_earlier && map.get(topic).is_some_and(|(when, _)| *when <= at) {
+            return;
+        }
+        let (ctx, wakers, name) = (ctx.clone(), Arc::clone(&self.0), topic.to_owned());
+        let task = tokio::spawn(async move {
+            tokio::select! {
+                _ = ctx.clock.sleep_until(at) => ctx.waiters.notify(&name, usize::MAX),
+                _ = stop.wait_for(|s| *s) => {}
+            }
+            let mut map = wakers.lock();
+            if map
+                .get(&name)
+                .is_some_and(|(_, h)| h.id() == tokio::task::id())
+            {
+                map.remove(&name);
+            }
+        });
+        if let Some((_, old)) = map.insert(topic.to_owned(), (at, task.abort_handle())) {
+            old.abort();
+        }
+    }
+
+    /// Stops the wake-up of `topic`, if any.
+    fn cancel(&self, topic: &str) {
+        if let Some((_, old)) = self.0.lock().remove(topic) {
+            old.abort();
+        }
     }
 }
 
@@ -497,7 +559,8 @@ impl<J: Journal> TaskStore for Engine<J> {
         }
         // Several shards: look at each shard's best head, take from the best shard, repeat.
         // A head taken by someone else in between only means that shard gives its next best
-        // (or nothing, and the loop looks again): the order holds up to such races.
+        // (or nothing, and the shard is left out from then on): the order holds up to such
+        // races.
         let mut out = Vec::new();
         while out.len() < max {
             let now = clock.now_ms();
@@ -522,6 +585,10 @@ impl<J: Journal> TaskStore for Engine<J> {
                 })
                 .await;
             match got {
+                // The shard has nothing it may hand out for these topics now (another
+                // consumer was faster, or a limit): leave it out of the next looks, so the
+                // loop always ends.
+                Ok(got) if got.is_empty() => groups.retain(|(i, _)| *i != index),
                 Ok(got) => out.extend(got),
                 // What was taken already is handed out; the error waits for the next call.
                 Err(_) if !out.is_empty() => break,
@@ -552,6 +619,32 @@ impl<J: Journal> TaskStore for Engine<J> {
             None => self.cancel_pause_wake(topic),
         }
         Ok(())
+    }
+
+    async fn set_limits(&self, topic: &str, limits: Option<FlowLimits>) -> Result<()> {
+        let _one_at_a_time = self.limits_lock.lock().await;
+        match limits {
+            Some(l) => {
+                let value = serde_json::to_vec(&l).expect("limits serialize");
+                self.settings.put(LIMITS_NAMESPACE, topic, value).await?;
+            }
+            None => {
+                self.settings.delete(LIMITS_NAMESPACE, topic).await?;
+            }
+        }
+        self.with_shard(topic, |s, _| {
+            s.set_flow(topic, limits);
+            Ok(())
+        })
+        .await?;
+        // A limit raised or removed may let parked consumers go.
+        self.ctx.waiters.notify(topic, usize::MAX);
+        Ok(())
+    }
+
+    async fn limits(&self) -> Result<Vec<(String, FlowLimits)>> {
+        self.check_open()?;
+        Ok(self.stored_limits())
     }
 
     async fn resume(&self, topic: &str) -> Result<()> {

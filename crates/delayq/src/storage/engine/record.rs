@@ -68,6 +68,8 @@ pub(crate) struct Extra {
     pub(crate) expires_at_ms: Option<Millis>,
     /// What its expiry does.
     pub(crate) on_expire: OnExpire,
+    /// The flow-control key (docs/design.md §11).
+    pub(crate) key: Option<Box<str>>,
 }
 
 /// The largest insertion sequence a record can hold (48 bits).
@@ -142,7 +144,12 @@ impl Record {
         self.extra.as_ref().and_then(|e| e.expires_at_ms)
     }
 
-    /// What the task's expiry does.
+    /// The task's flow-control key, if it has one.
+    pub fn key(&self) -> Option<&str> {
+        self.extra.as_ref().and_then(|e| e.key.as_deref())
+    }
+
+    /// What its expiry does.
     pub fn on_expire(&self) -> OnExpire {
         self.extra.as_ref().map(|e| e.on_expire).unwrap_or_default()
     }
@@ -217,6 +224,7 @@ impl Record {
             trace: extra.and_then(|e| e.trace.clone()),
             expires_at_ms: extra.and_then(|e| e.expires_at_ms),
             on_expire: extra.map(|e| e.on_expire).unwrap_or_default(),
+            key: extra.and_then(|e| e.key.as_deref().map(str::to_owned)),
         }
     }
 }

@@ -37,16 +37,18 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::slab::ChunkedSlab;
+use delayq_core::flow::take;
 use delayq_core::lifecycle::{self, AfterFailure, Op};
 use delayq_core::wheel::{Expired, Wheel};
 use delayq_core::{
-    AddOutcome, BuryOptions, Delivery, EXPIRED, Millis, OnDuplicate, OnExpire, Page, Pause, State,
-    TaskDefaults, TaskInfo, TaskSpec, TopicStats,
+    AddOutcome, BuryOptions, Delivery, EXPIRED, FlowLimits, HeldBack, Millis, OnDuplicate,
+    OnExpire, Page, Pause, State, TaskDefaults, TaskInfo, TaskSpec, TopicStats,
 };
 use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
 use std::hash::BuildHasher;
 
 use super::Journal;
+use super::flow::Flow;
 use super::record::{Extra, Record, SEQ_MAX, due_of_key, mix_receipt, slot_of_key};
 use crate::error::{Error, Result};
 use crate::metrics::{Metrics, TopicCounters};
@@ -70,6 +72,8 @@ struct Topic {
     activity: Arc<TopicCounters>,
     /// Tasks of the topic that expired since the process started (the `expired` of stats).
     expired: u64,
+    /// The topic's limits and their state, when it has limits (docs/design.md §11).
+    flow: Option<Box<Flow>>,
 }
 
 impl Topic {
@@ -84,7 +88,46 @@ impl Topic {
             .map(|&k| due_of_key(k));
         stats.pause = self.pause.at(now);
         stats.expired = self.expired;
+        stats.held_back = self.held_back(now);
         stats
+    }
+
+    /// The READY tasks a pop could not take at `now` because of the topic's limits.
+    fn held_back(&self, now: Millis) -> HeldBack {
+        let mut held = HeldBack::default();
+        let Some(flow) = self.flow.as_deref() else {
+            return held;
+        };
+        let ready = self.by_state[State::Ready as usize].len() as u64;
+        let active = self.by_state[State::Active as usize].len();
+        if flow.limits.max_active.is_some_and(|m| active >= m as usize) {
+            held.max_active = ready;
+        } else if flow.rate.is_some_and(|r| take(r, flow.tat, now, 1).n == 0) {
+            held.rate = ready;
+        } else {
+            held.key = flow.held_by_keys();
+        }
+        held
+    }
+
+    /// How many of `want` tasks the topic's limits let a pop hand out at `now`, and when the
+    /// rate lets the next one go if it lets none.
+    fn allowance(&self, now: Millis, want: usize) -> (usize, Option<Millis>) {
+        let Some(flow) = self.flow.as_deref() else {
+            return (want, None);
+        };
+        let mut n = want;
+        if let Some(max) = flow.limits.max_active {
+            let active = self.by_state[State::Active as usize].len();
+            n = n.min((max as usize).saturating_sub(active));
+        }
+        match flow.rate {
+            Some(rate) if n > 0 => {
+                let got = take(rate, flow.tat, now, n.min(u32::MAX as usize) as u32);
+                (got.n as usize, got.next_at)
+            }
+            _ => (n, None),
+        }
     }
 
     fn total(&self) -> usize {
@@ -107,8 +150,11 @@ pub(crate) struct Shard<J> {
     armed_until: Millis,
     /// Set when a timer earlier than `armed_until` was armed.
     wake_driver: bool,
-    /// Topics that got ready tasks during the current operation, one entry per task.
+    /// Topics that got ready tasks during the current operation, one entry per task (or
+    /// whose limits let a task go again).
     became_ready: Vec<Arc<str>>,
+    /// Rate-limited topics with READY tasks, and when their rate lets the next one go.
+    rate_wakes: Vec<(Arc<str>, Millis)>,
     /// The insertion sequence counter (the next value), shared by the engine's shards.
     seq: Arc<AtomicU64>,
     /// Shard 0 only: the next job id to hand out.
@@ -149,6 +195,7 @@ impl<J: Journal> Shard<J> {
             armed_until: Millis::MAX,
             wake_driver: false,
             became_ready: Vec::new(),
+            rate_wakes: Vec::new(),
             seq: Arc::new(AtomicU64::new(1)),
             job_next: 1,
             job_reserved: 0,
@@ -173,6 +220,7 @@ impl<J: Journal> Shard<J> {
             armed_until: self.armed_until,
             wake_driver: self.wake_driver,
             became_ready: self.became_ready,
+            rate_wakes: self.rate_wakes,
             seq: self.seq,
             job_next: self.job_next,
             job_reserved: self.job_reserved,
@@ -216,6 +264,7 @@ impl<J: Journal> Shard<J> {
             pause: Pause::default(),
             activity: self.metrics.topic(&name),
             expired: 0,
+            flow: None,
         });
         self.topic_index.insert(name, idx);
         idx
@@ -245,7 +294,23 @@ impl<J: Journal> Shard<J> {
         match r.state {
             State::Ready => {
                 let (a, b) = r.ready_key();
-                t.ready.remove(&(a, b, idx));
+                match (t.flow.as_deref_mut(), r.key()) {
+                    (Some(flow), Some(key)) => flow.leave_ready(key, (a, b, idx), &mut t.ready),
+                    _ => {
+                        t.ready.remove(&(a, b, idx));
+                    }
+                }
+            }
+            State::Active => {
+                if let Some(flow) = t.flow.as_deref_mut() {
+                    if let Some(key) = r.key() {
+                        flow.leave_active(key, &mut t.ready);
+                    }
+                    // A slot freed: a consumer held back by a limit may go on.
+                    if !t.ready.is_empty() {
+                        self.became_ready.push(Arc::clone(&t.name));
+                    }
+                }
             }
             State::Dead => {
                 let (a, b) = r.dead_key();
@@ -266,7 +331,17 @@ impl<J: Journal> Shard<J> {
         match r.state {
             State::Ready => {
                 let (a, b) = r.ready_key();
-                t.ready.insert((a, b, idx));
+                match (t.flow.as_deref_mut(), r.key()) {
+                    (Some(flow), Some(key)) => flow.enter_ready(key, (a, b, idx), &mut t.ready),
+                    _ => {
+                        t.ready.insert((a, b, idx));
+                    }
+                }
+            }
+            State::Active => {
+                if let (Some(flow), Some(key)) = (t.flow.as_deref_mut(), r.key()) {
+                    flow.enter_active(key, &mut t.ready);
+                }
             }
             State::Dead => {
                 let (a, b) = r.dead_key();
@@ -418,16 +493,20 @@ impl<J: Journal> Shard<J> {
             deadline_ms: 0,
             receipt: 0,
             timer: None,
-            extra: (spec.backoff.is_some() || spec.trace.is_some() || spec.expires_at_ms.is_some())
-                .then(|| {
-                    Box::new(Extra {
-                        backoff: spec.backoff,
-                        trace: spec.trace,
-                        expires_at_ms: spec.expires_at_ms,
-                        on_expire: spec.on_expire,
-                        ..Extra::default()
-                    })
-                }),
+            extra: (spec.backoff.is_some()
+                || spec.trace.is_some()
+                || spec.expires_at_ms.is_some()
+                || spec.key.is_some())
+            .then(|| {
+                Box::new(Extra {
+                    backoff: spec.backoff,
+                    trace: spec.trace,
+                    expires_at_ms: spec.expires_at_ms,
+                    on_expire: spec.on_expire,
+                    key: spec.key.map(String::into_boxed_str),
+                    ..Extra::default()
+                })
+            }),
         };
         record.set_seq(self.next_seq());
         self.insert_record(record, now);
@@ -462,11 +541,12 @@ impl<J: Journal> Shard<J> {
         self.pop_any(&[topic], max, auto_finish, now)
     }
 
-    /// The READY head of `topic` that a pop would take at `now` (none while paused), by its
+    /// The READY head of `topic` that a pop would take at `now` (none while paused or held
+    /// back by the topic's limits), by its
     /// [`Record::ready_key`].
     pub fn head(&self, topic: &str, now: Millis) -> Option<(u64, u64)> {
         let t = &self.topics[self.topic_idx(topic)? as usize];
-        if t.pause.holds(now) {
+        if t.pause.holds(now) || t.allowance(now, 1).0 == 0 {
             return None;
         }
         t.ready.first().map(|&(a, b, _)| (a, b))
@@ -488,11 +568,17 @@ impl<J: Journal> Shard<J> {
             .collect();
         live.sort_unstable();
         live.dedup();
+        // What each topic's limits let go (docs/design.md §11), and what went.
+        let mut allowed: Vec<(u32, usize, usize)> = live
+            .iter()
+            .map(|&t| (t, self.topics[t as usize].allowance(now, max).0, 0))
+            .collect();
         let mut out = Vec::with_capacity(max.min(64));
         while out.len() < max {
-            let Some((t, idx)) = live
+            let Some((t, idx)) = allowed
                 .iter()
-                .filter_map(|&t| self.topics[t as usize].ready.first().map(|h| (*h, t)))
+                .filter(|&&(_, room, _)| room > 0)
+                .filter_map(|&(t, _, _)| self.topics[t as usize].ready.first().map(|h| (*h, t)))
                 .min()
                 .map(|((_, _, idx), t)| (t, idx))
             else {
@@ -515,8 +601,77 @@ impl<J: Journal> Shard<J> {
                 self.transition(idx, State::Finished, due, now);
             }
             self.journal_put(idx);
+            if let Some(a) = allowed.iter_mut().find(|a| a.0 == t) {
+                a.1 -= 1;
+                a.2 += 1;
+            }
+        }
+        for (t, _, went) in allowed {
+            self.spend_rate(t, now, went);
         }
         out
+    }
+
+    /// Moves a rate-limited topic's bucket on by the `went` tasks it handed out, and when it
+    /// still has READY tasks it may not hand out now, asks for a wake-up when it may.
+    fn spend_rate(&mut self, t: u32, now: Millis, went: usize) {
+        let topic = &mut self.topics[t as usize];
+        let Some(flow) = topic.flow.as_deref_mut() else {
+            return;
+        };
+        let Some(rate) = flow.rate else { return };
+        if went > 0 {
+            flow.tat = take(rate, flow.tat, now, went.min(u32::MAX as usize) as u32).tat;
+        }
+        if !topic.ready.is_empty()
+            && let Some(at) = take(rate, flow.tat, now, 1).next_at
+        {
+            self.rate_wakes.push((Arc::clone(&topic.name), at));
+        }
+    }
+
+    /// Sets or (with `None`) removes the limits of `topic`, rebuilding its pop order under
+    /// them (the invariant of [`super::flow`]); the rate bucket carries over.
+    pub fn set_flow(&mut self, topic: &str, limits: Option<FlowLimits>) {
+        let t = match limits {
+            Some(_) => self.topic_idx_or_create(topic),
+            None => match self.topic_idx(topic) {
+                Some(t) => t,
+                None => return,
+            },
+        } as usize;
+        let records = &self.records;
+        let topic = &mut self.topics[t];
+        let tat = topic.flow.as_ref().map_or(0.0, |f| f.tat);
+        topic.flow = limits.map(|l| Box::new(Flow::new(l, tat)));
+        topic.ready.clear();
+        // ACTIVE first, so that each key's count is known when its READY tasks come in.
+        for state in [State::Active, State::Ready] {
+            for &idx in topic.ids.iter() {
+                let r = &records[idx as usize];
+                if r.state != state {
+                    continue;
+                }
+                let (a, b) = r.ready_key();
+                match (topic.flow.as_deref_mut(), r.key(), state) {
+                    (Some(flow), Some(key), State::Active) => {
+                        flow.enter_active(key, &mut topic.ready)
+                    }
+                    (Some(flow), Some(key), _) => {
+                        flow.enter_ready(key, (a, b, idx), &mut topic.ready)
+                    }
+                    (_, _, State::Ready) => {
+                        topic.ready.insert((a, b, idx));
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    /// Takes the (topic, instant) pairs at which a rate-limited topic may hand out again.
+    pub fn take_rate_wakes(&mut self) -> Vec<(Arc<str>, Millis)> {
+        std::mem::take(&mut self.rate_wakes)
     }
 
     /// ACTIVE → FINISHED.
