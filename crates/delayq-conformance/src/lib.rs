@@ -12,8 +12,8 @@
 //! - [`spans`]: delayq's own spans of a traced task's events (every case runs with them on,
 //!   recorded in [`Harness::spans`]).
 //! - [`expiry`]: task expiry (docs/flow-control.md).
-//! - [`flow`]: flow limits (docs/flow-control.md), run by [`flow_suite!`] on the backends
-//!   that enforce them (memory and embedded; Redis mode refuses limits for now).
+//! - [`flow`]: flow limits (docs/flow-control.md), run by [`flow_suite!`] on every backend and
+//!   [`flow_key_suite!`] on those that keep keys (memory and embedded).
 //!
 //! A backend crate adds one line to an integration test file:
 //!
@@ -237,17 +237,24 @@ macro_rules! suite {
 }
 
 /// Generates one `#[tokio::test]` per case of [`flow`] for the backend built by `$make`, like
-/// [`suite!`]: for the backends that enforce flow limits.
+/// [`suite!`]: the topic limits, for every backend.
 #[macro_export]
 macro_rules! flow_suite {
     ($make:expr) => {
         $crate::suite!(@in flow $make;
             max_active_bounds_active_tasks, a_waiting_pop_wakes_when_a_slot_frees,
-            a_slot_is_held_until_the_ttr_passes, a_busy_key_does_not_hold_back_others,
-            the_rate_bounds_hand_outs, a_rate_limited_pop_wakes_when_the_rate_allows,
-            raising_a_limit_wakes_a_waiting_pop, limits_are_listed_replaced_and_removed,
-            pop_any_skips_a_topic_at_its_limit
+            a_slot_is_held_until_the_ttr_passes, the_rate_bounds_hand_outs,
+            a_rate_limited_pop_wakes_when_the_rate_allows, raising_a_limit_wakes_a_waiting_pop,
+            limits_are_listed_replaced_and_removed, pop_any_skips_a_topic_at_its_limit
         );
+    };
+}
+
+/// The per-key cases of [`flow`], for the backends that keep a task's key.
+#[macro_export]
+macro_rules! flow_key_suite {
+    ($make:expr) => {
+        $crate::suite!(@in flow $make; a_busy_key_does_not_hold_back_others);
     };
 }
 

@@ -24,6 +24,19 @@ delayq_conformance::suite!(|ctx| async move {
     support::served_with(ctx, options(&support::unique_prefix("c"))).await
 });
 
+/// The flow cases, the topics they limit with one partition (Redis mode refuses limits on
+/// more).
+mod flow {
+    use super::{options, support};
+
+    delayq_conformance::flow_suite!(|ctx| async move {
+        let options = options(&support::unique_prefix("f"))
+            .topic_partitions("limited", 1)
+            .topic_partitions("other", 1);
+        support::served_with(ctx, options).await
+    });
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_topics_partitions_land_on_every_master() {
     let cluster = RedisCluster::shared();

@@ -9,8 +9,10 @@
 --   10    the records: a hash, task id -> packed record (below)
 --   11    the extras: a hash, task id -> what only some tasks have (below)
 --   12    the partition's info: a hash with `v` (the index format, 2), `pause` (absent:
---         not paused; -1: until resumed; else the epoch ms at which the pause ends) and
---         `expired` (how many tasks expired, cumulative)
+--         not paused; -1: until resumed; else the epoch ms at which the pause ends),
+--         `expired` (how many tasks expired, cumulative), and for a topic with flow limits
+--         `limits` (`<max_active>,<ms between hand-outs>,<burst>`, empty parts: none) and
+--         `tat` (the rate's theoretical arrival time, see `allowance`)
 --   13    DELAYED and READY tasks that have an expiry, scored by it (docs/flow-control.md)
 --   14    (tick only) the partition's fencing token
 --
@@ -106,6 +108,8 @@ local HEADS = {}
 local SCANNED = 0
 -- Where pop.lua's own arguments start: 7, or after the finish of finish_pop.lua.
 local POP_ARG = 7
+-- Whether a task left ACTIVE: a topic with flow limits then has a free slot to announce.
+local FREED = false
 
 local function fmt(n)
   return string.format('%d', n)
@@ -250,6 +254,7 @@ end
 local function purge(rec)
   redis.call('ZREM', SETS[rec.state], (member(rec, rec.state)))
   if rec.state == ACTIVE then
+    FREED = true
     redis.call('ZREM', DEADLINES, rec.id)
   elseif EXPIRY[rec.state] then
     redis.call('ZREM', EXPIRY[rec.state], rec.id)
@@ -409,6 +414,7 @@ end
 local function leave(rec)
   redis.call('ZREM', SETS[rec.state], (member(rec, rec.state)))
   if rec.state == ACTIVE then
+    FREED = true
     redis.call('ZREM', DEADLINES, rec.id)
   elseif EXPIRY[rec.state] then
     redis.call('ZREM', EXPIRY[rec.state], rec.id)
@@ -643,6 +649,54 @@ local function paused()
   return until_ms
 end
 
+-- The partition's flow limits (docs/flow-control.md), or nil: {max = max_active or nil,
+-- interval = ms between hand-outs or nil, burst}. The topic has one partition (Redis mode
+-- refuses limits on more), so the counts here are the topic's.
+local function limits()
+  local spec = redis.call('HGET', INFO, 'limits')
+  if not spec then
+    return nil
+  end
+  local max, interval, burst = string.match(spec, '^(%d*),([^,]*),(%d*)$')
+  return {max = tonumber(max), interval = tonumber(interval), burst = tonumber(burst) or 1}
+end
+
+-- The rate's theoretical arrival time, at least `at`.
+local function tat_at(at)
+  return math.max(tonumber(redis.call('HGET', INFO, 'tat') or '0'), at)
+end
+
+-- How many of `want` hand-outs the limits `lim` allow at UPPER (the start of the windows a
+-- pop hands out), and when none: the instant the rate lets the next one go (nil when it is
+-- max_active that holds them). The rate is the GCRA of delayq_core::flow::take: a hand-out
+-- fits while tat - now < burst x interval; each moves tat one interval on (`spend`).
+local function allowance(want, lim)
+  if not lim then
+    return want, nil
+  end
+  local n = want
+  if lim.max then
+    n = math.min(n, math.max(0, lim.max - redis.call('ZCARD', SETS[ACTIVE])))
+  end
+  if lim.interval and n > 0 then
+    local tat = tat_at(UPPER)
+    local room = (UPPER + lim.burst * lim.interval - tat) / lim.interval
+    n = math.min(n, math.max(0, math.floor(room + 1e-9)))
+    if n == 0 then
+      return 0, math.max(math.ceil(tat - (lim.burst - 1) * lim.interval), UPPER + 1)
+    end
+  end
+  return n, nil
+end
+
+-- Moves the rate of `lim` on by `n` hand-outs.
+local function spend(lim, n)
+  if lim and lim.interval and n > 0 then
+    local tat = tat_at(UPPER) + n * lim.interval
+    redis.call('HSET', INFO, 'tat', string.format('%.17g', tat))
+  end
+end
+
 -- Converts a partition written by the previous version (bare ids in READY and DEAD, no
 -- priority or insertion number in the records) to this version's members. Once per
 -- partition; afterwards one HGET per script.
@@ -666,6 +720,10 @@ end
 
 -- Tells the other instances what happened; this instance handles its own events directly.
 local function publish()
+  -- A slot freed in a topic with limits: consumers held back by them may go on.
+  if FREED and READY_N == 0 and redis.call('HEXISTS', INFO, 'limits') == 1 then
+    READY_N = math.min(redis.call('ZCARD', SETS[READY]), 1)
+  end
   if READY_N > 0 then
     redis.call('PUBLISH', CHANNEL, 'r ' .. ORIGIN .. ' ' .. TOPIC .. ' ' .. READY_N)
   end

@@ -2,7 +2,9 @@
 -- after promoting what is due (so a partition whose promoter lags, or has none, still never
 -- keeps due tasks back) and applying the expiries that are due (so a task is never handed
 -- out at or after its expiry, whatever the promoter's lag). A paused partition promotes and
--- expires but hands nothing out (rule 14).
+-- expires but hands nothing out (rule 14). A topic's flow limits (`allowance`) bound how many
+-- go; when its rate lets none go, the reply gives the instant it will as the pause's end, so
+-- the instance wakes its parked consumers then.
 -- ARGV[8] '1' to finish them at once, ARGV[9] a random receipt prefix (12 hex digits),
 -- ARGV[10] how many due tasks to promote at most. (finish_pop.lua runs this after a finish,
 -- with these four arguments two places later: POP_ARG.)
@@ -17,8 +19,15 @@ local promoted = promote(tonumber(ARGV[POP_ARG + 3]))
 expire_due(tonumber(ARGV[POP_ARG + 3]))
 local pause = paused()
 local members = {}
+local lim = limits()
 if pause == nil then
-  members = redis.call('ZRANGE', SETS[READY], 0, max - 1)
+  local next_at
+  max, next_at = allowance(max, lim)
+  if max > 0 then
+    members = redis.call('ZRANGE', SETS[READY], 0, max - 1)
+  elseif next_at and redis.call('ZCARD', SETS[READY]) > 0 then
+    pause = next_at
+  end
 end
 local out = {0, pause or -2}
 if #members > 0 then
@@ -60,6 +69,7 @@ for i, m in ipairs(members) do
   end
 end
 out[1] = taken
+spend(lim, taken)
 -- Wake other consumers only for what this pop promoted and left behind, and only when they
 -- can take it.
 if pause == nil then

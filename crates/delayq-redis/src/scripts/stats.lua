@@ -1,7 +1,8 @@
 -- stats: the counters of one partition, O(1): the size of each state's set, less the
 -- retained records whose retention already passed (not yet purged).
 -- Reply: six counts in state order, the earliest due of a DELAYED task (-1: none), the
--- pause (-2: none, -1: until resumed, else its end), then how many tasks expired.
+-- pause (-2: none, -1: until resumed, else its end), how many tasks expired, then the READY
+-- tasks the flow limits hold back: by max_active, by the rate.
 local out = {}
 for state = 0, 5 do
   out[state + 1] = redis.call('ZCARD', SETS[state])
@@ -12,4 +13,9 @@ end
 out[7] = head_score(SETS[DELAYED]) or -1
 out[8] = paused() or -2
 out[9] = tonumber(redis.call('HGET', INFO, 'expired') or '0')
+out[10], out[11] = 0, 0
+local allowed, next_at = allowance(1, limits())
+if allowed == 0 then
+  out[next_at and 11 or 10] = out[READY + 1]
+end
 return out

@@ -21,7 +21,7 @@
 
 use std::collections::HashMap;
 
-use delayq::{Error, Millis, Result, State, TaskInfo};
+use delayq::{Error, FlowLimits, InvalidField, Millis, Result, State, TaskInfo};
 
 use super::InstanceState;
 use super::pop::Part;
@@ -140,7 +140,8 @@ impl InstanceState {
             .await?
             .ok_or_else(|| BackendError::protocol("pausing", "topic not registered"))?;
         let until = until_ms.map_or_else(|| "-1".to_owned(), |u| u.to_string());
-        self.pause_all(topic, n, &until).await
+        self.on_every_partition(&SCRIPTS.pause, topic, n, &until, "pausing or resuming")
+            .await
     }
 
     /// Ends the pause of `topic`.
@@ -149,19 +150,63 @@ impl InstanceState {
         let Some(n) = self.partitions(topic, false).await? else {
             return Ok(());
         };
-        self.pause_all(topic, n, "resume").await
+        self.on_every_partition(&SCRIPTS.pause, topic, n, "resume", "pausing or resuming")
+            .await
     }
 
-    /// Runs the `pause` script with `arg` on every partition of `topic`.
-    async fn pause_all(&self, topic: &str, n: u32, arg: &str) -> Result<()> {
-        let what = format!("pausing or resuming topic {topic:?}");
+    /// Sets (or with `None` removes) the flow limits of `topic` in its partition, where the
+    /// pop script checks them (docs/flow-control.md). A topic of several partitions is
+    /// refused: its counts would have to live in one slot that every partition's script
+    /// reads, which Redis Cluster forbids. Per-key limits are not kept in Redis mode yet.
+    pub(super) async fn set_limits(&self, topic: &str, limits: Option<FlowLimits>) -> Result<()> {
+        self.check_open()?;
+        if limits.is_some_and(|l| l.max_active_per_key.is_some()) {
+            return Err(InvalidField::new(
+                "max_active_per_key",
+                "is not available in Redis mode yet (docs/flow-control.md): \
+                 use max_active and rate_per_s, or the embedded storage",
+            )
+            .into());
+        }
+        let Some(n) = self.partitions(topic, limits.is_some()).await? else {
+            return Ok(());
+        };
+        let arg = match limits {
+            Some(_) if n > 1 => {
+                return Err(InvalidField::new(
+                    "topic",
+                    format!(
+                        "{topic:?} has {n} partitions; in Redis mode a topic with flow limits \
+                         must have one (set its partitions to 1 before its first task, \
+                         docs/flow-control.md)"
+                    ),
+                )
+                .into());
+            }
+            Some(l) => limits_arg(&l),
+            None => String::new(),
+        };
+        self.on_every_partition(&SCRIPTS.limits, topic, n, &arg, "setting flow limits of")
+            .await
+    }
+
+    /// Runs `script` with `arg` on every partition of `topic` (`doing` says what for errors).
+    async fn on_every_partition(
+        &self,
+        script: &redis::Script,
+        topic: &str,
+        n: u32,
+        arg: &str,
+        doing: &str,
+    ) -> Result<()> {
+        let what = format!("{doing} topic {topic:?}");
         let now = self.ctx.clock.now_ms();
         let keys: Vec<PartitionKeys> = (0..n).map(|p| self.keys.partition(topic, p)).collect();
         let invs: Vec<_> = keys
             .iter()
             .enumerate()
             .map(|(p, pk)| {
-                let mut inv = self.invocation(&SCRIPTS.pause, pk, topic, p as u32, now);
+                let mut inv = self.invocation(script, pk, topic, p as u32, now);
                 inv.arg(arg);
                 inv
             })
@@ -282,4 +327,17 @@ fn kick_plan(candidates: &[([u64; 3], u32)], chunk: usize) -> Vec<(u32, usize)> 
         }
     }
     plan
+}
+
+/// The `limits` script's argument: `<max_active>,<ms between hand-outs>,<burst>`, empty parts
+/// for what is not limited (the interval in Rust's shortest exact form, which Lua reads back
+/// to the same double).
+fn limits_arg(l: &FlowLimits) -> String {
+    let rate = l.rate();
+    format!(
+        "{},{},{}",
+        l.max_active.map_or(String::new(), |n| n.to_string()),
+        rate.map_or(String::new(), |r| r.interval_ms.to_string()),
+        rate.map_or(String::new(), |r| r.burst.to_string()),
+    )
 }

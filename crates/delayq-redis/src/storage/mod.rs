@@ -300,26 +300,32 @@ impl TaskStore for RedisStorage {
         if !tasks.iter().any(|t| t.key.is_some()) {
             return self.state.add(tasks).await;
         }
-        let (keyed, plain): (Vec<_>, Vec<_>) = tasks
-            .into_iter()
-            .enumerate()
-            .partition(|(_, t)| t.key.is_some());
-        let mut added = self
-            .state
-            .add(plain.iter().map(|(_, t)| t.clone()).collect())
-            .await?
-            .into_iter();
+        let total = tasks.len();
+        let (mut keyed_at, mut plain_at, mut plain) = (Vec::new(), Vec::new(), Vec::new());
+        for (i, task) in tasks.into_iter().enumerate() {
+            if task.key.is_some() {
+                keyed_at.push(i);
+            } else {
+                plain_at.push(i);
+                plain.push(task);
+            }
+        }
+        let added = if plain.is_empty() {
+            Vec::new()
+        } else {
+            self.state.add(plain).await?
+        };
         let mut results: Vec<Option<AddResult>> = Vec::new();
-        results.resize_with(keyed.len() + plain.len(), || None);
-        for (i, _) in keyed {
+        results.resize_with(total, || None);
+        for i in keyed_at {
             results[i] = Some(Err(delayq::InvalidField::new(
                 "key",
                 "flow-control keys are not available in Redis mode yet (docs/flow-control.md)",
             )
             .into()));
         }
-        for (i, _) in plain {
-            results[i] = added.next();
+        for (i, result) in plain_at.into_iter().zip(added) {
+            results[i] = Some(result);
         }
         Ok(results
             .into_iter()
@@ -357,25 +363,24 @@ impl TaskStore for RedisStorage {
         self.state.resume(topic).await
     }
 
-    /// Not yet: flow limits must be checked inside the scripts that hand tasks out, which
-    /// this version's scripts do not do, so Redis mode refuses them rather than ignore them
-    /// (docs/flow-control.md).
-    async fn set_limits(&self, _topic: &str, limits: Option<delayq::FlowLimits>) -> Result<()> {
-        self.state.check_open()?;
+    /// Limits live in the topic's partition, where the pop script checks them, and in the
+    /// settings store, which lists them (docs/flow-control.md).
+    async fn set_limits(&self, topic: &str, limits: Option<delayq::FlowLimits>) -> Result<()> {
+        self.state.set_limits(topic, limits).await?;
         match limits {
-            None => Ok(()),
-            Some(_) => Err(delayq::InvalidField::new(
-                "topic",
-                "flow limits are not available in Redis mode yet (docs/flow-control.md): \
-                 use the embedded storage, or limit the consumers",
-            )
-            .into()),
+            Some(l) => {
+                let value = serde_json::to_vec(&l).expect("limits serialize");
+                SettingsStore::put(self, delayq::LIMITS_NAMESPACE, topic, value).await
+            }
+            None => SettingsStore::delete(self, delayq::LIMITS_NAMESPACE, topic)
+                .await
+                .map(drop),
         }
     }
 
     async fn limits(&self) -> Result<Vec<(String, delayq::FlowLimits)>> {
-        self.state.check_open()?;
-        Ok(Vec::new())
+        let stored = SettingsStore::list(self, delayq::LIMITS_NAMESPACE).await?;
+        Ok(delayq::storage::decode_limits(stored))
     }
 
     async fn finish(&self, topic: &str, id: &str, receipt: Option<&str>) -> Result<()> {

@@ -292,14 +292,18 @@ impl InstanceState {
 
 /// The counters of one partition from its stats script: six counts in state order, the
 /// earliest due of a DELAYED task (-1: none), the pause (-2: none, -1: until resumed, else
-/// its end), then how many tasks expired.
+/// its end), how many tasks expired, then the READY tasks held back by max_active and by the
+/// rate.
 fn parse_stats(value: Value, what: &str) -> Result<TopicStats, BackendError> {
     let Value::Array(items) = value else {
         return Err(BackendError::protocol(what, "stats reply is not an array"));
     };
     let nums: Vec<i64> = items.iter().filter_map(int).collect();
-    if nums.len() != 9 {
-        return Err(BackendError::protocol(what, "stats reply has not 9 values"));
+    if nums.len() != 11 {
+        return Err(BackendError::protocol(
+            what,
+            "stats reply has not 11 values",
+        ));
     }
     let mut stats = TopicStats::default();
     for (state, &n) in State::ALL.iter().zip(&nums) {
@@ -307,6 +311,8 @@ fn parse_stats(value: Value, what: &str) -> Result<TopicStats, BackendError> {
     }
     stats.next_due_ms = u64::try_from(nums[6]).ok();
     stats.expired = u64::try_from(nums[8]).unwrap_or(0);
+    stats.held_back.max_active = u64::try_from(nums[9]).unwrap_or(0);
+    stats.held_back.rate = u64::try_from(nums[10]).unwrap_or(0);
     if nums[7] != -2 {
         stats.pause = Pause {
             paused: true,
@@ -322,14 +328,19 @@ mod tests {
 
     #[test]
     fn stats_replies_parse() {
-        let reply = Value::Array([1, 2, 3, 4, 5, 6, 900, -2, 7].map(Value::Int).to_vec());
+        let reply = Value::Array(
+            [1, 2, 3, 4, 5, 6, 900, -2, 7, 0, 2]
+                .map(Value::Int)
+                .to_vec(),
+        );
         let stats = parse_stats(reply, "testing").unwrap();
+        assert_eq!((stats.held_back.max_active, stats.held_back.rate), (0, 2));
         let counts: Vec<u64> = State::ALL.iter().map(|&s| stats.count(s)).collect();
         assert_eq!(counts, [1, 2, 3, 4, 5, 6]);
         assert_eq!((stats.total, stats.next_due_ms), (21, Some(900)));
         assert_eq!(stats.expired, 7);
         assert!(!stats.pause.paused);
-        let none = Value::Array([0, 0, 0, 0, 0, 0, -1, -1, 0].map(Value::Int).to_vec());
+        let none = Value::Array([0, 0, 0, 0, 0, 0, -1, -1, 0, 0, 0].map(Value::Int).to_vec());
         let paused = parse_stats(none, "testing").unwrap();
         assert_eq!(paused.next_due_ms, None);
         assert_eq!(
@@ -339,7 +350,11 @@ mod tests {
                 until_ms: None
             }
         );
-        let until = Value::Array([0, 0, 0, 0, 0, 0, -1, 5000, 0].map(Value::Int).to_vec());
+        let until = Value::Array(
+            [0, 0, 0, 0, 0, 0, -1, 5000, 0, 0, 0]
+                .map(Value::Int)
+                .to_vec(),
+        );
         assert_eq!(
             parse_stats(until, "testing").unwrap().pause.until_ms,
             Some(5000)

@@ -118,5 +118,21 @@ pub const DUE_COUNT_STEP: usize = 65_536;
 /// [`FlowLimits`](delayq_core::FlowLimits)).
 pub const LIMITS_NAMESPACE: &str = "limits";
 
+/// The limits of the (topic, JSON) pairs read from [`LIMITS_NAMESPACE`] of a settings store.
+/// A value that does not parse is reported and left out: the topic then has no limits until
+/// they are set again.
+pub fn decode_limits(stored: Vec<(String, Vec<u8>)>) -> Vec<(String, delayq_core::FlowLimits)> {
+    stored
+        .into_iter()
+        .filter_map(|(topic, value)| match serde_json::from_slice(&value) {
+            Ok(limits) => Some((topic, limits)),
+            Err(e) => {
+                tracing::error!(topic, error = %e, "stored flow limits do not parse; the topic has none until they are set again");
+                None
+            }
+        })
+        .collect()
+}
+
 /// The result of one task of a batch add.
 pub type AddResult = Result<AddOutcome>;

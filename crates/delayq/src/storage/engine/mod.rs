@@ -43,7 +43,7 @@ pub(crate) use self::settings::{Settings, SettingsMap};
 pub(crate) use self::shard::Shard;
 use super::{
     AddResult, BeanstalkOps, JobIds, LIMITS_NAMESPACE, ReleaseOptions, SettingsStore,
-    StorageContext, TaskStore,
+    StorageContext, TaskStore, decode_limits,
 };
 use crate::clock::Clock;
 use crate::error::{Error, Result};
@@ -224,20 +224,9 @@ impl<J: Journal> Engine<J> {
         self.pause_wakers.cancel(topic);
     }
 
-    /// The limits kept in the settings store. A value that does not parse is reported and
-    /// left out: the topic then has no limits until they are set again.
+    /// The limits kept in the settings store.
     fn stored_limits(&self) -> Vec<(String, FlowLimits)> {
-        self.settings
-            .list(LIMITS_NAMESPACE)
-            .into_iter()
-            .filter_map(|(topic, value)| match serde_json::from_slice(&value) {
-                Ok(limits) => Some((topic, limits)),
-                Err(e) => {
-                    tracing::error!(topic, error = %e, "stored flow limits do not parse; the topic has none until they are set again");
-                    None
-                }
-            })
-            .collect()
+        decode_limits(self.settings.list(LIMITS_NAMESPACE))
     }
 
     /// The context the engine runs with.
