@@ -37,6 +37,11 @@ pub struct LimitsRequest {
 }
 
 impl LimitsRequest {
+    /// The names of its fields, as serde reads them (the keys of a `[[flow_limits]]` table).
+    pub fn fields() -> &'static [&'static str] {
+        crate::number::struct_fields::<LimitsRequest>()
+    }
+
     /// The library's limits (checked there against their ranges).
     pub fn limits(&self) -> Result<FlowLimits, InvalidField> {
         let count = |field: &str, n: Option<Count>| {

@@ -73,6 +73,9 @@ pub enum Command {
     /// Manage push targets: delayq POSTs a topic's tasks to a URL when they are due.
     #[command(subcommand)]
     Push(PushCommand),
+    /// Manage a topic's flow limits: how many tasks ACTIVE at once, how fast, per key.
+    #[command(subcommand)]
+    Limits(LimitsCommand),
     /// Manage recurring schedules: each occurrence becomes a task `<name>@<due ms>`.
     #[command(subcommand)]
     Schedule(ScheduleCommand),
@@ -96,6 +99,40 @@ pub enum PushCommand {
     Get(StatsArgs),
     /// Remove the push target of a topic; its tasks then wait for ordinary consumers.
     Delete(TopicArgs),
+}
+
+/// `delayq limits ...`: a topic's flow limits (docs/flow-control.md).
+#[derive(Debug, Subcommand)]
+pub enum LimitsCommand {
+    /// Set (or replace) the limits of a topic; every consumer of every instance obeys them.
+    Set(LimitsSetArgs),
+    /// Show the limits of a topic, or of every topic that has some.
+    Get(StatsArgs),
+    /// Remove the limits of a topic.
+    Delete(TopicArgs),
+}
+
+/// `delayq limits set`: at least one limit.
+#[derive(Debug, Args)]
+pub struct LimitsSetArgs {
+    /// The topic.
+    #[arg(long, short = 't')]
+    pub topic: String,
+    /// At most this many of the topic's tasks ACTIVE at once.
+    #[arg(long, value_name = "N")]
+    pub max_active: Option<u32>,
+    /// At most this many hand-outs a second on average.
+    #[arg(long, value_name = "PER_S")]
+    pub rate: Option<f64>,
+    /// Hand-outs that may go at once after a quiet time (default: one second of --rate).
+    #[arg(long, value_name = "N", requires = "rate")]
+    pub burst: Option<u32>,
+    /// At most this many ACTIVE tasks of one key (`delayq add --key`) at once.
+    #[arg(long, value_name = "N")]
+    pub max_active_per_key: Option<u32>,
+    /// How to reach the server and how to print.
+    #[command(flatten)]
+    pub client: ClientArgs,
 }
 
 /// `delayq push set`.
@@ -254,6 +291,10 @@ pub struct AddArgs {
     /// is deleted.
     #[arg(long, value_enum, value_name = "POLICY")]
     pub on_expire: Option<ExpirePolicy>,
+    /// The flow-control key (a merchant, a user): the topic's max-active-per-key bounds the
+    /// ACTIVE tasks of one key (docs/flow-control.md).
+    #[arg(long, value_name = "KEY")]
+    pub key: Option<String>,
     /// Import tasks from a JSON-lines file (`-` for standard input) instead of adding one.
     #[arg(long, short = 'f', value_name = "PATH", conflicts_with_all = ["id", "body", "body_file", "delay", "delay_ms", "at"])]
     pub file: Option<PathBuf>,

@@ -15,9 +15,9 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::Value;
 
 use crate::args::{
-    ClientArgs, Command, MissedPolicy, PopArgs, PushCommand, PushSetArgs, RequeueArgs,
-    RescheduleArgs, ScheduleAddArgs, ScheduleCommand, ScheduleGetArgs, StatsArgs, TaskArgs,
-    TasksArgs,
+    ClientArgs, Command, LimitsCommand, MissedPolicy, PopArgs, PushCommand, PushSetArgs,
+    RequeueArgs, RescheduleArgs, ScheduleAddArgs, ScheduleCommand, ScheduleGetArgs, StatsArgs,
+    TaskArgs, TasksArgs,
 };
 use crate::config::{AddPlan, Connection, ImportPlan};
 use crate::duration::{format_duration, now_ms};
@@ -68,6 +68,7 @@ pub async fn run(command: Command, out: &mut dyn Write) -> Result<(), CliError> 
             Ok(())
         }
         Command::Push(command) => push(command, out).await,
+        Command::Limits(command) => limits(command, out).await,
         Command::Schedule(command) => schedule(command, out).await,
         Command::Bench(args) => crate::bench::run(args, out).await,
         Command::Data(command) => crate::data::run(command, out),
@@ -396,6 +397,57 @@ fn due_words(when: When) -> String {
         When::Delay(0) => "due now".to_owned(),
         When::Delay(ms) => format!("due in {}", format_duration(ms)),
         When::At(at) => format!("due {}", output::when(at, now_ms())),
+    }
+}
+
+/// `delayq limits set|get|delete`.
+async fn limits(command: LimitsCommand, out: &mut dyn Write) -> Result<(), CliError> {
+    match command {
+        LimitsCommand::Set(args) => {
+            let conn = Connection::from_args(&args.client)?;
+            let mut limits = delayq_client::FlowLimits::default();
+            limits.max_active = args.max_active;
+            limits.rate_per_s = args.rate;
+            limits.burst = args.burst;
+            limits.max_active_per_key = args.max_active_per_key;
+            if limits.is_empty() {
+                return Err(CliError::usage(
+                    "delayq limits set needs at least one of --max-active, --rate, \
+                     --max-active-per-key (delayq limits delete removes a topic's limits)",
+                ));
+            }
+            let call = Call::limits_set(&args.topic, &limits);
+            if conn.json {
+                return print_raw(&conn, &call, out).await;
+            }
+            let view = conn.client.limits_set(&args.topic, &limits).await?;
+            writeln!(out, "{}", output::limits(&[view]))?;
+            Ok(())
+        }
+        LimitsCommand::Get(args) => {
+            let conn = Connection::from_args(&args.client)?;
+            if conn.json {
+                return print_raw(&conn, &Call::limits_get(args.topic.as_deref()), out).await;
+            }
+            let limits = conn.client.limits_get(args.topic.as_deref()).await?;
+            writeln!(out, "{}", output::limits(&limits))?;
+            Ok(())
+        }
+        LimitsCommand::Delete(args) => {
+            let conn = Connection::from_args(&args.client)?;
+            let call = Call::limits_delete(&args.topic);
+            if conn.json {
+                return print_raw(&conn, &call, out).await;
+            }
+            let deleted = conn.client.limits_delete(&args.topic).await?;
+            let words = if deleted {
+                "no longer has flow limits"
+            } else {
+                "had no flow limits"
+            };
+            writeln!(out, "topic {:?} {words}", args.topic)?;
+            Ok(())
+        }
     }
 }
 

@@ -145,6 +145,9 @@ fn line_defaults(args: &AddArgs, options: TaskOptions) -> Result<LineDefaults, C
     if let Some(policy) = options.on_expire {
         fields.insert("on_expire".into(), Value::from(policy.name()));
     }
+    if let Some(key) = &args.key {
+        fields.insert("key".into(), Value::from(key.as_str()));
+    }
     Ok(LineDefaults { fields })
 }
 
@@ -194,6 +197,9 @@ fn one_task(args: &AddArgs, options: TaskOptions) -> Result<NewTask, CliError> {
     }
     if let Some(policy) = options.on_expire {
         task = task.on_expire(policy);
+    }
+    if let Some(key) = &args.key {
+        task = task.key(key.as_str());
     }
     Ok(task)
 }

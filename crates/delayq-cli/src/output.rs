@@ -24,6 +24,29 @@ fn table(header: &[&str]) -> Table {
     table
 }
 
+/// Flow limits as a table, one topic a row.
+pub fn limits(limits: &[delayq_client::LimitsView]) -> String {
+    if limits.is_empty() {
+        return "no flow limits".into();
+    }
+    let mut t = table(&["topic", "max active", "rate", "max active per key"]);
+    let or_dash = |n: Option<u32>| n.map_or_else(|| "-".to_owned(), |n| n.to_string());
+    for l in limits {
+        let rate = match (l.rate_per_s, l.burst) {
+            (Some(r), Some(b)) => format!("{r}/s (burst {b})"),
+            (Some(r), None) => format!("{r}/s"),
+            _ => "-".into(),
+        };
+        t.add_row(vec![
+            l.topic.clone(),
+            or_dash(l.max_active),
+            rate,
+            or_dash(l.max_active_per_key),
+        ]);
+    }
+    t.to_string()
+}
+
 /// Push targets as a table (never their secret: the server does not send it).
 pub fn push_targets(targets: &[delayq_client::TargetView]) -> String {
     if targets.is_empty() {

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use delayq_api::endpoint::{self, Endpoint, Method, NoParams, ScheduleAt};
+use delayq_api::flow::{LimitsQuery, LimitsRequest, LimitsView};
 use delayq_api::push::{PushQuery, PushTarget, TargetView};
 use delayq_api::{
     AckRequest, AddBatchRequest, AddData, AddRequest, AddTaskRequest, AllStats,
@@ -542,6 +543,33 @@ impl Client {
         Ok(deleted.is_some_and(|d| d.deleted))
     }
 
+    /// Sets the flow limits of a topic (replacing the ones it had); returns them as the server
+    /// shows them.
+    pub async fn limits_set(
+        &self,
+        topic: &str,
+        limits: &delayq_core::FlowLimits,
+    ) -> Result<LimitsView, ClientError> {
+        self.required::<endpoint::LimitsSet>(&LimitsRequest::new(topic, limits), "limits")
+            .await
+    }
+
+    /// The flow limits: of one topic (none or one), or of every topic that has some.
+    pub async fn limits_get(&self, topic: Option<&str>) -> Result<Vec<LimitsView>, ClientError> {
+        let list = self
+            .call::<endpoint::LimitsGet>(&limits_query(topic))
+            .await?;
+        Ok(list.map(|l| l.limits).unwrap_or_default())
+    }
+
+    /// Removes a topic's flow limits; whether it had some.
+    pub async fn limits_delete(&self, topic: &str) -> Result<bool, ClientError> {
+        let deleted = self
+            .call::<endpoint::LimitsDelete>(&limits_query(Some(topic)))
+            .await?;
+        Ok(deleted.is_some_and(|d| d.deleted))
+    }
+
     /// The counters of one topic.
     pub async fn stats(&self, topic: &str) -> Result<StatsView, ClientError> {
         let query = stats_query(Some(topic));
@@ -935,6 +963,21 @@ impl Call {
         Call::of::<endpoint::PushDelete>(&push_query(Some(topic)))
     }
 
+    /// `POST /limits`: sets a topic's flow limits.
+    pub fn limits_set(topic: &str, limits: &delayq_core::FlowLimits) -> Call {
+        Call::of::<endpoint::LimitsSet>(&LimitsRequest::new(topic, limits))
+    }
+
+    /// `GET /limits`, of one topic or of all.
+    pub fn limits_get(topic: Option<&str>) -> Call {
+        Call::of::<endpoint::LimitsGet>(&limits_query(topic))
+    }
+
+    /// `DELETE /limits?topic=`: removes a topic's flow limits.
+    pub fn limits_delete(topic: &str) -> Call {
+        Call::of::<endpoint::LimitsDelete>(&limits_query(Some(topic)))
+    }
+
     /// `POST /schedules`: creates a schedule or replaces its definition.
     pub fn put_schedule(schedule: &ScheduleRequest) -> Call {
         Call::of::<endpoint::PutSchedule>(schedule)
@@ -1062,6 +1105,12 @@ fn stats_query(topic: Option<&str>) -> StatsQuery {
 }
 
 /// The query of `/push`.
+fn limits_query(topic: Option<&str>) -> LimitsQuery {
+    LimitsQuery {
+        topic: topic.map(str::to_owned),
+    }
+}
+
 fn push_query(topic: Option<&str>) -> PushQuery {
     PushQuery {
         topic: topic.map(str::to_owned),

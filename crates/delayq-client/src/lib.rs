@@ -27,6 +27,7 @@ pub mod error;
 mod wire;
 
 pub use client::{Ack, Call, Client, ClientOptions, ListOptions, PopOptions};
+pub use delayq_api::flow::LimitsView;
 pub use delayq_api::push::{PushFigures, PushTarget, TargetView};
 pub use delayq_api::{
     BodyEncoding, PauseData, ReleaseData, StatsView, TaskDelivery, TaskListItem, TaskPage,
@@ -37,7 +38,8 @@ pub use delayq_api::{
 };
 pub use delayq_core::schedule::Missed;
 pub use delayq_core::{
-    AddOutcome, Backoff, Expiry, MaxRetries, Millis, NewTask, OnDuplicate, OnExpire, State, When,
+    AddOutcome, Backoff, Expiry, FlowLimits, MaxRetries, Millis, NewTask, OnDuplicate, OnExpire,
+    State, When,
 };
 pub use delayq_core::{BuryOptions, ReleaseOptions, TraceContext};
 pub use error::{ClientError, ErrorKind};

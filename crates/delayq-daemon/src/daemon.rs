@@ -202,6 +202,7 @@ async fn start_services(
     running.add(services::Background(
         services.history.spawn_sampler(queue.clone()),
     ));
+    set_flow_limits(&queue, &config.flow_limits).await;
     running.add(services::Schedules(start_scheduler(
         services.scheduler.clone(),
         config,
@@ -282,6 +283,39 @@ async fn start_beanstalk(
         control,
         task: tokio::spawn(server.run()),
     })
+}
+
+/// Sets the flow limits of the configuration before the server answers, so that no pop is
+/// served without them. A topic whose limits cannot be set now (storage down) is logged and
+/// tried again every second in the background, like the schedules.
+async fn set_flow_limits(queue: &delayq::Queue, limits: &[(String, delayq::FlowLimits)]) {
+    let mut failed = Vec::new();
+    for (topic, l) in limits {
+        match queue.set_limits(topic, *l).await {
+            Ok(()) => tracing::info!(%topic, "flow limits from the configuration"),
+            Err(e) => {
+                tracing::warn!(%topic, error = %e, "flow limits from the configuration not set yet; trying again every second");
+                failed.push((topic.clone(), *l));
+            }
+        }
+    }
+    if failed.is_empty() {
+        return;
+    }
+    let queue = queue.clone();
+    tokio::spawn(async move {
+        while !failed.is_empty() && !queue.is_closing() {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let mut still = Vec::new();
+            for (topic, l) in failed {
+                match queue.set_limits(&topic, l).await {
+                    Ok(()) => tracing::info!(%topic, "flow limits from the configuration"),
+                    Err(_) => still.push((topic, l)),
+                }
+            }
+            failed = still;
+        }
+    });
 }
 
 /// Creates or updates the schedules of the configuration and starts the loop that adds their

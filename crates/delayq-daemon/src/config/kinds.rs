@@ -695,17 +695,62 @@ impl Kind for Tokens {
     }
 }
 
-/// Recurring schedules created or updated at start: `[[schedules]]` tables in the file, or
-/// a flag (repeatable) whose text is the JSON of `POST /schedules`. Each is read into the API's
-/// request shape here; the fields are checked against the limits when the configuration is
-/// composed, naming the field.
-pub(crate) struct Schedules;
+/// A request the configuration carries as it crosses the API (`POST /schedules`, `POST
+/// /limits`): repeated, as `[[<table>]]` tables in the file or a flag whose text is the
+/// request's JSON.
+pub(crate) trait TableRequest: serde::de::DeserializeOwned + Send + Sync + 'static {
+    /// What one is, for messages: "a schedule".
+    const NOUN: &'static str;
+    /// The endpoint whose JSON it is: "POST /schedules".
+    const ENDPOINT: &'static str;
+    /// The file's table name: "schedules".
+    const TABLE: &'static str;
+    /// The keys a table may hold.
+    fn fields() -> &'static [&'static str];
+}
 
-impl Kind for Schedules {
-    type Value = Vec<delayq_api::ScheduleRequest>;
+impl TableRequest for delayq_api::ScheduleRequest {
+    const NOUN: &'static str = "a schedule";
+    const ENDPOINT: &'static str = "POST /schedules";
+    const TABLE: &'static str = "schedules";
+    fn fields() -> &'static [&'static str] {
+        delayq_api::ScheduleRequest::fields()
+    }
+}
+
+impl TableRequest for delayq_api::flow::LimitsRequest {
+    const NOUN: &'static str = "a topic's flow limits";
+    const ENDPOINT: &'static str = "POST /limits";
+    const TABLE: &'static str = "flow_limits";
+    fn fields() -> &'static [&'static str] {
+        delayq_api::flow::LimitsRequest::fields()
+    }
+}
+
+/// Requests created or updated at start (recurring schedules, flow limits): `[[<table>]]`
+/// tables in the file, or a flag (repeatable) whose text is the request's JSON. Each is read
+/// into the API's request shape here; the fields are checked when the configuration is
+/// composed, naming the field.
+pub(crate) struct Requests<T>(std::marker::PhantomData<T>);
+
+/// Recurring schedules created or updated at start.
+pub(crate) const SCHEDULES: Requests<delayq_api::ScheduleRequest> =
+    Requests(std::marker::PhantomData);
+
+/// Flow limits set at start.
+pub(crate) const FLOW_LIMITS: Requests<delayq_api::flow::LimitsRequest> =
+    Requests(std::marker::PhantomData);
+
+impl<T: TableRequest> Kind for Requests<T> {
+    type Value = Vec<T>;
 
     fn accepts(&self) -> String {
-        "a schedule as the JSON object of POST /schedules (in the file, [[schedules]] tables with the same keys)".into()
+        format!(
+            "{} as the JSON object of {} (in the file, [[{}]] tables with the same keys)",
+            T::NOUN,
+            T::ENDPOINT,
+            T::TABLE
+        )
     }
 
     fn value_name(&self) -> String {
@@ -724,33 +769,34 @@ impl Kind for Schedules {
         // spaces again, the pieces give back the texts exactly, read as a stream of objects.
         let joined = texts.join(" ");
         serde_json::Deserializer::from_str(&joined)
-            .into_iter::<delayq_api::ScheduleRequest>()
+            .into_iter::<T>()
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| Rejected::text(&joined, format!("{}: {e}", self.accepts())))
     }
 
     fn read_toml(&self, value: &toml::Value) -> Result<Self::Value, Rejected> {
-        let expected = "an array of tables, each a schedule with the keys of POST /schedules";
+        let expected = format!(
+            "an array of tables, each {} with the keys of {}",
+            T::NOUN,
+            T::ENDPOINT
+        );
         let Some(tables) = value.as_array() else {
-            return Err(Rejected::toml(value, expected.into()));
+            return Err(Rejected::toml(value, expected));
         };
         tables
             .iter()
             .enumerate()
             .map(|(i, table)| {
                 // The file refuses unknown keys (a typo such as `timezon` would otherwise
-                // silently mean UTC), unlike the JSON API, which ignores them.
-                if let Some((key, v)) = table.as_table().and_then(|t| {
-                    t.iter()
-                        .find(|(k, _)| !delayq_api::ScheduleRequest::fields().contains(&k.as_str()))
-                }) {
+                // silently mean UTC), unlike the JSON API, which ignores most of them.
+                if let Some((key, v)) = table
+                    .as_table()
+                    .and_then(|t| t.iter().find(|(k, _)| !T::fields().contains(&k.as_str())))
+                {
                     return Err(Rejected {
                         at: format!("[{i}].{key}"),
                         value: show_toml(v),
-                        expected: format!(
-                            "no such key ({})",
-                            delayq_api::ScheduleRequest::fields().join(", ")
-                        ),
+                        expected: format!("no such key ({})", T::fields().join(", ")),
                     });
                 }
                 // Through JSON, so numbers and bodies are read by the API's own readers.
@@ -762,7 +808,7 @@ impl Kind for Schedules {
                 serde_json::from_value(json).map_err(|e| Rejected {
                     at: format!("[{i}]"),
                     value: show_toml(table),
-                    expected: format!("a schedule with the keys of POST /schedules: {e}"),
+                    expected: format!("{} with the keys of {}: {e}", T::NOUN, T::ENDPOINT),
                 })
             })
             .collect()
@@ -870,7 +916,7 @@ mod tests {
             "s = [{topic = \"t\", name = \"n\", every_ms = 1000, timezon = \"UTC\"}]",
         )
         .unwrap();
-        let err = Schedules.read_toml(&doc["s"]).unwrap_err();
+        let err = SCHEDULES.read_toml(&doc["s"]).unwrap_err();
         assert_eq!(err.at, "[0].timezon");
     }
 

@@ -110,6 +110,8 @@ pub struct ServerConfig {
     pub dashboard: bool,
     /// Recurring schedules created or updated at start, validated.
     pub schedules: Vec<delayq::core::schedule::ScheduleDef>,
+    /// Flow limits set at start, by topic, validated (docs/flow-control.md).
+    pub flow_limits: Vec<(String, delayq::FlowLimits)>,
     /// Push delivery (docs/push.md).
     pub push: PushConfig,
     /// Export of delayq's spans over OTLP; `None` when off (docs/tracing.md).
@@ -361,6 +363,7 @@ impl ServerConfig {
             tokens: tokens(&s)?,
             push: push(&s)?,
             schedules: schedules(&s, &limits)?,
+            flow_limits: flow_limits(&s)?,
             limits,
             http,
             tls,
@@ -489,6 +492,29 @@ fn push(s: &Settings) -> Result<PushConfig, ConfigError> {
         max_in_flight: s.push_max_in_flight,
         targets: s.push_targets.clone(),
     })
+}
+
+/// Checks each configured topic's flow limits as `POST /limits` would, naming the field.
+fn flow_limits(s: &Settings) -> Result<Vec<(String, delayq::FlowLimits)>, ConfigError> {
+    let mut out: Vec<(String, delayq::FlowLimits)> = Vec::with_capacity(s.flow_limits.len());
+    for (i, req) in s.flow_limits.iter().enumerate() {
+        let refuse = |field: String, reason: String| ConfigError::Invalid {
+            setting: format!("{}[{i}].{field}", s.origin.flow_limits.name()),
+            value: req.topic.clone(),
+            expected: reason,
+        };
+        delayq::core::validate::check_topic(&req.topic).map_err(|e| refuse(e.field, e.reason))?;
+        let limits = req.limits().map_err(|e| refuse(e.field, e.reason))?;
+        if out.iter().any(|(t, _)| *t == req.topic) {
+            return Err(ConfigError::Conflict(format!(
+                "the flow limits of topic {:?} are given twice in {}",
+                req.topic,
+                s.origin.flow_limits.name()
+            )));
+        }
+        out.push((req.topic.clone(), limits));
+    }
+    Ok(out)
 }
 
 /// Checks each configured schedule as `POST /schedules` would, naming the schedule and field.
@@ -1075,6 +1101,59 @@ mod tests {
             msg.contains("--max-request-bytes") && msg.contains("--max-body-bytes"),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn flow_limits_come_from_the_file_and_flags_and_are_checked() {
+        let c = resolve_file(
+            "[[flow_limits]]\ntopic = \"pay\"\nmax_active_per_key = 5\nrate_per_s = 50\n\n[[flow_limits]]\ntopic = \"mail\"\nmax_active = 2\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c.flow_limits,
+            [
+                (
+                    "pay".to_owned(),
+                    delayq::FlowLimits::default()
+                        .with_max_active_per_key(5)
+                        .with_rate(50.0, None)
+                ),
+                ("mail".to_owned(), delayq::FlowLimits::max_active(2)),
+            ]
+        );
+        let c = resolve(&["--flow-limit", r#"{"topic": "t", "max_active": 3}"#]).unwrap();
+        assert_eq!(
+            c.flow_limits,
+            [("t".to_owned(), delayq::FlowLimits::max_active(3))]
+        );
+        let table = [
+            (
+                "[[flow_limits]]\ntopic = \"t\"\nmax_active = 0",
+                "flow_limits in delayq.toml[0].max_active",
+            ),
+            ("[[flow_limits]]\ntopic = \"t\"\nburst = 3", "[0].burst"),
+            ("[[flow_limits]]\ntopic = \"t\"", "[0].max_active"),
+            (
+                "[[flow_limits]]\ntopic = \"a b\"\nmax_active = 1",
+                "[0].topic",
+            ),
+            (
+                "[[flow_limits]]\ntopic = \"t\"\nmax_actve = 1",
+                "[0].max_actve",
+            ),
+            (
+                "[[flow_limits]]\ntopic = \"t\"\nmax_active = -1",
+                "flow_limits[0] in delayq.toml",
+            ),
+            (
+                "[[flow_limits]]\ntopic = \"t\"\nmax_active = 1\n[[flow_limits]]\ntopic = \"t\"\nmax_active = 2",
+                "given twice",
+            ),
+        ];
+        for (text, want) in table {
+            let msg = resolve_file(text).unwrap_err().to_string();
+            assert!(msg.contains(want), "{text:?}: {msg}");
+        }
     }
 
     #[test]

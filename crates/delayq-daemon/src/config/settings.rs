@@ -21,8 +21,9 @@ use delayq::core::validate::TEN_YEARS_MS;
 use delayq::{Limits, MaxRetries, TaskDefaults};
 
 use super::kinds::{
-    Addr, BeanstalkListen, BeanstalkTls, Choice, FsPath, FsyncMode, HttpUrl, Int, Kind, Name,
-    Optional, OtlpProtocol, Ratio, RedisUrl, Retries, Schedules, StorageKind, Switch, Tokens,
+    Addr, BeanstalkListen, BeanstalkTls, Choice, FLOW_LIMITS, FsPath, FsyncMode, HttpUrl, Int,
+    Kind, Name, Optional, OtlpProtocol, Ratio, RedisUrl, Retries, SCHEDULES, StorageKind, Switch,
+    Tokens,
 };
 use super::push_kinds::{PushAllow, PushTargets};
 use super::sources::{Names, Sources};
@@ -360,7 +361,12 @@ settings! {
     /// A recurring schedule created or updated at start (docs/schedules.md): the JSON of
     /// `POST /schedules`; repeat for several. In the file, `[[schedules]]` tables.
     schedules: Vec<delayq_api::ScheduleRequest> = Vec::new();
-        "schedule", "DELAYQ_SCHEDULES", "schedules", Schedules;
+        "schedule", "DELAYQ_SCHEDULES", "schedules", SCHEDULES;
+    /// A topic's flow limits set at start (docs/flow-control.md): the JSON of `POST
+    /// /limits`; repeat for several. In the file, `[[flow_limits]]` tables. Limits set
+    /// through `POST /limits` stay until a start that names the topic again.
+    flow_limits: Vec<delayq_api::flow::LimitsRequest> = Vec::new();
+        "flow-limit", "DELAYQ_FLOW_LIMITS", "flow_limits", FLOW_LIMITS;
     /// Do not serve the web dashboard at `/` (docs/dashboard.md); the API is unchanged.
     no_dashboard: bool = false;
         "no-dashboard", "DELAYQ_NO_DASHBOARD", "no_dashboard", Switch;
