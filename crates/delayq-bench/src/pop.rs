@@ -13,13 +13,19 @@
 //!   before, one request a task, compared with the ceiling (docs/design.md §6: ≥ 80 %).
 //!
 //! The figure is tasks finished per second, from the start of the popping to the last finish.
+//!
+//! With `--max-active N`, the `single` mode runs again on a topic with `max_active` N (docs/
+//! flow-control.md), and a row gives its rate as a share of the run without (issue 26: at most
+//! 10 % slower). With `--rate-limit R`, the `single` mode runs on a topic with `rate_per_s` R
+//! (`R × 5` tasks, so about five seconds), and a row gives the rate reached against the most
+//! the limit allows (above 100 % would mean the limit was exceeded).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
-use delayq_client::{Client, ClientError, NewTask};
+use delayq_client::{Client, ClientError, FlowLimits, NewTask};
 use serde::Deserialize;
 use std::borrow::Cow;
 
@@ -114,6 +120,12 @@ pub struct PopBench {
     /// Give up popping after this long.
     #[arg(long, value_parser = parse_duration, default_value = "2m", value_name = "DURATION")]
     pub max_time: u64,
+    /// Also run `single` on a topic with this `max_active`, and compare.
+    #[arg(long, value_name = "N")]
+    pub max_active: Option<u32>,
+    /// Also run `single` on a topic with this `rate_per_s`, and report the rate reached.
+    #[arg(long, value_name = "PER_S")]
+    pub rate_limit: Option<f64>,
 }
 
 impl Default for PopBench {
@@ -126,6 +138,8 @@ impl Default for PopBench {
             prefill_batch: 1_000,
             body_bytes: 100,
             max_time: 120_000,
+            max_active: None,
+            rate_limit: None,
         }
     }
 }
@@ -162,6 +176,15 @@ impl PopBench {
             (1..=MAX_DURATION_MS).contains(&self.max_time),
             "--max-time must be 1ms to 10m",
         )?;
+        check(
+            self.max_active.is_none_or(|n| (1..=1_000_000).contains(&n)),
+            "--max-active must be 1 to 1000000",
+        )?;
+        check(
+            self.rate_limit
+                .is_none_or(|r| r.is_finite() && (1.0..=100_000.0).contains(&r)),
+            "--rate-limit must be 1 to 100000",
+        )?;
         Ok(self.clone())
     }
 }
@@ -171,15 +194,53 @@ const PREFILL_CONCURRENCY: u64 = 4;
 /// How long to wait for the pre-filled tasks to be counted ready.
 const READY_WAIT: Duration = Duration::from_secs(30);
 
-/// Runs the benchmark: the ceiling for the workers, then each mode.
+/// issue 26: pop + finish on a topic with `max_active` at most 10 % slower than without.
+pub const MAX_ACTIVE_TARGET: Target = Target {
+    op: ">=",
+    value: 90.0,
+    unit: "% of pop without limits",
+    condition: "pop count 1 + finish, the same workers, max_active set; issue 26",
+};
+
+/// Runs the benchmark: the ceiling for the workers, then each mode, then the limited runs.
 pub async fn run(ctx: &mut Ctx, bench: &PopBench) -> Result<Vec<BenchResult>, BenchError> {
     let ceiling = ctx.ceiling(bench.workers, MAX_DURATION_MS).await?;
     let mut results = Vec::new();
-    for &kind in bench.mode.kinds() {
+    let mut kinds: Vec<(Kind, FlowLimits)> = bench
+        .mode
+        .kinds()
+        .iter()
+        .map(|&k| (k, FlowLimits::default()))
+        .collect();
+    if let Some(n) = bench.max_active {
+        kinds.push((Kind::Single, FlowLimits::max_active(n)));
+    }
+    if let Some(r) = bench.rate_limit {
+        kinds.push((Kind::Single, FlowLimits::default().with_rate(r, None)));
+    }
+    let mut unlimited_single = None;
+    for (kind, limits) in kinds {
         let topic = format!("bench-pop-{}", super::run_id());
+        let bench = &match limits.rate_per_s {
+            // About five seconds of the rate.
+            Some(r) => PopBench {
+                tasks: ((r * 5.0) as u64).max(1),
+                ..bench.clone()
+            },
+            None => bench.clone(),
+        };
+        if !limits.is_empty() {
+            ctx.client.limits_set(&topic, &limits).await?;
+        }
         results.push(prefill(&ctx.client, &topic, bench).await?);
         let ready_after = wait_ready(&ctx.client, &topic, bench.tasks).await?;
         let mut result = measure(ctx, bench, &topic, kind).await?;
+        if kind == Kind::Single && limits.is_empty() {
+            unlimited_single = Some(result.figure);
+        }
+        if !limits.is_empty() {
+            results.push(limited(&mut result, &limits, unlimited_single));
+        }
         match kind {
             Kind::Single => result.compare(&ceiling, &[HALF, FULL]),
             Kind::Batch | Kind::Next => result.compare(&ceiling, &[FULL, HALF]),
@@ -191,6 +252,55 @@ pub async fn run(ctx: &mut Ctx, bench: &PopBench) -> Result<Vec<BenchResult>, Be
         results.push(result);
     }
     Ok(results)
+}
+
+/// Names the run of `result` by its `limits` and gives the row that judges it: with
+/// `max_active`, its rate as a share of the same run without limits (`unlimited`); with a
+/// rate, the rate reached as a share of the limit.
+fn limited(result: &mut BenchResult, limits: &FlowLimits, unlimited: Option<f64>) -> BenchResult {
+    let (name, share, of, target) = match (limits.max_active, limits.rate_per_s) {
+        (Some(n), _) => (
+            format!("pop (max_active {n})"),
+            unlimited.map(|u| 100.0 * result.figure / u.max(f64::MIN_POSITIVE)),
+            "the same pop + finish without limits",
+            Some(MAX_ACTIVE_TARGET),
+        ),
+        (None, Some(r)) => {
+            // The burst goes at once, the rest at the rate: n tasks take (n - burst) / rate
+            // seconds, so the most a run can reach is rate x n / (n - burst).
+            let n = result.ops as f64;
+            let burst = f64::from(limits.effective_burst().unwrap_or(1));
+            let most = if n > burst {
+                r * n / (n - burst)
+            } else {
+                f64::INFINITY
+            };
+            (
+                format!("pop (rate_per_s {r})"),
+                Some(100.0 * result.figure / most),
+                "the most the limit allows (rate x tasks / (tasks - burst), burst one second of the rate)",
+                None,
+            )
+        }
+        (None, None) => unreachable!("a limited run has a limit"),
+    };
+    result.bench = name.clone();
+    result.not_comparable("the run has flow limits".into());
+    let mut row = BenchResult::new(
+        format!("{name}, share"),
+        format!("{} as a share of {of}", result.bench),
+        share.unwrap_or(f64::NAN),
+        "% of the reference",
+        target,
+    );
+    if let (Some(t), Some(share)) = (target, share) {
+        row.met = Some(t.met_by(share));
+    }
+    if share.is_none() {
+        row.notes
+            .push("no run without limits to compare with (--mode without single)".into());
+    }
+    row
 }
 
 /// The popping and finishing of one mode.
