@@ -439,8 +439,8 @@ async fn lost_replies(a: &Server, b: &Server, proxies: &[&FaultProxy]) {
             p.heal();
         }
     };
-    // Healthy calls first, on every partition: they load the scripts into Redis (an EVALSHA
-    // that meets an empty script cache writes nothing, whatever becomes of its reply).
+    // Healthy calls first, on every partition: they load the scripts into Redis (an FCALL of
+    // a function Redis does not have writes nothing, whatever becomes of its reply).
     for k in 0..16 {
         via_a
             .add_with(TaskKey::new("lost", format!("warm-{k}")), 0, 5_000)

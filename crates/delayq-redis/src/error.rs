@@ -188,7 +188,10 @@ pub fn outcome_of(e: &RedisError) -> Outcome {
         // later is treated the same, which is the safe answer.
         _ => false,
     };
-    if refused_before_running || matches!(e.code(), Some("BUSY" | "OOM" | "NOAUTH" | "WRONGPASS")) {
+    if refused_before_running
+        || matches!(e.code(), Some("BUSY" | "OOM" | "NOAUTH" | "WRONGPASS"))
+        || crate::scripts::is_missing_function(e)
+    {
         Outcome::NotApplied
     } else {
         Outcome::Unknown

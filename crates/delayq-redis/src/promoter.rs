@@ -17,12 +17,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use delayq::Millis;
-use redis::ScriptInvocation;
 use tokio::sync::{mpsc, watch};
 
 use crate::error::BackendError;
 use crate::keys::bucket_of;
-use crate::scripts::{Events, Reply, SCRIPTS, Status, int};
+use crate::scripts::{Events, Reply, SCRIPTS, ScriptInvocation, Status, int};
 use crate::storage::InstanceState;
 
 /// What the promoter is told.

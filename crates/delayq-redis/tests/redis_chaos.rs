@@ -660,7 +660,7 @@ async fn a_reply_lost_after_the_write_is_outcome_unknown() {
     // Adds whose write reaches Redis and whose reply is lost (the proxy loses replies once a
     // request naming the task went through): each must say its outcome is unknown, and the
     // task is there. A failure that says nothing happened must be true.
-    // A first add loads the script into Redis: an EVALSHA that meets an empty script cache
+    // A first add loads the scripts into Redis: an FCALL of a function Redis does not have
     // writes nothing, whatever becomes of its reply.
     a.instance
         .queue

@@ -214,3 +214,44 @@ async fn requests_follow_ask_and_moved_while_a_slot_migrates() {
     assert_eq!(stats.delayed, ids.len() as u64, "{stats:?}");
     q.shutdown().await.ok();
 }
+
+/// Every master gets the scripts (the function library), and a master without them (a node
+/// that joined, or one restarted without persistence: here `FUNCTION FLUSH` on each) gets
+/// them again on the next call that reaches it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_master_gets_the_scripts_again_when_it_lost_them() {
+    // A cluster of its own: flushing the shared one's functions would reach other tests.
+    let cluster = RedisCluster::start_masters_only();
+    let options = RedisOptions::new(cluster.url())
+        .key_prefix("flush")
+        .connect_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_secs(2))
+        .partitions(16);
+    let instance = support::Instance::system(options).await;
+    let q = &instance.queue;
+    q.add(NewTask::new("orders", "first")).await.expect("add");
+    let has_scripts = |port: u16| cli(port, &["FUNCTION", "LIST"]).contains("delayq_");
+    let masters = cluster.masters();
+    assert_eq!(masters.len(), 3);
+    assert!(
+        masters.iter().all(|&m| has_scripts(m)),
+        "loaded on every master"
+    );
+    for &m in &masters {
+        assert_eq!(cli(m, &["FUNCTION", "FLUSH"]).trim(), "OK");
+        assert!(!has_scripts(m));
+    }
+    // 64 tasks over 16 partitions reach every master.
+    for i in 0..64 {
+        q.add(NewTask::new("orders", format!("o-{i}")))
+            .await
+            .expect("an add after the flush");
+    }
+    assert!(masters.iter().all(|&m| has_scripts(m)), "loaded again");
+    let got = q
+        .pop("orders", PopOptions::default().count(65))
+        .await
+        .expect("pop");
+    assert_eq!(got.len(), 65);
+    let _ = q.shutdown().await;
+}

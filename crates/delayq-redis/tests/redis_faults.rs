@@ -227,3 +227,40 @@ async fn a_reply_lost_after_the_write_is_outcome_unknown_and_a_refusal_is_not_ap
     let refused = refused.expect("a refused connection is reported as not applied");
     eprintln!("add while Redis is down: {refused}");
 }
+
+/// A Redis restarted without persistence has lost the scripts (the function library) with
+/// the data: the next calls load them again, and adds, pops, finishes, a new topic's
+/// registration and the promoter's ticks work on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_without_persistence_loads_the_scripts_again() {
+    let mut server = RedisServer::start();
+    let i = Instance::system(options(&server)).await;
+    let q = &i.queue;
+    q.add(NewTask::new("t", "before")).await.unwrap();
+    let functions = |server: &RedisServer| server.command("FUNCTION LIST").unwrap_or_default();
+    assert!(functions(&server).contains("delayq_"));
+    server.restart();
+    assert!(!functions(&server).contains("delayq_"), "a fresh Redis");
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            q.add(NewTask::new("t", "after")).await.is_ok()
+        })
+        .await,
+        "adds work again"
+    );
+    assert!(functions(&server).contains("delayq_"));
+    let got = q.pop_one("t", 0).await.unwrap().expect("the task");
+    assert_eq!(got.id, "after");
+    q.finish("t", "after", Some(&got.receipt)).await.unwrap();
+    assert!(
+        q.get("t", "before")
+            .await
+            .is_err_and(|e| e.kind() == ErrorKind::NotFound)
+    );
+    // A topic first used now is registered, and its task promoted by a tick when due.
+    q.add(NewTask::new("u", "later").delay_ms(300))
+        .await
+        .unwrap();
+    let got = q.pop_one("u", 10_000).await.unwrap().expect("the task");
+    assert_eq!(got.id, "later");
+}

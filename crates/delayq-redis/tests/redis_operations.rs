@@ -488,8 +488,8 @@ async fn concurrent_adds_share_scripts_and_keep_their_own_outcomes() {
     q.add(NewTask::new("orders", "first")).await.unwrap();
     let scripts_run = || {
         let stat = server
-            .info_field("commandstats", "cmdstat_evalsha")
-            .expect("evalsha in commandstats");
+            .info_field("commandstats", "cmdstat_fcall")
+            .expect("fcall in commandstats");
         let calls = stat
             .split(',')
             .find_map(|kv| kv.strip_prefix("calls="))

@@ -62,30 +62,13 @@
 -- error as a JSON string (empty: none), the history (one JSON object per line, at most
 -- HISTORY lines). Most tasks have none.
 
-local NOW, UPPER
-do
-  local lower, upper = string.match(ARGV[1], '^(%d+):(%d+)$')
-  if lower then
-    NOW, UPPER = tonumber(lower), tonumber(upper)
-  else
-    NOW = tonumber(ARGV[1])
-    UPPER = NOW
-  end
-end
-local CHANNEL = ARGV[2]
-local ORIGIN = ARGV[3]
-local TOPIC = ARGV[4]
-local PARTITION = ARGV[5]
-local RETENTION = tonumber(ARGV[6])
+-- This file is the top of a function library, run once when Redis loads it (FUNCTION LOAD);
+-- its locals outlive a call. Each partition function runs `begin` (at the end) first: it sets
+-- what the call gives (ARGV, KEYS) and resets every local a call changes.
+local NOW, UPPER, CHANNEL, ORIGIN, TOPIC, PARTITION, RETENTION
 
 local DELAYED, READY, ACTIVE, FINISHED, CANCELLED, DEAD = 0, 1, 2, 3, 4, 5
-local SETS = {[0] = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]}
-local DEADLINES = KEYS[7]
-local EXPIRY = {[FINISHED] = KEYS[8], [CANCELLED] = KEYS[9]}
-local RECORDS = KEYS[10]
-local EXTRAS = KEYS[11]
-local INFO = KEYS[12]
-local EXPIRIES = KEYS[13]
+local SETS, DEADLINES, EXPIRY, RECORDS, EXTRAS, INFO, EXPIRIES
 -- The last error of a task that expired into DEAD.
 local EXPIRED = 'expired'
 local HISTORY = 16
@@ -167,6 +150,9 @@ local function n36(s)
 end
 
 local DEFAULT_TTR, DEFAULT_MAX = 30000, 3
+-- The twelve fields of a short header after its state letter (spelled out: the library's top
+-- runs at load, where Redis 7.0 gives no `string` library).
+local SHORT_HEADER = '^.([^,\n]*),([^,\n]*),?([^,\n]*),?([^,\n]*),?([^,\n]*),?([^,\n]*),?([^,\n]*),?([^,\n]*),?([^,\n]*),?([^,\n]*),?([^,\n]*),?([^,\n]*)'
 
 -- The header of a record (the short form above). Created and the insertion number never
 -- change, and the due rarely does: their text as loaded is reused, so a promotion encodes
@@ -278,11 +264,8 @@ local function load(id)
   local i = 1
   local rec
   if string.byte(raw, 1) >= 97 then
-    -- The short form.
-    for field in string.gmatch(string.sub(raw, 2, nl - 1) .. ',', '([^,]*),') do
-      f[i] = field
-      i = i + 1
-    end
+    -- The short form, in one match (fields left out read as '', as empty ones do).
+    f = {string.match(raw, SHORT_HEADER)}
     local c = tonumber(f[1], 36)
     local seq = NO_SEQ
     local seq36 = f[3] or ''
@@ -780,4 +763,22 @@ local function finish_held(id, receipt)
   return nil
 end
 
-upgrade()
+-- A call's start (see the top): `keys` and `argv` are its KEYS and ARGV. A local that a script
+-- changes must be reset here (the test `every_changed_local_is_reset` in mod.rs checks it).
+local function begin(keys, argv)
+  local lower, upper = string.match(argv[1], '^(%d+):(%d+)$')
+  if lower then
+    NOW, UPPER = tonumber(lower), tonumber(upper)
+  else
+    NOW = tonumber(argv[1])
+    UPPER = NOW
+  end
+  CHANNEL, ORIGIN, TOPIC, PARTITION, RETENTION = argv[2], argv[3], argv[4], argv[5], tonumber(argv[6])
+  SETS = {[0] = keys[1], keys[2], keys[3], keys[4], keys[5], keys[6]}
+  DEADLINES = keys[7]
+  EXPIRY = {[FINISHED] = keys[8], [CANCELLED] = keys[9]}
+  RECORDS, EXTRAS, INFO, EXPIRIES = keys[10], keys[11], keys[12], keys[13]
+  READY_N, WAKE, DEAD_N, EXPIRED_N, SCANNED, POP_ARG = 0, nil, 0, 0, 0, 7
+  HEADS, TRACED, FREED = {}, {}, false
+  upgrade()
+end

@@ -1,14 +1,20 @@
 //! The Lua scripts, one per transition, and the shape of their replies.
 //!
-//! Every partition script is the prelude `lib.lua` (argument layout, record layout, the
-//! shared transitions: `load`, `enter`, `fail`, `promote`) followed by the script's own body,
-//! joined once at first use. redis-rs sends them by `EVALSHA` and loads them on `NOSCRIPT`
-//! (after a Redis restart the script cache is empty).
+//! All scripts are the functions of one Redis function library: `lib.lua` (argument layout,
+//! record layout, the shared transitions: `load`, `enter`, `fail`, `promote`) runs once, when
+//! Redis loads the library, and each script's body becomes a function over its locals, which
+//! starts with `lib.lua`'s `begin` (the call's keys and arguments, its counters reset). So a
+//! call pays for its own body only, not for defining the prelude again (docs/performance.md,
+//! "Redis mode: where the time goes"). The library's name carries a hash of its source, so
+//! two delayq versions on one Redis each call their own code. It is loaded on first use and
+//! again whenever Redis answers that the function does not exist (a restart without
+//! persistence, a cluster node that joined); `FUNCTION LOAD` goes to every primary of a
+//! cluster, `FCALL` to the node of its first key.
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use delayq::Millis;
-use redis::{Script, ScriptInvocation, Value};
+use redis::{Cmd, FromRedisValue, RedisError, RedisResult, ToRedisArgs, Value};
 
 use crate::error::BackendError;
 use crate::keys::PartitionKeys;
@@ -16,13 +22,171 @@ use crate::keys::PartitionKeys;
 #[cfg(test)]
 mod failure_rule;
 #[cfg(test)]
+mod library;
+#[cfg(test)]
 mod record_parity;
 
 const LIB: &str = include_str!("lib.lua");
 
-fn with_lib(body: &str) -> Script {
-    Script::new(&format!("{LIB}\n{body}"))
+/// A script body and whether it works on a partition (runs `begin` of `lib.lua` first) or
+/// on keys of its own (lease, register, meta).
+struct Body {
+    name: &'static str,
+    source: String,
+    partition: bool,
 }
+
+impl Body {
+    fn partition(name: &'static str, source: impl Into<String>) -> Body {
+        Body {
+            name,
+            source: source.into(),
+            partition: true,
+        }
+    }
+
+    fn own_keys(name: &'static str, source: &str) -> Body {
+        Body {
+            name,
+            source: source.to_owned(),
+            partition: false,
+        }
+    }
+}
+
+/// One Redis function library: its name and its source.
+#[derive(Debug)]
+pub(crate) struct Library {
+    name: String,
+    source: String,
+}
+
+impl Library {
+    /// The library of `lib.lua` and `bodies`, and one [`Script`] per body, in their order.
+    fn build(bodies: Vec<Body>) -> (Arc<Library>, Vec<Script>) {
+        let mut code = String::new();
+        for b in &bodies {
+            code.push_str(b.name);
+            code.push('\0');
+            code.push_str(&b.source);
+            code.push('\0');
+        }
+        code.push_str(LIB);
+        // The source's hash, so that other code never shares the library's or a function's
+        // name (function names are global across a Redis's libraries).
+        let hash = redis::Script::new(&code).get_hash().to_owned();
+        let name = format!("delayq_{}", &hash[..16]);
+        let mut source = format!("#!lua name={name}\n{LIB}\n");
+        let mut functions = Vec::with_capacity(bodies.len());
+        for b in &bodies {
+            let function = format!("{name}_{}", b.name);
+            source.push_str(&format!(
+                "redis.register_function('{function}', function(KEYS, ARGV)\n"
+            ));
+            if b.partition {
+                source.push_str("begin(KEYS, ARGV)\n");
+            }
+            source.push_str(&b.source);
+            source.push_str("\nend)\n");
+            functions.push(function);
+        }
+        let library = Arc::new(Library { name, source });
+        let scripts = functions
+            .into_iter()
+            .map(|function| Script {
+                function,
+                library: Arc::clone(&library),
+            })
+            .collect();
+        (library, scripts)
+    }
+
+    /// Loads the library into Redis (on a cluster: every primary). `REPLACE`, since another
+    /// instance may have loaded the same code meanwhile: its name says the code is the same.
+    pub async fn load(&self, conn: &mut impl redis::aio::ConnectionLike) -> RedisResult<()> {
+        // Once per Redis (and after it lost its functions): worth a line in the log.
+        tracing::info!(library = %self.name, "loading the scripts into Redis");
+        redis::cmd("FUNCTION")
+            .arg("LOAD")
+            .arg("REPLACE")
+            .arg(&self.source)
+            .query_async::<Value>(conn)
+            .await?;
+        Ok(())
+    }
+}
+
+/// One function of the library.
+#[derive(Debug)]
+pub(crate) struct Script {
+    function: String,
+    library: Arc<Library>,
+}
+
+impl Script {
+    /// A call of this function with no keys or arguments yet.
+    pub fn prepare_invoke(&self) -> ScriptInvocation<'_> {
+        ScriptInvocation {
+            script: self,
+            keys: Vec::new(),
+            args: Vec::new(),
+        }
+    }
+}
+
+/// A call of a [`Script`]: its keys and arguments.
+pub(crate) struct ScriptInvocation<'s> {
+    script: &'s Script,
+    keys: Vec<Vec<u8>>,
+    args: Vec<Vec<u8>>,
+}
+
+impl ScriptInvocation<'_> {
+    /// Adds a key (`KEYS[i]` in the script).
+    pub fn key<T: ToRedisArgs>(&mut self, key: T) -> &mut Self {
+        key.write_redis_args(&mut self.keys);
+        self
+    }
+
+    /// Adds an argument (`ARGV[i]` in the script).
+    pub fn arg<T: ToRedisArgs>(&mut self, arg: T) -> &mut Self {
+        arg.write_redis_args(&mut self.args);
+        self
+    }
+
+    /// The `FCALL` of this call (for a pipeline).
+    pub fn cmd(&self) -> Cmd {
+        let mut cmd = redis::cmd("FCALL");
+        cmd.arg(&self.script.function)
+            .arg(self.keys.len())
+            .arg(&self.keys)
+            .arg(&self.args);
+        cmd
+    }
+
+    /// Runs the call, loading the library first when Redis does not have the function.
+    pub async fn invoke_async<T: FromRedisValue>(
+        &self,
+        conn: &mut impl redis::aio::ConnectionLike,
+    ) -> RedisResult<T> {
+        let cmd = self.cmd();
+        match cmd.query_async(conn).await {
+            Err(e) if is_missing_function(&e) => {
+                self.script.library.load(conn).await?;
+                cmd.query_async(conn).await
+            }
+            other => other,
+        }
+    }
+}
+
+/// Whether Redis refused a call because it does not have the function (it ran nothing).
+pub(crate) fn is_missing_function(e: &RedisError) -> bool {
+    e.code() == Some("ERR") && e.detail() == Some(MISSING_FUNCTION)
+}
+
+/// What Redis answers (after `ERR`) to an `FCALL` of a function it does not have.
+pub(crate) const MISSING_FUNCTION: &str = "Function not found";
 
 /// All scripts, loaded once per process.
 pub(crate) struct Scripts {
@@ -50,32 +214,67 @@ pub(crate) struct Scripts {
     pub meta: Script,
 }
 
-pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    add: with_lib(include_str!("add.lua")),
-    pop: with_lib(include_str!("pop.lua")),
-    finish: with_lib(include_str!("finish.lua")),
-    finish_pop: with_lib(concat!(
-        include_str!("finish_pop.lua"),
-        "\n",
-        include_str!("pop.lua")
-    )),
-    release: with_lib(include_str!("release.lua")),
-    touch: with_lib(include_str!("touch.lua")),
-    cancel: with_lib(include_str!("cancel.lua")),
-    requeue: with_lib(include_str!("requeue.lua")),
-    delete: with_lib(include_str!("delete.lua")),
-    tick: with_lib(include_str!("tick.lua")),
-    stats: with_lib(include_str!("stats.lua")),
-    bury: with_lib(include_str!("bury.lua")),
-    reschedule: with_lib(include_str!("reschedule.lua")),
-    kick: with_lib(include_str!("kick.lua")),
-    take: with_lib(include_str!("take.lua")),
-    pause: with_lib(include_str!("pause.lua")),
-    limits: with_lib(include_str!("limits.lua")),
-    peek: with_lib(include_str!("peek.lua")),
-    lease: Script::new(include_str!("lease.lua")),
-    register: Script::new(include_str!("register.lua")),
-    meta: Script::new(include_str!("meta.lua")),
+/// The bodies of the library, in the order of [`Scripts`]' fields.
+fn bodies() -> Vec<Body> {
+    vec![
+        Body::partition("add", include_str!("add.lua")),
+        Body::partition("pop", include_str!("pop.lua")),
+        Body::partition("finish", include_str!("finish.lua")),
+        Body::partition(
+            "finish_pop",
+            concat!(
+                include_str!("finish_pop.lua"),
+                "\n",
+                include_str!("pop.lua")
+            ),
+        ),
+        Body::partition("release", include_str!("release.lua")),
+        Body::partition("touch", include_str!("touch.lua")),
+        Body::partition("cancel", include_str!("cancel.lua")),
+        Body::partition("requeue", include_str!("requeue.lua")),
+        Body::partition("delete", include_str!("delete.lua")),
+        Body::partition("tick", include_str!("tick.lua")),
+        Body::partition("stats", include_str!("stats.lua")),
+        Body::partition("bury", include_str!("bury.lua")),
+        Body::partition("reschedule", include_str!("reschedule.lua")),
+        Body::partition("kick", include_str!("kick.lua")),
+        Body::partition("take", include_str!("take.lua")),
+        Body::partition("pause", include_str!("pause.lua")),
+        Body::partition("limits", include_str!("limits.lua")),
+        Body::partition("peek", include_str!("peek.lua")),
+        Body::own_keys("lease", include_str!("lease.lua")),
+        Body::own_keys("register", include_str!("register.lua")),
+        Body::own_keys("meta", include_str!("meta.lua")),
+    ]
+}
+
+pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
+    let (_, scripts) = Library::build(bodies());
+    let mut s = scripts.into_iter();
+    let mut next = || s.next().expect("one script per body");
+    Scripts {
+        add: next(),
+        pop: next(),
+        finish: next(),
+        finish_pop: next(),
+        release: next(),
+        touch: next(),
+        cancel: next(),
+        requeue: next(),
+        delete: next(),
+        tick: next(),
+        stats: next(),
+        bury: next(),
+        reschedule: next(),
+        kick: next(),
+        take: next(),
+        pause: next(),
+        limits: next(),
+        peek: next(),
+        lease: next(),
+        register: next(),
+        meta: next(),
+    }
 });
 
 /// The arguments every partition script starts with: `ARGV[1..=6]` of `lib.lua`.

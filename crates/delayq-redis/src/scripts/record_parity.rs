@@ -106,7 +106,8 @@ async fn the_scripts_write_what_rust_encodes() {
     let client = redis::Client::open(server.url()).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
     let pk = Keys::new("dq").partition("t", 0);
-    let script = super::with_lib(RESAVE);
+    let (_, scripts) = super::Library::build(vec![super::Body::partition("resave", RESAVE)]);
+    let script = &scripts[0];
     for (i, want) in table().iter().enumerate() {
         let id = format!("r{i}");
         // The decimal form never held a trace context or an expiry.

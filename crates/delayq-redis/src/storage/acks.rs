@@ -6,15 +6,13 @@
 //! asked, and turns its refusals into the errors the in-memory engine gives. Requeue-all
 //! pages through each partition's DEAD set, [`REQUEUE_CHUNK`] tasks per script.
 
-use delayq::core::lifecycle::{Op, Refusal};
-use delayq::{BuryOptions, Delivery, Error, Held, Millis, ReleaseOptions, Result, State};
-use redis::{Script, ScriptInvocation};
-
 use super::InstanceState;
 use crate::error::{BackendError, maybe_applied};
 use crate::keys::partition_of;
 use crate::record::parse_trace_text;
-use crate::scripts::{Reply, SCRIPTS, Status, bytes, int, text};
+use crate::scripts::{Reply, SCRIPTS, Script, ScriptInvocation, Status, bytes, int, text};
+use delayq::core::lifecycle::{Op, Refusal};
+use delayq::{BuryOptions, Delivery, Error, Held, Millis, ReleaseOptions, Result, State};
 
 /// The engine's error for a refusal of the single-task script that did `what` to task `id`
 /// of `topic` (`op`: the operation refused; `None` for delete, which is never refused).

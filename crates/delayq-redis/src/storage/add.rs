@@ -25,14 +25,13 @@ use std::sync::Arc;
 
 use delayq::{AddOutcome, AddResult, Error, Millis, OnDuplicate, Result, TaskSpec};
 use parking_lot::Mutex;
-use redis::ScriptInvocation;
 use tokio::sync::oneshot;
 
 use super::InstanceState;
 use crate::error::{BackendError, maybe_applied};
 use crate::keys::{PartitionKeys, partition_of};
 use crate::record::Record;
-use crate::scripts::{Reply, SCRIPTS, int};
+use crate::scripts::{Reply, SCRIPTS, ScriptInvocation, int};
 
 /// Most tasks one add script handles (bigger batches become several scripts in one pipeline,
 /// so Redis serves other clients between them).

@@ -193,7 +193,7 @@ impl InstanceState {
     /// Runs `script` with `arg` on every partition of `topic` (`doing` says what for errors).
     async fn on_every_partition(
         &self,
-        script: &redis::Script,
+        script: &crate::scripts::Script,
         topic: &str,
         n: u32,
         arg: &str,

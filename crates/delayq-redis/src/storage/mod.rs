@@ -50,14 +50,13 @@ use delayq::{
 };
 use delayq_core::hash::splitmix64;
 use parking_lot::Mutex;
-use redis::{Script, ScriptInvocation};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use crate::keys::{Keys, PartitionKeys};
 use crate::options::RedisOptions;
 use crate::promoter::Event;
-use crate::scripts::{Events, Header, Reply};
+use crate::scripts::{Events, Header, Reply, Script, ScriptInvocation};
 
 pub(crate) use self::pipeline::Redis;
 pub(crate) use self::registry::Fencing;

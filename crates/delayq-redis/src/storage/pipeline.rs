@@ -3,18 +3,19 @@
 //! [`Redis`] wraps the [`Link`] (one server, a sentinel-named master or a cluster) with what
 //! every request needs: an overall timeout that names the operation and the address in its
 //! error, marking the link failed on errors worth a reconnect, pipelining several scripts
-//! into one round trip (reloading a script Redis lost with `NOSCRIPT`; in a cluster, one
-//! request per script since they live in different slots), and `WAIT` for replicas when
-//! [`RedisOptions::wait_replicas`] asks for it.
+//! into one round trip (loading the function library when Redis does not have it; in a
+//! cluster, one request per script since they live in different slots), and `WAIT` for
+//! replicas when [`RedisOptions::wait_replicas`] asks for it.
 
 use std::future::Future;
 use std::time::Duration;
 
-use redis::{RedisResult, ScriptInvocation, ServerErrorKind, Value};
+use redis::{RedisResult, Value};
 
 use crate::conn::{Conn, Link};
 use crate::error::BackendError;
 use crate::options::RedisOptions;
+use crate::scripts::{MISSING_FUNCTION, ScriptInvocation};
 
 /// The connection, with the timeouts and replication wait of the options.
 pub(crate) struct Redis {
@@ -83,8 +84,8 @@ impl Redis {
         }
     }
 
-    /// Runs several script invocations in one pipeline. A script Redis does not know yet
-    /// (`NOSCRIPT`: it did not run) is loaded and run again on its own. An error of the whole
+    /// Runs several script invocations in one pipeline. A script whose function Redis does
+    /// not have (it did not run) is run again on its own, which loads the library. An error of the whole
     /// round trip is returned as such; a script that failed alone gets its own error.
     pub async fn run_scripts(
         &self,
@@ -105,7 +106,7 @@ impl Redis {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
         for inv in invocations {
-            pipe.invoke_script(inv);
+            pipe.add_command(inv.cmd());
         }
         let values: Vec<Value> = self.io(op, pipe.query_async(&mut conn)).await?;
         if values.len() != invocations.len() {
@@ -117,7 +118,9 @@ impl Redis {
         let mut out = Vec::with_capacity(values.len());
         for (inv, value) in invocations.iter().zip(values) {
             match value {
-                Value::ServerError(e) if e.kind() == Some(ServerErrorKind::NoScript) => {
+                Value::ServerError(e)
+                    if e.code() == "ERR" && e.details() == Some(MISSING_FUNCTION) =>
+                {
                     match self.io(op, inv.invoke_async(&mut conn)).await {
                         Ok(v) => out.push(Ok(v)),
                         Err(e) if e.is_retryable() => return Err(e),

@@ -23,13 +23,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use delayq::{Delivery, Millis, Result, State};
 use delayq_core::hash::splitmix64;
-use redis::{ScriptInvocation, Value};
+use redis::Value;
 
 use super::InstanceState;
 use crate::error::BackendError;
 use crate::keys::PartitionKeys;
 use crate::record::parse_trace_text;
-use crate::scripts::{Events, Reply, SCRIPTS, bytes, int, text};
+use crate::scripts::{Events, Reply, SCRIPTS, ScriptInvocation, bytes, int, text};
 
 /// The source of receipt prefixes: random per instance, distinct per pop.
 pub(super) struct Receipts {

@@ -11,13 +11,13 @@ use std::collections::HashMap;
 
 use delayq::{Error, Millis, Page, Pause, Result, State, TaskInfo, TopicStats};
 use futures_util::StreamExt;
-use redis::{ScriptInvocation, Value};
+use redis::Value;
 
 use super::InstanceState;
 use crate::error::BackendError;
 use crate::keys::{PartitionKeys, dead_member, partition_of, ready_member};
 use crate::record::{self, Record};
-use crate::scripts::{SCRIPTS, int, scored};
+use crate::scripts::{SCRIPTS, ScriptInvocation, int, scored};
 
 /// How many topics `topics()` reads at once.
 const TOPICS_IN_FLIGHT: usize = 32;
