@@ -164,6 +164,11 @@ def entry(what, figure, unit, target_op, target_value, target_unit, *, against=N
     }
 
 
+# The flow limits scripts/bench runs `delayq bench pop` with (--max-active, --rate-limit).
+FLOW_MAX_ACTIVE = 1000
+FLOW_RATE = 2000
+
+
 PEER_SOURCE = "scripts/support/peers/bench.mjs (one Node client for both)"
 
 
@@ -363,6 +368,26 @@ def main():
               "pop-redis.json", "pop (batch)", ">=", 100, "% of the ceiling", storage="Redis")
     http_line("HTTP ack and take the next (one request a task), 32 workers, Redis",
               "pop-redis.json", "pop (ack and next)", ">=", 80, "% of the ceiling", storage="Redis")
+
+    # Flow limits (issue 26): pop + finish on a topic with max_active against the same run
+    # without; the rate a rate-limited topic reached against the most its limit allows.
+    for storage, file in (("embedded", "pop-embedded.json"), ("Redis", "pop-redis.json")):
+        cost = result(J(file), f"pop (max_active {FLOW_MAX_ACTIVE}), share")
+        what = (f"HTTP pop + finish with max_active {FLOW_MAX_ACTIVE} vs without, 32 workers, "
+                f"{storage} (issue 26)")
+        targets.append(entry(
+            what, round(cost["figure"], 1) if cost else None, "% of pop without limits", ">=", 90,
+            "% of pop without limits", ratio=round(cost["figure"], 1) if cost else None,
+            source=f"delayq bench ({file})", judged=cost is not None,
+            notes=[] if cost else ["not measured in this run (step failed?)"]))
+        rate = result(J(file), f"pop (rate_per_s {FLOW_RATE}), share")
+        what = (f"HTTP pop + finish on a topic with rate_per_s {FLOW_RATE}, 32 workers, {storage}: "
+                "the rate reached of the most the limit allows (over 100 % = exceeded)")
+        targets.append(entry(
+            what, round(rate["figure"], 1) if rate else None, "% of the limit's most", "<=", 100,
+            "% of the limit's most", ratio=round(rate["figure"], 1) if rate else None,
+            source=f"delayq bench ({file})", judged=rate is not None,
+            notes=[] if rate else ["not measured in this run (step failed?)"]))
 
     # Lateness: the server's firing histogram, and end to end through a pop.
     for storage, target in (("embedded", 2), ("redis", 5)):
