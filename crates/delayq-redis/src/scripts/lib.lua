@@ -91,8 +91,8 @@ local HEADS = {}
 local SCANNED = 0
 -- Where pop.lua's own arguments start: 7, or after the finish of finish_pop.lua.
 local POP_ARG = 7
--- Whether a task left ACTIVE: a topic with flow limits then has a free slot to announce.
-local FREED = false
+-- How many tasks left ACTIVE: a topic that was at its max_active then has slots to announce.
+local FREED = 0
 
 local function fmt(n)
   return string.format('%d', n)
@@ -240,7 +240,7 @@ end
 local function purge(rec)
   redis.call('ZREM', SETS[rec.state], (member(rec, rec.state)))
   if rec.state == ACTIVE then
-    FREED = true
+    FREED = FREED + 1
     redis.call('ZREM', DEADLINES, rec.id)
   elseif EXPIRY[rec.state] then
     redis.call('ZREM', EXPIRY[rec.state], rec.id)
@@ -397,7 +397,7 @@ end
 local function leave(rec)
   redis.call('ZREM', SETS[rec.state], (member(rec, rec.state)))
   if rec.state == ACTIVE then
-    FREED = true
+    FREED = FREED + 1
     redis.call('ZREM', DEADLINES, rec.id)
   elseif EXPIRY[rec.state] then
     redis.call('ZREM', EXPIRY[rec.state], rec.id)
@@ -703,9 +703,13 @@ end
 
 -- Tells the other instances what happened; this instance handles its own events directly.
 local function publish()
-  -- A slot freed in a topic with limits: consumers held back by them may go on.
-  if FREED and READY_N == 0 and redis.call('HEXISTS', INFO, 'limits') == 1 then
-    READY_N = math.min(redis.call('ZCARD', SETS[READY]), 1)
+  -- Slots freed in a topic that was at its max_active: consumers held back by it may go on.
+  -- (Below the limit nobody waits for a slot, so a finish announces nothing then.)
+  if FREED > 0 and READY_N == 0 then
+    local lim = limits()
+    if lim and lim.max and redis.call('ZCARD', SETS[ACTIVE]) + FREED >= lim.max then
+      READY_N = math.min(redis.call('ZCARD', SETS[READY]), FREED)
+    end
   end
   if READY_N > 0 then
     redis.call('PUBLISH', CHANNEL, 'r ' .. ORIGIN .. ' ' .. TOPIC .. ' ' .. READY_N)
@@ -779,6 +783,6 @@ local function begin(keys, argv)
   EXPIRY = {[FINISHED] = keys[8], [CANCELLED] = keys[9]}
   RECORDS, EXTRAS, INFO, EXPIRIES = keys[10], keys[11], keys[12], keys[13]
   READY_N, WAKE, DEAD_N, EXPIRED_N, SCANNED, POP_ARG = 0, nil, 0, 0, 0, 7
-  HEADS, TRACED, FREED = {}, {}, false
+  HEADS, TRACED, FREED = {}, {}, 0
   upgrade()
 end
