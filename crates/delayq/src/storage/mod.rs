@@ -3,7 +3,7 @@
 //! Storage is split by concern, so that a front-end feature or a new backend touches only the
 //! part it needs:
 //! - [`TaskStore`]: the task transitions and reads (add, pop, finish, … list, stats, due
-//!   counts), and the pauses of topics, which decide what a pop takes;
+//!   counts), and the pauses and flow limits of topics, which decide what a pop takes;
 //! - [`SettingsStore`]: (namespace, key) → bytes beside the tasks, with [`SettingsChanges`];
 //! - [`JobIds`]: the job id counter;
 //! - [`BeanstalkOps`]: what only the beanstalk protocol needs (kick, take, peek, locate).

@@ -111,18 +111,22 @@ impl Flow {
     }
 
     /// A keyed task left ACTIVE: a key that has room again comes back into the pop order.
-    pub fn leave_active(&mut self, key: &str, ready: &mut BTreeSet<ReadyEntry>) {
-        let Some(limit) = self.per_key() else { return };
+    /// Returns whether it did (a task of it went back into the pop order).
+    pub fn leave_active(&mut self, key: &str, ready: &mut BTreeSet<ReadyEntry>) -> bool {
+        let Some(limit) = self.per_key() else {
+            return false;
+        };
         let Some(q) = self.keys.get_mut(key) else {
-            return;
+            return false;
         };
         q.active = q.active.saturating_sub(1);
-        if q.active + 1 == limit
-            && let Some(&head) = q.ready.first()
-        {
-            ready.insert(head);
-        }
+        let back = q.active + 1 == limit
+            && match q.ready.first() {
+                Some(&head) => ready.insert(head),
+                None => false,
+            };
         self.forget_if_idle(key);
+        back
     }
 
     fn forget_if_idle(&mut self, key: &str) {
@@ -197,7 +201,7 @@ mod tests {
         flow.enter_ready("a", e(0), &mut ready);
         assert_eq!(ready.iter().copied().collect::<Vec<_>>(), [e(5)]);
         // a's task finishes: a's best (0) is back.
-        flow.leave_active("a", &mut ready);
+        assert!(flow.leave_active("a", &mut ready), "a has room again");
         check(&flow, &ready, &unkeyed);
         assert_eq!(ready.iter().copied().collect::<Vec<_>>(), [e(0), e(5)]);
         // Cancel a task behind the head, then the head.

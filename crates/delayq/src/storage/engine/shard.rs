@@ -303,11 +303,14 @@ impl<J: Journal> Shard<J> {
             }
             State::Active => {
                 if let Some(flow) = t.flow.as_deref_mut() {
-                    if let Some(key) = r.key() {
-                        flow.leave_active(key, &mut t.ready);
-                    }
-                    // A slot freed: a consumer held back by a limit may go on.
-                    if !t.ready.is_empty() {
+                    let key_back = r.key().is_some_and(|k| flow.leave_active(k, &mut t.ready));
+                    // (ACTIVE's count is already one less.)
+                    let was_full = flow.limits.max_active.is_some_and(|max| {
+                        t.by_state[State::Active as usize].len() + 1 >= max as usize
+                    });
+                    // A slot freed where one was missing: a consumer held back may go on.
+                    // Below the limits nobody waits for a slot, so this wakes nobody then.
+                    if (key_back || was_full) && !t.ready.is_empty() {
                         self.became_ready.push(Arc::clone(&t.name));
                     }
                 }
