@@ -379,10 +379,12 @@ impl Queue {
     /// for topic A while it took tasks of B only is handed on to A's next consumer, so a
     /// consumer parked on several topics never strands a ready task of one of them.
     async fn long_poll(&self, topics: &[String], options: PopOptions) -> Result<Vec<Delivery>> {
+        // The timeout is measured from before the consumer counts as parked, so whoever sees
+        // it parked and moves the clock on moves it past a deadline that is already set.
+        let timeout = self.inner.ctx.clock.sleep_for(options.timeout_ms);
         let waiters = &self.inner.ctx.waiters;
         let parked = waiters.park_all(topics);
         let mut closed = self.inner.closed_tx.subscribe();
-        let timeout = self.inner.ctx.clock.sleep_for(options.timeout_ms);
         tokio::pin!(timeout);
         let mut first = true;
         let mut woken_by: Option<usize> = None;
