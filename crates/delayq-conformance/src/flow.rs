@@ -5,9 +5,8 @@
 //! when the rate allows the next task, or when a limit is raised; limits are listed, replaced
 //! and removed; `/stats` counts the READY tasks they hold back.
 //!
-//! Run by [`crate::flow_suite!`] on every backend; the per-key cases by
-//! [`crate::flow_key_suite!`] on the backends that keep keys (memory and embedded: Redis mode
-//! refuses keys for now).
+//! Run by [`crate::flow_suite!`] and the per-key cases by [`crate::flow_key_suite!`] on
+//! every backend.
 
 use std::time::Duration;
 

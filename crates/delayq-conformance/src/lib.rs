@@ -13,7 +13,7 @@
 //!   recorded in [`Harness::spans`]).
 //! - [`expiry`]: task expiry (docs/flow-control.md).
 //! - [`flow`]: flow limits (docs/flow-control.md), run by [`flow_suite!`] on every backend and
-//!   [`flow_key_suite!`] on those that keep keys (memory and embedded).
+//!   [`flow_key_suite!`] (the per-key cases) on every backend that keeps a task's key.
 //!
 //! A backend crate adds one line to an integration test file:
 //!
@@ -250,7 +250,8 @@ macro_rules! flow_suite {
     };
 }
 
-/// The per-key cases of [`flow`], for the backends that keep a task's key.
+/// The per-key cases of [`flow`], for the backends that keep a task's key (all of them
+/// today; apart so that a new backend can be brought up without keys first).
 #[macro_export]
 macro_rules! flow_key_suite {
     ($make:expr) => {

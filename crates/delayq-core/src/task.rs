@@ -587,7 +587,8 @@ pub struct HeldBack {
     pub max_active: u64,
     /// The rate allows no hand-out now: every READY task waits.
     pub rate: u64,
-    /// READY tasks of keys that have `max_active_per_key` tasks ACTIVE.
+    /// READY tasks that `max_active_per_key` keeps from going now: of each key, those past
+    /// the limit less the key's ACTIVE tasks (so every READY task of a full key).
     pub key: u64,
 }
 

@@ -103,7 +103,7 @@ pub(crate) struct PartitionKeys {
 }
 
 /// The suffixes of the keys every partition script declares, in `KEYS` order.
-const SETS: [&str; 13] = [
+const SETS: [&str; 16] = [
     "delayed",
     "ready",
     "active",
@@ -117,6 +117,9 @@ const SETS: [&str; 13] = [
     "extras",
     "info",
     "expiries",
+    "held",
+    "key-order",
+    "key-active",
 ];
 
 impl PartitionKeys {
@@ -128,6 +131,11 @@ impl PartitionKeys {
     /// The set of the tasks in `state`, scored by due.
     pub fn state_set(&self, state: delayq::State) -> String {
         format!("{}{}", self.base, SETS[state as usize])
+    }
+
+    /// READY tasks held back by their key's `max_active_per_key` (members as in READY).
+    pub fn held(&self) -> String {
+        format!("{}held", self.base)
     }
 
     pub fn fence(&self) -> String {

@@ -7,7 +7,7 @@
 //! a delayed task's memory is most of what a large Redis deployment holds:
 //!
 //! ```text
-//! <state letter><created>,<due>,<insertion>,<updated>,<ttr>,<max retries>,<retries>,<deadline>,<receipt>,<priority>,<trace>,<expiry>
+//! <state letter><created>,<due>,<insertion>,<updated>,<ttr>,<max retries>,<retries>,<deadline>,<receipt>,<priority>,<trace>,<expiry>,<key>
 //! ```
 //!
 //! - the state is one letter, `a` (DELAYED) to `f` (DEAD): the state code plus `a`;
@@ -27,7 +27,9 @@
 //! - the expiry, only for a task added with one (docs/flow-control.md): its offset from
 //!   `created`, then `!` when it is dropped at its expiry (`on_expire: drop`) rather than
 //!   made DEAD. A record without an expiry (and without a trace context) is byte for byte
-//!   what the release before expiries wrote.
+//!   what the release before expiries wrote;
+//! - the flow-control key, only for a task added with one (the id's character set: no comma,
+//!   space or newline). A record without one is what the release before keys wrote.
 //!
 //! So a task due in an hour is `amwzf57y5,255s0,8c` and a newline before its body: 19 bytes
 //! (a few more when the insertion number's millisecond is not the creation's), where the
@@ -94,6 +96,8 @@ pub(crate) struct Record {
     pub trace: Option<TraceContext>,
     /// When the task expires unless handed out before, and what the expiry does.
     pub expiry: Option<(Millis, OnExpire)>,
+    /// The flow-control key (docs/flow-control.md), if the task was added with one.
+    pub key: Option<String>,
     /// Any bytes: the header is text, the body after its newline is not read as text.
     pub body: Vec<u8>,
 }
@@ -116,6 +120,7 @@ impl Record {
             seq,
             trace: t.trace.clone(),
             expiry: t.expires_at_ms.map(|at| (at, t.on_expire)),
+            key: t.key.clone(),
             body: t.body.clone(),
         }
     }
@@ -141,6 +146,7 @@ impl Record {
             unless(self.priority == DEFAULT_PRIORITY, i128::from(self.priority)),
             Field::Trace(self.trace.as_ref()),
             Field::Expiry(self.expiry),
+            Field::Text(self.key.as_deref().unwrap_or("")),
         ];
         let mut out = String::with_capacity(32 + self.receipt.len() + self.body.len());
         out.push(char::from(STATE_LETTER + self.state.code()));
@@ -211,6 +217,7 @@ pub(crate) fn blank(state: State, created: Millis) -> Record {
         seq: 0,
         trace: None,
         expiry: None,
+        key: None,
         body: Vec::new(),
     }
 }
@@ -288,6 +295,10 @@ fn parse_short(header: &str) -> Option<Record> {
             None => (expiry, OnExpire::Dead),
         };
         r.expiry = Some((at(offset)?, on_expire));
+    }
+    let key = field();
+    if !key.is_empty() {
+        r.key = Some(key.to_owned());
     }
     if fields.next().is_some() {
         return None;
@@ -459,8 +470,7 @@ pub(crate) fn task_info(
         trace: record.trace,
         expires_at_ms: record.expiry.map(|(at, _)| at),
         on_expire: record.expiry.map(|(_, e)| e).unwrap_or_default(),
-        // Redis mode refuses keyed tasks (see `RedisStorage::add`).
-        key: None,
+        key: record.key,
     })
 }
 

@@ -1,14 +1,15 @@
 -- add: adds tasks of one partition, in order, with a few commands for the whole batch.
--- ARGV[7] the number of tasks, then 8 values per task: id, due, the packed record (built by
+-- ARGV[7] the number of tasks, then 9 values per task: id, due, the packed record (built by
 -- the caller with the same `now`: READY when due <= now, else DELAYED), the backoff JSON
 -- ('' for none), on_duplicate (0 reject, 1 replace, 2 keep), the priority, the insertion
 -- number (16 hex digits, as in the record; rule 11: FIFO among equals), the expiry ('' for
--- none; the record holds it too).
+-- none; the record holds it too), the flow-control key ('' for none; the record holds it
+-- too: a keyed READY task goes through `ready_in`, into its key's order).
 -- Reply payload: one code per task: 0 added, 1 replaced, 2 existed (kept), 3 duplicate.
 local n = tonumber(ARGV[7])
 local ids = {}
 for i = 0, n - 1 do
-  ids[i + 1] = ARGV[8 + i * 8]
+  ids[i + 1] = ARGV[8 + i * 9]
 end
 local existing = redis.call('HMGET', RECORDS, unpack(ids))
 -- The ARGV offset of the task that will be written, by id (a later task of the batch with
@@ -17,7 +18,7 @@ local pending = {}
 local order = {}
 local out = {}
 for i = 0, n - 1 do
-  local a = 8 + i * 8
+  local a = 8 + i * 9
   local id = ARGV[a]
   local policy = ARGV[a + 4]
   local code = 0
@@ -69,7 +70,12 @@ if #order > 0 then
       extras[#extras + 1] = id
       extras[#extras + 1] = ARGV[a + 3] .. '\0\0'
     end
-    if due <= NOW then
+    if due <= NOW and ARGV[a + 8] ~= '' then
+      local rec = {id = id, due = due, seq = ARGV[a + 6], pri = tonumber(ARGV[a + 5]), key = ARGV[a + 8]}
+      if ready_in(rec) then
+        READY_N = READY_N + 1
+      end
+    elseif due <= NOW then
       ready[#ready + 1] = tonumber(ARGV[a + 5])
       ready[#ready + 1] = hex(due) .. ARGV[a + 6] .. id
     else

@@ -247,6 +247,7 @@ async fn seed(conn: &mut MultiplexedConnection, pk: &PartitionKeys, case: &Case,
         seq: 3,
         trace: None,
         expiry: None,
+        key: None,
         body: b"body".to_vec(),
     };
     let (member, score) = crate::keys::member_of(case.state, "t", &record);

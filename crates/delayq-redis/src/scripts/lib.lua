@@ -11,10 +11,16 @@
 --   12    the partition's info: a hash with `v` (the index format, 2), `pause` (absent:
 --         not paused; -1: until resumed; else the epoch ms at which the pause ends),
 --         `expired` (how many tasks expired, cumulative), and for a topic with flow limits
---         `limits` (`<max_active>,<ms between hand-outs>,<burst>`, empty parts: none) and
+--         `limits` (`<max_active>,<ms between hand-outs>,<burst>,<max_active_per_key>`,
+--         empty parts: none; the last part was added later and may be missing) and
 --         `tat` (the rate's theoretical arrival time, see `allowance`)
 --   13    DELAYED and READY tasks that have an expiry, scored by it (docs/flow-control.md)
---   14    (tick only) the partition's fencing token
+--   14    READY tasks held back by their key's max_active_per_key, as in READY (below)
+--   15    keyed READY tasks (held or not) in their key's order: one sorted set of score 0
+--         whose members `<key> <priority: 8 hex digits><READY member>` sort by key, then
+--         as READY does (ZRANGEBYLEX reads one key's order)
+--   16    ACTIVE tasks per key: a hash, key -> how many (keyed tasks only)
+--   17    (tick only) the partition's fencing token
 --
 -- The READY and DEAD sets do not hold bare ids: a sorted set orders by one double and then
 -- by member bytes, and rule 11 needs three keys (priority, due, insertion). So:
@@ -26,6 +32,10 @@
 -- The insertion number is given by the adding instance (its clock's ms << 20 plus a
 -- counter, so it orders a topic's tasks across partitions too) and is only ever handled as
 -- a 16-hex-digit string here: it does not fit a Lua number exactly.
+-- With a max_active_per_key, READY holds of each key only the first tasks in its order that
+-- may go (max_active_per_key less the key's ACTIVE tasks): the rest wait in 14, so a pop
+-- takes READY's first tasks without walking past held ones, and a busy key holds back no
+-- other key. Every change of a key's tasks restores that window (`settle`).
 -- The other sets hold bare ids scored by due (or deadline). Partitions written by the
 -- previous version (bare ids everywhere, no `v`) are converted by `upgrade` below, which
 -- every script runs first.
@@ -40,7 +50,7 @@
 --
 -- A record is one string: a header, a newline, then the body. The header (short, because it
 -- is paid once per task) is
---   <state letter><created>,<due>,<insertion>,<updated>,<ttr>,<max>,<retries>,<deadline>,<receipt>,<priority>,<trace>,<expiry>
+--   <state letter><created>,<due>,<insertion>,<updated>,<ttr>,<max>,<retries>,<deadline>,<receipt>,<priority>,<trace>,<expiry>,<key>
 -- The state letter is `a` (DELAYED) .. `f` (DEAD). Numbers are base 36; due, updated and
 -- deadline are signed offsets from created ('-' before a negative one). The insertion number
 -- is its counter (low 20 bits), then '.' and the offset of its millisecond from created when
@@ -50,7 +60,9 @@
 -- context, no expiry; trailing empty fields are left out. The trace context (only a task
 -- added with one has it) is written by record.rs and kept here as an opaque string: it holds
 -- no comma. The expiry (only a task added with one has it) is its offset from created, then
--- '!' when the task is deleted at its expiry instead of going DEAD.
+-- '!' when the task is deleted at its expiry instead of going DEAD. The key (only a task
+-- added with one has it) is its flow-control key: the id's character set, so no comma,
+-- space or newline.
 -- Records written before begin with the state's digit and hold decimal fields: state, due,
 -- created, updated, ttr, max, retries, deadline, receipt, priority, insertion (16 hex
 -- digits); the oldest end after the receipt. `load` reads both,
@@ -68,7 +80,7 @@
 local NOW, UPPER, CHANNEL, ORIGIN, TOPIC, PARTITION, RETENTION
 
 local DELAYED, READY, ACTIVE, FINISHED, CANCELLED, DEAD = 0, 1, 2, 3, 4, 5
-local SETS, DEADLINES, EXPIRY, RECORDS, EXTRAS, INFO, EXPIRIES
+local SETS, DEADLINES, EXPIRY, RECORDS, EXTRAS, INFO, EXPIRIES, HELD, KORDER, KACTIVE
 -- The last error of a task that expired into DEAD.
 local EXPIRED = 'expired'
 local HISTORY = 16
@@ -93,6 +105,10 @@ local SCANNED = 0
 local POP_ARG = 7
 -- How many tasks left ACTIVE: a topic that was at its max_active then has slots to announce.
 local FREED = 0
+-- Held keyed tasks this call moved into READY (their key got room).
+local MOVED = 0
+-- The partition's flow limits as `limits` read them this call (nil: not read yet; false: none).
+local LIM = nil
 
 local function fmt(n)
   return string.format('%d', n)
@@ -150,9 +166,9 @@ local function n36(s)
 end
 
 local DEFAULT_TTR, DEFAULT_MAX = 30000, 3
--- The twelve fields of a short header after its state letter (spelled out: the library's top
+-- The thirteen fields of a short header after its state letter (spelled out: the library's top
 -- runs at load, where Redis 7.0 gives no `string` library).
-local SHORT_HEADER = '^.([^,\n]*),([^,\n]*),?([^,\n]*),?([^,\n]*),?([^,\n]*),?([^,\n]*),?([^,\n]*),?([^,\n]*),?([^,\n]*),?([^,\n]*),?([^,\n]*),?([^,\n]*)'
+local SHORT_HEADER = '^.([^,\n]*),([^,\n]*),?([^,\n]*),?([^,\n]*),?([^,\n]*),?([^,\n]*),?([^,\n]*),?([^,\n]*),?([^,\n]*),?([^,\n]*),?([^,\n]*),?([^,\n]*),?([^,\n]*)'
 
 -- The header of a record (the short form above). Created and the insertion number never
 -- change, and the due rarely does: their text as loaded is reused, so a promotion encodes
@@ -175,7 +191,7 @@ local function header(rec)
     end
   end
   -- The trace context (record.rs writes it; opaque here) is kept through every transition.
-  local f = {due, seq, '', '', '', '', '', rec.receipt, '', rec.trace, ''}
+  local f = {due, seq, '', '', '', '', '', rec.receipt, '', rec.trace, '', rec.key or ''}
   if rec.expires then
     f[11] = b36(rec.expires - c)
     if rec.drop then
@@ -200,7 +216,7 @@ local function header(rec)
   if rec.pri ~= DEFAULT_PRIORITY then
     f[9] = b36(rec.pri)
   end
-  local n = 11
+  local n = 12
   while f[n] == '' do
     n = n - 1
   end
@@ -236,15 +252,148 @@ local function save(rec)
   redis.call('HSET', RECORDS, rec.id, header(rec) .. '\n' .. rec.body)
 end
 
--- Removes a record and every index entry of it.
-local function purge(rec)
-  redis.call('ZREM', SETS[rec.state], (member(rec, rec.state)))
-  if rec.state == ACTIVE then
+-- The partition's flow limits (docs/flow-control.md), or nil: {max = max_active or nil,
+-- interval = ms between hand-outs or nil, burst, per_key = max_active_per_key or nil}. The
+-- topic has one partition (Redis mode refuses limits on more), so the counts here are the
+-- topic's. Read once a call.
+local function limits()
+  if LIM == nil then
+    LIM = false
+    local spec = redis.call('HGET', INFO, 'limits')
+    if spec then
+      local max, interval, burst, per_key = string.match(spec, '^(%d*),([^,]*),(%d*),?(%d*)$')
+      LIM = {
+        max = tonumber(max),
+        interval = tonumber(interval),
+        burst = tonumber(burst) or 1,
+        per_key = tonumber(per_key),
+      }
+    end
+  end
+  return LIM or nil
+end
+
+-- A keyed READY task's member in its key's order (KEYS[15]).
+local function key_member(rec)
+  local m, score = member(rec, READY)
+  return rec.key .. ' ' .. string.format('%08x', score) .. m
+end
+
+-- The ZRANGEBYLEX bounds of `key`'s entries: a key holds no byte below '+', so '!' ends them.
+local function key_range(key)
+  return '[' .. key .. ' ', '(' .. key .. '!'
+end
+
+-- How many of `key`'s tasks may be handed out now (max_active_per_key less its ACTIVE
+-- tasks), or nil when the topic has no per-key limit.
+local function key_room(key)
+  local lim = limits()
+  if not lim or not lim.per_key then
+    return nil
+  end
+  return math.max(0, lim.per_key - tonumber(redis.call('HGET', KACTIVE, key) or '0'))
+end
+
+-- Moves the entry `km` of `key`'s order into READY (`to_ready`) or HELD when it is in the
+-- other (an entry in neither is being handed out by this pop: left alone).
+local function key_move(key, km, to_ready)
+  local rest = string.sub(km, #key + 2)
+  local score, m = tonumber(string.sub(rest, 1, 8), 16), string.sub(rest, 9)
+  local from, to = HELD, SETS[READY]
+  if not to_ready then
+    from, to = to, from
+  end
+  if redis.call('ZREM', from, m) == 1 then
+    redis.call('ZADD', to, score, m)
+    if to_ready then
+      READY_N = READY_N + 1
+      MOVED = MOVED + 1
+    end
+  end
+end
+
+-- Restores `key`'s window (its first `key_room` tasks in READY, the rest held) after one
+-- change that moved its edge by at most one place: a task of the key left its order, or
+-- entered or left ACTIVE. Only the two entries at the edge can be on the wrong side.
+local function settle(key)
+  local room = key_room(key)
+  if room == nil then
+    return
+  end
+  local lo, hi = key_range(key)
+  local first = math.max(room - 1, 0)
+  for i, km in ipairs(redis.call('ZRANGEBYLEX', KORDER, lo, hi, 'LIMIT', first, 2)) do
+    key_move(key, km, first + i - 1 < room)
+  end
+end
+
+-- Puts a record whose state is READY into READY's indexes: a keyed one into its key's order,
+-- and held when it falls outside its key's window (pushing the window's last one out when it
+-- falls inside). Returns whether it went into READY.
+local function ready_in(rec)
+  local m, score = member(rec, READY)
+  if rec.key then
+    local km = key_member(rec)
+    redis.call('ZADD', KORDER, 0, km)
+    local room = key_room(rec.key)
+    if room ~= nil then
+      local lo, hi = key_range(rec.key)
+      if redis.call('ZLEXCOUNT', KORDER, lo, '[' .. km) > room then
+        redis.call('ZADD', HELD, score, m)
+        return false
+      end
+      redis.call('ZADD', SETS[READY], score, m)
+      local out = redis.call('ZRANGEBYLEX', KORDER, lo, hi, 'LIMIT', room, 1)
+      if out[1] then
+        key_move(rec.key, out[1], false)
+      end
+      return true
+    end
+  end
+  redis.call('ZADD', SETS[READY], score, m)
+  return true
+end
+
+-- Takes a record out of the indexes of its current state.
+local function leave(rec)
+  local m = member(rec, rec.state)
+  redis.call('ZREM', SETS[rec.state], m)
+  if rec.state == READY and rec.key then
+    redis.call('ZREM', HELD, m)
+    redis.call('ZREM', KORDER, key_member(rec))
+    settle(rec.key)
+  elseif rec.state == ACTIVE then
     FREED = FREED + 1
     redis.call('ZREM', DEADLINES, rec.id)
+    if rec.key then
+      if redis.call('HINCRBY', KACTIVE, rec.key, -1) <= 0 then
+        redis.call('HDEL', KACTIVE, rec.key)
+      end
+      settle(rec.key)
+    end
   elseif EXPIRY[rec.state] then
     redis.call('ZREM', EXPIRY[rec.state], rec.id)
   end
+end
+
+-- Hands a record (out of its old indexes) out: ACTIVE with `receipt` until its ttr deadline.
+local function activate(rec, receipt)
+  rec.state = ACTIVE
+  rec.updated = NOW
+  rec.deadline = UPPER + rec.ttr
+  rec.receipt = receipt
+  redis.call('ZADD', SETS[ACTIVE], rec.due, rec.id)
+  index_timer(DEADLINES, rec.deadline, rec.id)
+  save(rec)
+  if rec.key then
+    redis.call('HINCRBY', KACTIVE, rec.key, 1)
+    settle(rec.key)
+  end
+end
+
+-- Removes a record and every index entry of it.
+local function purge(rec)
+  leave(rec)
   if rec.expires then
     redis.call('ZREM', EXPIRIES, rec.id)
   end
@@ -302,6 +451,7 @@ local function load(id)
       trace = f[11] or '',
       expires = expires,
       drop = drop,
+      key = (f[13] ~= nil and f[13] ~= '') and f[13] or nil,
       body = string.sub(raw, nl + 1),
     }
   else
@@ -393,17 +543,6 @@ local function save_extra(id, x)
   redis.call('HSET', EXTRAS, id, x.backoff .. '\0' .. x.error .. '\0' .. x.history)
 end
 
--- Takes a record out of the indexes of its current state.
-local function leave(rec)
-  redis.call('ZREM', SETS[rec.state], (member(rec, rec.state)))
-  if rec.state == ACTIVE then
-    FREED = FREED + 1
-    redis.call('ZREM', DEADLINES, rec.id)
-  elseif EXPIRY[rec.state] then
-    redis.call('ZREM', EXPIRY[rec.state], rec.id)
-  end
-end
-
 -- Puts a record (already out of its old indexes) into `state` with due `due`, and saves it.
 -- ACTIVE is entered by pop itself, which also sets the receipt and the ttr deadline.
 local function enter(rec, state, due)
@@ -418,8 +557,11 @@ local function enter(rec, state, due)
       redis.call('ZREM', EXPIRIES, rec.id)
     end
   end
+  local ready = false
   if state == DELAYED then
     index_timer(SETS[DELAYED], due, rec.id)
+  elseif state == READY then
+    ready = ready_in(rec)
   else
     local m, score = member(rec, state)
     redis.call('ZADD', SETS[state], score, m)
@@ -433,7 +575,7 @@ local function enter(rec, state, due)
     rec.receipt = ''
   end
   save(rec)
-  if state == READY then
+  if ready then
     READY_N = READY_N + 1
   end
 end
@@ -593,6 +735,7 @@ local function promote(limit)
   end
   local ids = {}
   local add = {}
+  local keyed = {}
   for i = 1, #due, 2 do
     local id, d = due[i], due[i + 1]
     ids[#ids + 1] = id
@@ -604,9 +747,14 @@ local function promote(limit)
       rec.updated = NOW
       save(rec)
       traced('fire', rec)
-      local m, score = member(rec, READY)
-      add[#add + 1] = score
-      add[#add + 1] = m
+      if rec.key then
+        keyed[#keyed + 1] = rec
+      else
+        local m, score = member(rec, READY)
+        add[#add + 1] = score
+        add[#add + 1] = m
+        READY_N = READY_N + 1
+      end
       dues[#dues + 1] = tonumber(d)
     end
   end
@@ -614,7 +762,11 @@ local function promote(limit)
   if #add > 0 then
     redis.call('ZADD', SETS[READY], unpack(add))
   end
-  READY_N = READY_N + #dues
+  for _, rec in ipairs(keyed) do
+    if ready_in(rec) then
+      READY_N = READY_N + 1
+    end
+  end
   return dues
 end
 
@@ -630,18 +782,6 @@ local function paused()
     return nil
   end
   return until_ms
-end
-
--- The partition's flow limits (docs/flow-control.md), or nil: {max = max_active or nil,
--- interval = ms between hand-outs or nil, burst}. The topic has one partition (Redis mode
--- refuses limits on more), so the counts here are the topic's.
-local function limits()
-  local spec = redis.call('HGET', INFO, 'limits')
-  if not spec then
-    return nil
-  end
-  local max, interval, burst = string.match(spec, '^(%d*),([^,]*),(%d*)$')
-  return {max = tonumber(max), interval = tonumber(interval), burst = tonumber(burst) or 1}
 end
 
 -- The rate's theoretical arrival time, at least `at`.
@@ -782,7 +922,8 @@ local function begin(keys, argv)
   DEADLINES = keys[7]
   EXPIRY = {[FINISHED] = keys[8], [CANCELLED] = keys[9]}
   RECORDS, EXTRAS, INFO, EXPIRIES = keys[10], keys[11], keys[12], keys[13]
+  HELD, KORDER, KACTIVE = keys[14], keys[15], keys[16]
   READY_N, WAKE, DEAD_N, EXPIRED_N, SCANNED, POP_ARG = 0, nil, 0, 0, 0, 7
-  HEADS, TRACED, FREED = {}, {}, 0
+  HEADS, TRACED, FREED, MOVED, LIM = {}, {}, 0, 0, nil
   upgrade()
 end

@@ -149,7 +149,7 @@ async fn a_redis_without_the_functions_gets_them_on_the_next_call() {
     assert!(crate::error::outcome_of(&err) == delayq::Outcome::NotApplied);
     assert_eq!(libraries(&mut conn).await, Vec::<String>::new());
     let counts: Vec<i64> = stats().invoke_async(&mut conn).await.unwrap();
-    assert_eq!(counts.len(), 11);
+    assert_eq!(counts.len(), 12);
     assert_eq!(
         libraries(&mut conn).await,
         vec![SCRIPTS.add.library.name.clone()]
@@ -170,7 +170,7 @@ async fn a_redis_without_the_functions_gets_them_on_the_next_call() {
             }
         }
     }
-    assert_eq!(counted.map(|c| c.len()), Some(11));
+    assert_eq!(counted.map(|c| c.len()), Some(12));
     // Dropped by hand: loaded again too.
     let _: Value = redis::cmd("FUNCTION")
         .arg("FLUSH")
@@ -178,7 +178,7 @@ async fn a_redis_without_the_functions_gets_them_on_the_next_call() {
         .await
         .unwrap();
     let counts: Vec<i64> = stats().invoke_async(&mut conn).await.unwrap();
-    assert_eq!(counts.len(), 11);
+    assert_eq!(counts.len(), 12);
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -203,7 +203,7 @@ async fn two_versions_of_the_code_live_side_by_side() {
         let Value::Array(items) = v else {
             panic!("an array: {v:?}")
         };
-        // clean: the reply head and its payload; stats: eleven counts.
-        assert_eq!(items.len(), if std::ptr::eq(s, clean) { 8 } else { 11 });
+        // clean: the reply head and its payload; stats: twelve counts.
+        assert_eq!(items.len(), if std::ptr::eq(s, clean) { 8 } else { 12 });
     }
 }

@@ -297,7 +297,7 @@ pub(crate) struct Header<'a> {
 }
 
 impl Header<'_> {
-    /// An invocation of the partition script `script` over the keys of `pk` (`KEYS[1..=13]`)
+    /// An invocation of the partition script `script` over the keys of `pk` (`KEYS[1..=16]`)
     /// with this header; the script's own keys and arguments are added after it.
     pub fn invoke<'s>(&self, script: &'s Script, pk: &PartitionKeys) -> ScriptInvocation<'s> {
         let mut inv = script.prepare_invoke();

@@ -4,7 +4,8 @@
 -- out at or after its expiry, whatever the promoter's lag). A paused partition promotes and
 -- expires but hands nothing out (rule 14). A topic's flow limits (`allowance`) bound how many
 -- go; when its rate lets none go, the reply gives the instant it will as the pause's end, so
--- the instance wakes its parked consumers then.
+-- the instance wakes its parked consumers then. READY holds only what max_active_per_key
+-- lets go (lib.lua), so its first tasks are the ones to take.
 -- ARGV[8] '1' to finish them at once, ARGV[9] a random receipt prefix (12 hex digits),
 -- ARGV[10] how many due tasks to promote at most. (finish_pop.lua runs this after a finish,
 -- with these four arguments two places later: POP_ARG.)
@@ -44,18 +45,18 @@ for i, m in ipairs(members) do
     if rec.expires then
       redis.call('ZREM', EXPIRIES, id)
     end
+    if rec.key then
+      redis.call('ZREM', KORDER, key_member(rec))
+    end
     taken = taken + 1
     local receipt = prefix .. string.format('%04x', i)
     if auto then
       enter(rec, FINISHED, rec.due)
+      if rec.key then
+        settle(rec.key)
+      end
     else
-      rec.state = ACTIVE
-      rec.updated = NOW
-      rec.deadline = UPPER + rec.ttr
-      rec.receipt = receipt
-      redis.call('ZADD', SETS[ACTIVE], rec.due, id)
-      index_timer(DEADLINES, rec.deadline, id)
-      save(rec)
+      activate(rec, receipt)
     end
     out[#out + 1] = id
     out[#out + 1] = rec.body
@@ -71,9 +72,9 @@ end
 out[1] = taken
 spend(lim, taken)
 -- Wake other consumers only for what this pop promoted and left behind, and only when they
--- can take it.
+-- can take it; held tasks that a hand-out let into READY count too.
 if pause == nil then
-  READY_N = math.max(0, #promoted - taken)
+  READY_N = math.max(0, #promoted - taken) + MOVED
 else
   READY_N = 0
 end

@@ -96,6 +96,12 @@ fn table() -> Vec<Record> {
     expiring.expiry = Some((CREATED + 7_200_000, OnExpire::Dead));
     out.push(expiring);
     traced.expiry = Some((CREATED + 90_000, OnExpire::Drop));
+    out.push(traced.clone());
+    // A flow-control key after fields left at their default, and after every field.
+    let mut keyed = record(State::Ready);
+    keyed.key = Some("merchant-7".to_owned());
+    out.push(keyed);
+    traced.key = Some("a.b:c@d/e+f=g-1".to_owned());
     out.push(traced);
     out
 }
@@ -110,8 +116,8 @@ async fn the_scripts_write_what_rust_encodes() {
     let script = &scripts[0];
     for (i, want) in table().iter().enumerate() {
         let id = format!("r{i}");
-        // The decimal form never held a trace context or an expiry.
-        let forms = if want.trace.is_some() || want.expiry.is_some() {
+        // The decimal form never held a trace context, an expiry or a key.
+        let forms = if want.trace.is_some() || want.expiry.is_some() || want.key.is_some() {
             vec![want.encode()]
         } else {
             vec![want.encode(), decimal(want)]

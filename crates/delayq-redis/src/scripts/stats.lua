@@ -2,7 +2,8 @@
 -- retained records whose retention already passed (not yet purged).
 -- Reply: six counts in state order, the earliest due of a DELAYED task (-1: none), the
 -- pause (-2: none, -1: until resumed, else its end), how many tasks expired, then the READY
--- tasks the flow limits hold back: by max_active, by the rate.
+-- tasks the flow limits hold back: by max_active, by the rate, by max_active_per_key. READY
+-- counts the held keyed tasks too (they are READY; KEYS[14] holds them apart).
 local out = {}
 for state = 0, 5 do
   out[state + 1] = redis.call('ZCARD', SETS[state])
@@ -13,9 +14,13 @@ end
 out[7] = head_score(SETS[DELAYED]) or -1
 out[8] = paused() or -2
 out[9] = tonumber(redis.call('HGET', INFO, 'expired') or '0')
-out[10], out[11] = 0, 0
+local held = redis.call('ZCARD', HELD)
+out[READY + 1] = out[READY + 1] + held
+out[10], out[11], out[12] = 0, 0, held
 local allowed, next_at = allowance(1, limits())
 if allowed == 0 then
+  -- A task counts under the first limit that holds it: max_active, the rate, its key.
   out[next_at and 11 or 10] = out[READY + 1]
+  out[12] = 0
 end
 return out

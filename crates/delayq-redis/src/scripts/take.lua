@@ -33,11 +33,5 @@ if rec.expires then
   redis.call('ZREM', EXPIRIES, rec.id)
 end
 local receipt = ARGV[8] .. '0001'
-rec.state = ACTIVE
-rec.updated = NOW
-rec.deadline = UPPER + rec.ttr
-rec.receipt = receipt
-redis.call('ZADD', SETS[ACTIVE], rec.due, rec.id)
-index_timer(DEADLINES, rec.deadline, rec.id)
-save(rec)
+activate(rec, receipt)
 return reply(0, {rec.body, rec.retries, receipt, rec.due, rec.ttr, rec.pri, rec.trace})

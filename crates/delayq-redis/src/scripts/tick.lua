@@ -1,5 +1,5 @@
 -- tick: the time-driven work of one partition, run by the holder of its lease.
--- KEYS[14] the partition's fencing token; ARGV[7] the holder's token, ARGV[8] the most
+-- KEYS[17] the partition's fencing token; ARGV[7] the holder's token, ARGV[8] the most
 -- entries to handle of each kind.
 -- Moves due DELAYED tasks to READY, applies the expiries that are due (DEAD or deleted),
 -- applies expired ttrs (a failure: READY, DELAYED or DEAD), removes FINISHED/CANCELLED
@@ -9,12 +9,12 @@
 -- (`append_events`: fires, and the tasks an expired ttr made DEAD).
 local token = tonumber(ARGV[7])
 local limit = tonumber(ARGV[8])
-local fence = tonumber(redis.call('GET', KEYS[14]) or '0')
+local fence = tonumber(redis.call('GET', KEYS[17]) or '0')
 if token < fence then
   return refuse(-4, fence)
 end
 if token > fence then
-  redis.call('SET', KEYS[14], ARGV[7])
+  redis.call('SET', KEYS[17], ARGV[7])
 end
 local more = 0
 local dues = promote(limit)

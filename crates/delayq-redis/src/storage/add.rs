@@ -224,7 +224,7 @@ impl InstanceState {
             .collect())
     }
 
-    /// The add script of one chunk: the count, then seven values per task.
+    /// The add script of one chunk: the count, then nine values per task (`add.lua`).
     fn add_invocation<'s>(
         &self,
         pk: &PartitionKeys,
@@ -252,7 +252,8 @@ impl InstanceState {
                 .arg(
                     t.expires_at_ms
                         .map_or_else(String::new, |at| at.to_string()),
-                );
+                )
+                .arg(t.key.as_deref().unwrap_or(""));
         }
         inv
     }

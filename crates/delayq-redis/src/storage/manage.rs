@@ -157,17 +157,9 @@ impl InstanceState {
     /// Sets (or with `None` removes) the flow limits of `topic` in its partition, where the
     /// pop script checks them (docs/flow-control.md). A topic of several partitions is
     /// refused: its counts would have to live in one slot that every partition's script
-    /// reads, which Redis Cluster forbids. Per-key limits are not kept in Redis mode yet.
+    /// reads, which Redis Cluster forbids.
     pub(super) async fn set_limits(&self, topic: &str, limits: Option<FlowLimits>) -> Result<()> {
         self.check_open()?;
-        if limits.is_some_and(|l| l.max_active_per_key.is_some()) {
-            return Err(InvalidField::new(
-                "max_active_per_key",
-                "is not available in Redis mode yet (docs/flow-control.md): \
-                 use max_active and rate_per_s, or the embedded storage",
-            )
-            .into());
-        }
         let Some(n) = self.partitions(topic, limits.is_some()).await? else {
             return Ok(());
         };
@@ -329,15 +321,18 @@ fn kick_plan(candidates: &[([u64; 3], u32)], chunk: usize) -> Vec<(u32, usize)> 
     plan
 }
 
-/// The `limits` script's argument: `<max_active>,<ms between hand-outs>,<burst>`, empty parts
+/// The `limits` script's argument:
+/// `<max_active>,<ms between hand-outs>,<burst>,<max_active_per_key>`, empty parts
 /// for what is not limited (the interval in Rust's shortest exact form, which Lua reads back
 /// to the same double).
 fn limits_arg(l: &FlowLimits) -> String {
     let rate = l.rate();
     format!(
-        "{},{},{}",
+        "{},{},{},{}",
         l.max_active.map_or(String::new(), |n| n.to_string()),
         rate.map_or(String::new(), |r| r.interval_ms.to_string()),
         rate.map_or(String::new(), |r| r.burst.to_string()),
+        l.max_active_per_key
+            .map_or(String::new(), |n| n.to_string()),
     )
 }

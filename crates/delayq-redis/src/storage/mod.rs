@@ -294,42 +294,7 @@ pub async fn start(ctx: StorageContext, options: RedisOptions) -> Result<Arc<Red
 #[async_trait]
 impl TaskStore for RedisStorage {
     async fn add(&self, tasks: Vec<TaskSpec>) -> Result<Vec<AddResult>> {
-        // Flow-control keys are not stored in Redis mode yet (docs/flow-control.md): a keyed
-        // task is refused, each on its own, rather than stored without its key.
-        if !tasks.iter().any(|t| t.key.is_some()) {
-            return self.state.add(tasks).await;
-        }
-        let total = tasks.len();
-        let (mut keyed_at, mut plain_at, mut plain) = (Vec::new(), Vec::new(), Vec::new());
-        for (i, task) in tasks.into_iter().enumerate() {
-            if task.key.is_some() {
-                keyed_at.push(i);
-            } else {
-                plain_at.push(i);
-                plain.push(task);
-            }
-        }
-        let added = if plain.is_empty() {
-            Vec::new()
-        } else {
-            self.state.add(plain).await?
-        };
-        let mut results: Vec<Option<AddResult>> = Vec::new();
-        results.resize_with(total, || None);
-        for i in keyed_at {
-            results[i] = Some(Err(delayq::InvalidField::new(
-                "key",
-                "flow-control keys are not available in Redis mode yet (docs/flow-control.md)",
-            )
-            .into()));
-        }
-        for (i, result) in plain_at.into_iter().zip(added) {
-            results[i] = Some(result);
-        }
-        Ok(results
-            .into_iter()
-            .map(|r| r.expect("every task has a result"))
-            .collect())
+        self.state.add(tasks).await
     }
 
     async fn pop(&self, topic: &str, max: usize, auto_finish: bool) -> Result<Vec<Delivery>> {

@@ -123,7 +123,8 @@ impl InstanceState {
     }
 
     /// The (partition, id) of the tasks of one page: the first `skip + page_size` entries
-    /// of every (partition, state) set, merged by due, then the page cut out of them.
+    /// of every (partition, state) set (READY's held keyed tasks included), merged by due,
+    /// then the page cut out of them.
     async fn page_ids(
         &self,
         topic: &str,
@@ -139,12 +140,18 @@ impl InstanceState {
         for p in 0..parts {
             let pk = self.keys.partition(topic, p);
             for &st in states {
-                pipe.cmd("ZRANGE")
-                    .arg(pk.state_set(st))
-                    .arg(0)
-                    .arg(need.saturating_sub(1))
-                    .arg("WITHSCORES");
-                sources.push(p);
+                let mut sets = vec![pk.state_set(st)];
+                if st == State::Ready {
+                    sets.push(pk.held());
+                }
+                for set in sets {
+                    pipe.cmd("ZRANGE")
+                        .arg(set)
+                        .arg(0)
+                        .arg(need.saturating_sub(1))
+                        .arg("WITHSCORES");
+                    sources.push((p, st));
+                }
             }
         }
         let ranges: Vec<Value> = self
@@ -152,8 +159,7 @@ impl InstanceState {
             .io(what, pipe.query_async(&mut self.redis.conn()))
             .await?;
         let mut entries: Vec<(f64, u32, String)> = Vec::new();
-        for (i, (v, &p)) in ranges.iter().zip(&sources).enumerate() {
-            let state = states[i % states.len()];
+        for (v, &(p, state)) in ranges.iter().zip(&sources) {
             for (member, score) in scored(v) {
                 // READY members carry the due; DEAD ones are listed by when they went DEAD.
                 let entry = match state {
@@ -292,17 +298,17 @@ impl InstanceState {
 
 /// The counters of one partition from its stats script: six counts in state order, the
 /// earliest due of a DELAYED task (-1: none), the pause (-2: none, -1: until resumed, else
-/// its end), how many tasks expired, then the READY tasks held back by max_active and by the
-/// rate.
+/// its end), how many tasks expired, then the READY tasks held back by max_active, by the
+/// rate and by max_active_per_key.
 fn parse_stats(value: Value, what: &str) -> Result<TopicStats, BackendError> {
     let Value::Array(items) = value else {
         return Err(BackendError::protocol(what, "stats reply is not an array"));
     };
     let nums: Vec<i64> = items.iter().filter_map(int).collect();
-    if nums.len() != 11 {
+    if nums.len() != 12 {
         return Err(BackendError::protocol(
             what,
-            "stats reply has not 11 values",
+            "stats reply has not 12 values",
         ));
     }
     let mut stats = TopicStats::default();
@@ -313,6 +319,7 @@ fn parse_stats(value: Value, what: &str) -> Result<TopicStats, BackendError> {
     stats.expired = u64::try_from(nums[8]).unwrap_or(0);
     stats.held_back.max_active = u64::try_from(nums[9]).unwrap_or(0);
     stats.held_back.rate = u64::try_from(nums[10]).unwrap_or(0);
+    stats.held_back.key = u64::try_from(nums[11]).unwrap_or(0);
     if nums[7] != -2 {
         stats.pause = Pause {
             paused: true,
@@ -329,18 +336,23 @@ mod tests {
     #[test]
     fn stats_replies_parse() {
         let reply = Value::Array(
-            [1, 2, 3, 4, 5, 6, 900, -2, 7, 0, 2]
+            [1, 2, 3, 4, 5, 6, 900, -2, 7, 0, 2, 1]
                 .map(Value::Int)
                 .to_vec(),
         );
         let stats = parse_stats(reply, "testing").unwrap();
-        assert_eq!((stats.held_back.max_active, stats.held_back.rate), (0, 2));
+        let held = stats.held_back;
+        assert_eq!((held.max_active, held.rate, held.key), (0, 2, 1));
         let counts: Vec<u64> = State::ALL.iter().map(|&s| stats.count(s)).collect();
         assert_eq!(counts, [1, 2, 3, 4, 5, 6]);
         assert_eq!((stats.total, stats.next_due_ms), (21, Some(900)));
         assert_eq!(stats.expired, 7);
         assert!(!stats.pause.paused);
-        let none = Value::Array([0, 0, 0, 0, 0, 0, -1, -1, 0, 0, 0].map(Value::Int).to_vec());
+        let none = Value::Array(
+            [0, 0, 0, 0, 0, 0, -1, -1, 0, 0, 0, 0]
+                .map(Value::Int)
+                .to_vec(),
+        );
         let paused = parse_stats(none, "testing").unwrap();
         assert_eq!(paused.next_due_ms, None);
         assert_eq!(
@@ -351,7 +363,7 @@ mod tests {
             }
         );
         let until = Value::Array(
-            [0, 0, 0, 0, 0, 0, -1, 5000, 0, 0, 0]
+            [0, 0, 0, 0, 0, 0, -1, 5000, 0, 0, 0, 0]
                 .map(Value::Int)
                 .to_vec(),
         );

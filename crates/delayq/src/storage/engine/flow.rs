@@ -145,15 +145,18 @@ impl Flow {
         self.keys.get(key).map_or(0, |q| q.active)
     }
 
-    /// READY tasks of full keys: held back by the per-key limit.
+    /// READY tasks the per-key limit keeps from going now: of each key, those past its room
+    /// (the limit less its ACTIVE tasks), so all of a full key's.
     pub fn held_by_keys(&self) -> u64 {
         let Some(limit) = self.per_key() else {
             return 0;
         };
         self.keys
             .values()
-            .filter(|q| q.active >= limit)
-            .map(|q| q.ready.len() as u64)
+            .map(|q| {
+                let room = limit.saturating_sub(q.active) as usize;
+                q.ready.len().saturating_sub(room) as u64
+            })
             .sum()
     }
 }
