@@ -319,6 +319,36 @@ async fn flows(mode: Mode) {
     b.goto(&s.url("/ui/topic?name=orders")).await;
     assert_eq!(b.all("#timeline svg").await.len(), 3);
 
+    // Flow limits: the topic page shows them and how many ready tasks each holds back, as
+    // /stats counts them (one of three tasks ACTIVE, max_active 1 holds the other two).
+    for id in ["c1", "c2", "c3"] {
+        s.add("capped", id, json!({"ttr_ms": 600_000})).await;
+    }
+    assert!(!s.pop_now("capped").await.is_null(), "a ready task to hold");
+    s.post(
+        "/limits",
+        json!({"topic": "capped", "max_active": 1, "rate_per_s": 5, "burst": 2}),
+    )
+    .await
+    .ok();
+    let held = s.get("/stats?topic=capped").await.ok()["held_back"].clone();
+    assert_eq!(held["max_active"], 2, "{held}");
+    b.goto(&s.url("/ui/topic?name=capped")).await;
+    let cell = |limit: &str, col: usize| {
+        format!(
+            "return document.querySelector('#flow-limits tr[data-limit={limit}] td:nth-of-type({col})').textContent;"
+        )
+    };
+    assert_eq!(b.js(&cell("max_active", 1)).await, json!("1"));
+    assert_eq!(b.js(&cell("rate", 1)).await, json!("5 /s, burst 2"));
+    assert_eq!(b.js(&cell("max_active_per_key", 1)).await, json!("none"));
+    assert_eq!(b.js(&cell("max_active", 2)).await, json!("2"));
+    assert_eq!(b.js(&cell("rate", 2)).await, json!("0"));
+    b.screenshot(&name(mode, "topic-limits")).await;
+    s.request(reqwest::Method::DELETE, "/limits?topic=capped")
+        .await
+        .ok();
+
     // The overview after all that, for its screenshot: a few seconds of history in the charts.
     b.goto(&s.url("/")).await;
     b.find("#live #charts").await;

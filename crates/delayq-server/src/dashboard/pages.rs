@@ -10,6 +10,7 @@ use axum::extract::{RawQuery, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Redirect, Response};
 use delayq::core::validate;
+use delayq::core::{FlowLimits, HeldBack};
 use delayq::{ScheduleInfo, State as TaskState, TaskInfo, TopicStats};
 use delayq_api::push::PushFigures;
 use maud::{Markup, html};
@@ -266,7 +267,7 @@ async fn topic_content(
     let sort = if desc { "-due" } else { "due" };
     let state_name = filter.map(TaskState::name);
     let timeline = activity::timeline(state, name, now).await?;
-    let more = extensions(state, name, now).await?;
+    let more = extensions(state, name, &stats, now).await?;
     Ok(html! {
         (counts_card(name, &stats, now))
         (timeline)
@@ -386,10 +387,17 @@ fn desc_range(total: u64, page: u64, size: u64) -> (u64, u64) {
     (end.saturating_sub(size), end)
 }
 
-/// The push target and the schedules of a topic (docs/design.md §8, §9): a section each,
-/// rendered only when the topic has one. The target's figures are this instance's; the
-/// schedules come from the shared settings store, with their next occurrences.
-async fn extensions(state: &AppState, topic: &str, now: u64) -> Result<Option<Markup>, AppError> {
+/// The flow limits, the push target and the schedules of a topic (docs/design.md §11, §8,
+/// §9): a section each, rendered only when the topic has one (or, for the limits, when some
+/// ready tasks are held back). The target's figures are this instance's; the limits and the
+/// schedules come from the shared storage, the schedules with their next occurrences.
+async fn extensions(
+    state: &AppState,
+    topic: &str,
+    stats: &TopicStats,
+    now: u64,
+) -> Result<Option<Markup>, AppError> {
+    let limits = state.queue().topic_limits(topic).await?;
     let target = match state.push() {
         Some(push) => push.get(topic).await?,
         None => None,
@@ -399,13 +407,49 @@ async fn extensions(state: &AppState, topic: &str, now: u64) -> Result<Option<Ma
         .and_then(|p| p.stats(topic))
         .map(|s| s.figures());
     let schedules = state.scheduler().list(Some(topic), UPCOMING_SHOWN).await?;
-    if target.is_none() && schedules.is_empty() {
+    let held = stats.held_back;
+    if limits.is_none() && held.is_none() && target.is_none() && schedules.is_empty() {
         return Ok(None);
     }
     Ok(Some(html! {
+        @if limits.is_some() || !held.is_none() { (limits_section(limits.as_ref(), &held)) }
         @if let Some(t) = &target { (push_section(t, figures.as_ref())) }
         @if !schedules.is_empty() { (schedules_section(&schedules, now)) }
     }))
+}
+
+/// The topic's flow limits and how many ready tasks each kind holds back now.
+fn limits_section(limits: Option<&FlowLimits>, held: &HeldBack) -> Markup {
+    let unlimited = html! { span.muted { "none" } };
+    html! {
+        h2 { "Flow limits" }
+        div.card #flow-limits {
+            table {
+                thead { tr { th { "limit" } th { "value" } th.num { "ready tasks it holds back" } } }
+                tbody {
+                    tr data-limit="max_active" {
+                        th { "max active" }
+                        td { @match limits.and_then(|l| l.max_active) { Some(n) => (n), None => (unlimited) } }
+                        td.num { (held.max_active) }
+                    }
+                    tr data-limit="rate" {
+                        th { "rate" }
+                        td { @match limits.and_then(|l| l.rate_per_s.zip(l.effective_burst())) {
+                            Some((r, b)) => { (r) " /s, burst " (b) }
+                            None => (unlimited),
+                        } }
+                        td.num { (held.rate) }
+                    }
+                    tr data-limit="max_active_per_key" {
+                        th { "max active per key" }
+                        td { @match limits.and_then(|l| l.max_active_per_key) { Some(n) => (n), None => (unlimited) } }
+                        td.num { (held.key) }
+                    }
+                }
+            }
+            @if limits.is_none() { p.muted { "No limits are set now; the counts are from before they were removed." } }
+        }
+    }
 }
 
 /// The topic's push target, and this instance's figures of it.
