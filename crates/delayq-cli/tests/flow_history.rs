@@ -1,8 +1,10 @@
 //! The history check of flow limits in Redis mode (issue 26, docs/flow-control.md): three real
 //! `delayq serve --redis` processes over one private redis-server, 30 consumers spread over
-//! them (HTTP `/pop` + `/finish`, and beanstalk `reserve-with-timeout` + `delete` watching both
-//! tubes), a topic with `max_active` and a topic with `rate_per_s` + `burst`, a ttr short
-//! enough that abandoned tasks run it out and come back.
+//! them (HTTP `/pop` + `/finish`, and beanstalk `reserve-with-timeout` + `delete` watching
+//! every tube), a topic with `max_active`, a topic with `rate_per_s` + `burst` and a topic of
+//! keyed tasks with `max_active_per_key`, a ttr short enough that abandoned tasks run it out
+//! and come back. Halfway through, one instance is SIGKILLed with its consumers' tasks in
+//! hand: those hold their slots until their ttr passes, and the other two go on.
 //!
 //! Every hand-out is recorded with the consumer's own timestamps (the machine's wall clock,
 //! which is also the clock of the redis-server the instances read their time from):
@@ -10,12 +12,14 @@
 //!   cut at the pop's send time + ttr − a margin (the ttr runs from the script's clock reading,
 //!   which is after the send, so the task cannot leave ACTIVE by its ttr before that). The
 //!   task's true ACTIVE time contains this interval, so their overlap can only under-count:
-//!   at no instant may more than `max_active` of the limited topic's intervals overlap.
+//!   at no instant may more than `max_active` of the limited topic's intervals overlap, nor
+//!   more than `max_active_per_key` of one key's.
 //! - its hand-out time (when the reply arrived), for the rate: over any window of `w` seconds
 //!   at most `rate × (w + slack) + burst` hand-outs (see [`RATE_SLACK_S`] for the slack).
 //!
 //! Removing the pop script's check (`allowance` in crates/delayq-redis/src/scripts/lib.lua
-//! returning `want, nil`) makes both assertions fail.
+//! returning `want, nil`) makes the first two assertions fail; leaving every keyed task in
+//! READY (`key_room` returning nil) makes the per-key one fail.
 
 mod support;
 
@@ -39,6 +43,12 @@ const MAX_ACTIVE: usize = 4;
 const RATE_TOPIC: &str = "flow-rate";
 const RATE_PER_S: f64 = 40.0;
 const BURST: u64 = 5;
+/// The topic of keyed tasks limited by `max_active_per_key`.
+const KEYED_TOPIC: &str = "flow-keyed";
+const PER_KEY: usize = 2;
+/// The keys its tasks spread over (round robin).
+const KEYS: usize = 5;
+const TOPICS: [&str; 3] = [ACTIVE_TOPIC, RATE_TOPIC, KEYED_TOPIC];
 /// Ready tasks added to each topic before the consumers start: more than the run hands out
 /// at the rate, so both topics are held back by their limits the whole run.
 const TASKS: usize = 500;
@@ -59,7 +69,7 @@ const RATE_SLACK_S: f64 = 0.5;
 const INSTANCES: usize = 3;
 const HTTP_CONSUMERS: usize = 20;
 const BEANSTALK_CONSUMERS: usize = 10;
-/// How long the consumers take tasks.
+/// How long the consumers take tasks; the last instance is SIGKILLed halfway.
 const RUN: Duration = Duration::from_secs(8);
 /// One in this many HTTP deliveries is abandoned to its ttr (and each HTTP consumer's first).
 const ABANDON_ONE_IN: u64 = 20;
@@ -72,6 +82,8 @@ const REPLY_TIMEOUT: Duration = Duration::from_secs(15);
 #[derive(Debug, Clone)]
 struct Handout {
     topic: String,
+    /// The task's flow-control key (from its body: a delivery does not carry it).
+    key: Option<String>,
     /// Over beanstalk (else HTTP).
     beanstalk: bool,
     /// When its reply arrived.
@@ -113,7 +125,7 @@ async fn flow_limits_hold_across_redis_instances() {
     set_limits(&http, &servers[0].url).await;
     // Every instance reads the same limits (they live in Redis).
     for s in &servers {
-        for topic in [ACTIVE_TOPIC, RATE_TOPIC] {
+        for topic in TOPICS {
             let url = format!("{}/limits?topic={topic}", s.url);
             let got = envelope(http.get(&url).send().await).await;
             assert_eq!(got["total"], 1, "{url}: {got}");
@@ -124,13 +136,19 @@ async fn flow_limits_hold_across_redis_instances() {
         .iter()
         .map(|s| Client::with_options(&s.url, None, options.clone()).expect("a client"))
         .collect();
-    for topic in [ACTIVE_TOPIC, RATE_TOPIC] {
+    for topic in TOPICS {
         let tasks: Vec<NewTask> = (0..TASKS)
             .map(|i| {
-                NewTask::new(topic, format!("t-{i}"))
-                    .body(topic)
+                let task = NewTask::new(topic, format!("t-{i}"))
                     .ttr_ms(TTR_MS)
-                    .max_retries(MaxRetries::Unlimited)
+                    .max_retries(MaxRetries::Unlimited);
+                // The body is the topic (a beanstalk job's reply names no tube), then the key.
+                if topic == KEYED_TOPIC {
+                    let key = format!("m-{}", i % KEYS);
+                    task.body(format!("{topic} {key}")).key(key)
+                } else {
+                    task.body(topic)
+                }
             })
             .collect();
         for chunk in tasks.chunks(100) {
@@ -141,21 +159,41 @@ async fn flow_limits_hold_across_redis_instances() {
     }
 
     let stop = Arc::new(AtomicBool::new(false));
+    // Set just before the last instance is killed: its consumers' failures are expected.
+    let killed = Arc::new(AtomicBool::new(false));
+    let alive = Arc::new(AtomicBool::new(false));
+    let gone_if = |instance: usize| {
+        Arc::clone(if instance == INSTANCES - 1 {
+            &killed
+        } else {
+            &alive
+        })
+    };
     // The holds and abandons vary from run to run; the timing does anyway.
     let seed = now_us();
     let mut consumers = Vec::new();
     for n in 0..HTTP_CONSUMERS {
         let client = clients[n % INSTANCES].clone();
-        let topic = [ACTIVE_TOPIC, RATE_TOPIC][n % 2];
-        let (stop, rng) = (Arc::clone(&stop), Rng(seed ^ n as u64));
-        consumers.push(tokio::spawn(http_consumer(client, topic, rng, stop)));
+        // Every topic has consumers on every instance.
+        let topic = TOPICS[(n / INSTANCES) % TOPICS.len()];
+        let (stop, gone, rng) = (
+            Arc::clone(&stop),
+            gone_if(n % INSTANCES),
+            Rng(seed ^ n as u64),
+        );
+        consumers.push(tokio::spawn(http_consumer(client, topic, rng, stop, gone)));
     }
     for n in 0..BEANSTALK_CONSUMERS {
         let port = beanstalk_ports[n % INSTANCES];
-        let (stop, rng) = (Arc::clone(&stop), Rng(seed ^ (100 + n) as u64));
-        consumers.push(tokio::spawn(beanstalk_consumer(port, rng, stop)));
+        let (stop, gone) = (Arc::clone(&stop), gone_if(n % INSTANCES));
+        let rng = Rng(seed ^ (100 + n) as u64);
+        consumers.push(tokio::spawn(beanstalk_consumer(port, rng, stop, gone)));
     }
-    tokio::time::sleep(RUN).await;
+    tokio::time::sleep(RUN / 2).await;
+    killed.store(true, Ordering::SeqCst);
+    let killed_at = now_us();
+    servers[INSTANCES - 1].kill9();
+    tokio::time::sleep(RUN / 2).await;
     stop.store(true, Ordering::SeqCst);
     let mut handouts = Vec::new();
     for c in consumers {
@@ -169,9 +207,13 @@ async fn flow_limits_hold_across_redis_instances() {
             .cloned()
             .collect()
     };
-    let (active, rated) = (of(ACTIVE_TOPIC), of(RATE_TOPIC));
+    let (active, rated, keyed) = (of(ACTIVE_TOPIC), of(RATE_TOPIC), of(KEYED_TOPIC));
     let count = |hs: &[Handout], f: fn(&Handout) -> bool| hs.iter().filter(|h| f(h)).count();
-    for (topic, hs) in [(ACTIVE_TOPIC, &active), (RATE_TOPIC, &rated)] {
+    for (topic, hs) in [
+        (ACTIVE_TOPIC, &active),
+        (RATE_TOPIC, &rated),
+        (KEYED_TOPIC, &keyed),
+    ] {
         eprintln!(
             "{topic}: {} hand-outs ({} over beanstalk), {} abandoned, {} finished late, {} redeliveries",
             hs.len(),
@@ -213,10 +255,41 @@ async fn flow_limits_hold_across_redis_instances() {
             worst.count, worst.seconds, worst.from, worst.seconds, worst.bound
         ));
     }
+    let mut busiest_key = 0;
+    for k in 0..KEYS {
+        let key = format!("m-{k}");
+        let of_key: Vec<Handout> = keyed
+            .iter()
+            .filter(|h| h.key.as_deref() == Some(key.as_str()))
+            .cloned()
+            .collect();
+        let peak = max_overlap(&of_key);
+        busiest_key = busiest_key.max(peak.count);
+        if peak.count > PER_KEY {
+            broken.push(format!(
+                "{} tasks of key {key} of {KEYED_TOPIC} were ACTIVE at once at {} µs \
+                 (max_active_per_key {PER_KEY}); their recorded intervals (µs): {:?}",
+                peak.count, peak.at, peak.intervals
+            ));
+        }
+    }
+    eprintln!(
+        "{KEYED_TOPIC}: at most {busiest_key} recorded ACTIVE intervals of one key overlap \
+         (max_active_per_key {PER_KEY})"
+    );
     assert!(broken.is_empty(), "{}", broken.join("\n"));
 
+    // The two instances left went on after the kill.
+    let after = handouts.iter().filter(|h| h.got > killed_at).count();
+    eprintln!("{after} hand-outs after the last instance was SIGKILLed");
+    assert!(after >= 100, "only {after} hand-outs after the kill");
+
     // Enough went through for the checks to mean something.
-    for (topic, hs) in [(ACTIVE_TOPIC, &active), (RATE_TOPIC, &rated)] {
+    for (topic, hs) in [
+        (ACTIVE_TOPIC, &active),
+        (RATE_TOPIC, &rated),
+        (KEYED_TOPIC, &keyed),
+    ] {
         assert!(hs.len() >= 100, "{topic}: only {} hand-outs", hs.len());
         assert!(
             count(hs, |h| h.beanstalk) >= 5,
@@ -224,7 +297,7 @@ async fn flow_limits_hold_across_redis_instances() {
             count(hs, |h| h.beanstalk)
         );
         assert!(
-            count(hs, |h| h.abandoned) >= HTTP_CONSUMERS / 2,
+            count(hs, |h| h.abandoned) >= HTTP_CONSUMERS / TOPICS.len(),
             "{topic}: each HTTP consumer abandons its first task"
         );
         // Nothing but a ttr running out gives a task back here, so a redelivery is one (only
@@ -236,8 +309,9 @@ async fn flow_limits_hold_across_redis_instances() {
         );
     }
     assert!(
-        peak.count >= 2,
-        "the consumers of {ACTIVE_TOPIC} never held tasks at the same time"
+        peak.count >= 2 && busiest_key >= 2,
+        "the consumers of {ACTIVE_TOPIC} or of one key of {KEYED_TOPIC} never held tasks at \
+         the same time"
     );
 }
 
@@ -246,6 +320,7 @@ async fn set_limits(http: &reqwest::Client, url: &str) {
     for body in [
         json!({"topic": ACTIVE_TOPIC, "max_active": MAX_ACTIVE}),
         json!({"topic": RATE_TOPIC, "rate_per_s": RATE_PER_S, "burst": BURST}),
+        json!({"topic": KEYED_TOPIC, "max_active_per_key": PER_KEY}),
     ] {
         let reply = http.post(format!("{url}/limits")).json(&body).send().await;
         envelope(reply).await;
@@ -261,26 +336,35 @@ async fn envelope(reply: reqwest::Result<reqwest::Response>) -> Value {
     body["data"].clone()
 }
 
+/// The key a task's body names after its topic (see the adds).
+fn key_of(body: &str) -> Option<String> {
+    body.split_once(' ').map(|(_, key)| key.to_owned())
+}
+
 /// A consumer over HTTP: pops one task of `topic`, holds it a little and finishes it, or now
-/// and then abandons it to its ttr, until `stop`.
+/// and then abandons it to its ttr, until `stop`, or until its instance is `gone` (then a
+/// failed call ends it).
 async fn http_consumer(
     client: Client,
     topic: &str,
     mut rng: Rng,
     stop: Arc<AtomicBool>,
+    gone: Arc<AtomicBool>,
 ) -> Vec<Handout> {
     let mut seen = Vec::new();
     let options = PopOptions::default().timeout_ms(POP_TIMEOUT_MS);
     while !stop.load(Ordering::SeqCst) {
         let sent = now_us();
-        let got = client
-            .pop(topic, options)
-            .await
-            .unwrap_or_else(|e| panic!("pop of {topic}: {e}"));
+        let got = match client.pop(topic, options).await {
+            Ok(got) => got,
+            Err(_) if gone.load(Ordering::SeqCst) => break,
+            Err(e) => panic!("pop of {topic}: {e}"),
+        };
         let arrived = now_us();
         for d in got {
             let mut h = Handout {
                 topic: d.topic.clone(),
+                key: key_of(&d.body),
                 beanstalk: false,
                 got: arrived,
                 end: Handout::ttr_end(sent),
@@ -294,12 +378,17 @@ async fn http_consumer(
                 tokio::time::sleep(Duration::from_millis(5 + rng.below(50))).await;
                 let finishing = now_us();
                 match client.finish(&d.topic, &d.id, Some(&d.receipt)).await {
-                    Ok(()) => {}
+                    Ok(()) => h.end = h.end.min(finishing),
                     // Held past its ttr (a slow turn of this busy machine): handed out again.
-                    Err(e) if matches!(e.status(), Some(404 | 409)) => h.late = true,
+                    Err(e) if matches!(e.status(), Some(404 | 409)) => {
+                        h.late = true;
+                        h.end = h.end.min(finishing);
+                    }
+                    // Its instance was killed: the finish may or may not have been done, so the
+                    // task was surely ACTIVE only until it was sent.
+                    Err(_) if gone.load(Ordering::SeqCst) => h.end = h.end.min(finishing),
                     Err(e) => panic!("finish of {}/{}: {e}", d.topic, d.id),
                 }
-                h.end = h.end.min(finishing);
             }
             seen.push(h);
         }
@@ -307,9 +396,15 @@ async fn http_consumer(
     seen
 }
 
-/// A consumer over beanstalk watching both tubes: reserves with a timeout, holds the job a
-/// little and deletes it, until `stop`.
-async fn beanstalk_consumer(port: u16, mut rng: Rng, stop: Arc<AtomicBool>) -> Vec<Handout> {
+/// A consumer over beanstalk watching every tube: reserves with a timeout, holds the job a
+/// little and deletes it, until `stop`, or until its instance is `gone` (then a failed
+/// exchange ends it).
+async fn beanstalk_consumer(
+    port: u16,
+    mut rng: Rng,
+    stop: Arc<AtomicBool>,
+    gone: Arc<AtomicBool>,
+) -> Vec<Handout> {
     let stream = TcpStream::connect(("127.0.0.1", port))
         .await
         .expect("connect to the beanstalk port");
@@ -317,15 +412,27 @@ async fn beanstalk_consumer(port: u16, mut rng: Rng, stop: Arc<AtomicBool>) -> V
     for (command, want) in [
         (format!("watch {ACTIVE_TOPIC}"), "WATCHING 2"),
         (format!("watch {RATE_TOPIC}"), "WATCHING 3"),
-        ("ignore default".to_owned(), "WATCHING 2"),
+        (format!("watch {KEYED_TOPIC}"), "WATCHING 4"),
+        ("ignore default".to_owned(), "WATCHING 3"),
     ] {
-        assert_eq!(request(&mut conn, &command).await.0, want, "{command}");
+        let reply = request(&mut conn, &command).await.expect("a reply");
+        assert_eq!(reply.0, want, "{command}");
     }
     let mut seen = Vec::new();
     let timeout_s = POP_TIMEOUT_MS / 1000;
+    let failed = |command: &str, e: String| {
+        assert!(gone.load(Ordering::SeqCst), "beanstalk {command:?}: {e}");
+    };
     while !stop.load(Ordering::SeqCst) {
         let sent = now_us();
-        let (line, body) = request(&mut conn, &format!("reserve-with-timeout {timeout_s}")).await;
+        let reserve = format!("reserve-with-timeout {timeout_s}");
+        let (line, body) = match request(&mut conn, &reserve).await {
+            Ok(reply) => reply,
+            Err(e) => {
+                failed(&reserve, e);
+                break;
+            }
+        };
         let arrived = now_us();
         if line == "TIMED_OUT" {
             continue;
@@ -335,37 +442,57 @@ async fn beanstalk_consumer(port: u16, mut rng: Rng, stop: Arc<AtomicBool>) -> V
             .and_then(|rest| rest.split(' ').next())
             .unwrap_or_else(|| panic!("reserve answered {line:?}"))
             .to_owned();
-        // The tasks' body is their topic: a job's reply names no tube.
-        let topic = String::from_utf8(body).expect("a text body");
-        tokio::time::sleep(Duration::from_millis(5 + rng.below(50))).await;
-        let deleting = now_us();
-        let (reply, _) = request(&mut conn, &format!("delete {id}")).await;
-        let late = match reply.as_str() {
-            "DELETED" => false,
-            // Held past its ttr: handed out again.
-            "NOT_FOUND" => true,
-            other => panic!("delete {id} answered {other:?}"),
-        };
-        seen.push(Handout {
+        // The tasks' body is their topic (a job's reply names no tube), then their key.
+        let body = String::from_utf8(body).expect("a text body");
+        let topic = body.split(' ').next().unwrap_or_default().to_owned();
+        let mut h = Handout {
             topic,
+            key: key_of(&body),
             beanstalk: true,
             got: arrived,
-            end: Handout::ttr_end(sent).min(deleting),
+            end: Handout::ttr_end(sent),
             retries: None,
             abandoned: false,
-            late,
-        });
+            late: false,
+        };
+        tokio::time::sleep(Duration::from_millis(5 + rng.below(50))).await;
+        let deleting = now_us();
+        let delete = format!("delete {id}");
+        match request(&mut conn, &delete).await.map(|(reply, _)| reply) {
+            Ok(reply) if reply == "DELETED" => h.end = h.end.min(deleting),
+            // Held past its ttr: handed out again.
+            Ok(reply) if reply == "NOT_FOUND" => {
+                h.late = true;
+                h.end = h.end.min(deleting);
+            }
+            Ok(other) => panic!("{delete} answered {other:?}"),
+            // Its instance was killed: the delete may or may not have been done, so the job
+            // was surely ACTIVE only until it was sent.
+            Err(e) => {
+                failed(&delete, e);
+                h.end = h.end.min(deleting);
+                seen.push(h);
+                break;
+            }
+        }
+        seen.push(h);
     }
     seen
 }
 
-/// Sends one beanstalk command and reads its reply line, and the data of a `RESERVED`.
-async fn request(conn: &mut BufStream<TcpStream>, command: &str) -> (String, Vec<u8>) {
+/// Sends one beanstalk command and reads its reply line, and the data of a `RESERVED`; an
+/// error or a closed connection is reported, a hang panics.
+async fn request(
+    conn: &mut BufStream<TcpStream>,
+    command: &str,
+) -> Result<(String, Vec<u8>), String> {
     let exchange = async {
         conn.write_all(format!("{command}\r\n").as_bytes()).await?;
         conn.flush().await?;
         let mut line = String::new();
-        conn.read_line(&mut line).await?;
+        if conn.read_line(&mut line).await? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
         let line = line.trim_end().to_owned();
         let mut data = Vec::new();
         if let Some(len) = line
@@ -379,8 +506,7 @@ async fn request(conn: &mut BufStream<TcpStream>, command: &str) -> (String, Vec
         std::io::Result::Ok((line, data))
     };
     match tokio::time::timeout(REPLY_TIMEOUT, exchange).await {
-        Ok(Ok(reply)) => reply,
-        Ok(Err(e)) => panic!("beanstalk {command:?}: {e}"),
+        Ok(reply) => reply.map_err(|e| e.to_string()),
         Err(_) => panic!("beanstalk {command:?}: no reply within {REPLY_TIMEOUT:?}"),
     }
 }
