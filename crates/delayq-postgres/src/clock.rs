@@ -7,11 +7,8 @@
 //! probe of `clock_timestamp()` (µs) every [`PostgresClockOptions::refresh`] over a
 //! connection of its own, so a busy pool never delays a probe.
 
-use std::time::Duration;
-
 pub use delayq::clock::ReferenceClockOptions as PostgresClockOptions;
-use delayq::clock::{Clock, ClockUnavailable, ReferenceClock, Sleep, WeakReferenceClock};
-use delayq_core::Millis;
+use delayq::clock::{ReferenceClock, WeakReferenceClock};
 use tokio_postgres::{Client, NoTls};
 
 use crate::options::PostgresOptions;
@@ -19,70 +16,23 @@ use crate::options::PostgresOptions;
 /// What the clock reads, in its messages.
 const SOURCE: &str = "PostgreSQL clock_timestamp()";
 
-/// The database's `clock_timestamp()` as the clock of all instances (see the module doc).
-/// Cheap to clone; clones share the measurements.
-#[derive(Clone, Debug)]
-pub struct PostgresClock {
-    clock: ReferenceClock,
+/// The database's clock: a [`ReferenceClock`] that [`connect`] feeds.
+pub type PostgresClock = ReferenceClock;
+
+/// A clock of the database's time that knows nothing yet: it refuses until [`connect`] has
+/// given it a database to probe and a probe succeeded.
+pub fn new_clock(options: PostgresClockOptions) -> PostgresClock {
+    ReferenceClock::new(options, SOURCE)
 }
 
-impl Default for PostgresClock {
-    fn default() -> Self {
-        PostgresClock::new(PostgresClockOptions::default())
-    }
-}
-
-impl PostgresClock {
-    /// A clock that knows nothing yet: it refuses until [`PostgresClock::connect`] has given
-    /// it a database to probe and a probe succeeded.
-    pub fn new(options: PostgresClockOptions) -> Self {
-        PostgresClock {
-            clock: ReferenceClock::new(options, SOURCE),
-        }
-    }
-
-    /// Starts probing the database of `options` every [`PostgresClockOptions::refresh`], until
-    /// every clone of this clock is dropped. The database need not be reachable yet: the clock
-    /// refuses until a probe succeeds. A bad URL is an [`delayq::Error::Invalid`] naming it.
-    /// Must be called inside a tokio runtime.
-    pub fn connect(&self, options: &PostgresOptions) -> Result<(), delayq::Error> {
-        let config = crate::connection_config(options)?;
-        tokio::spawn(probe_loop(self.clock.downgrade(), config));
-        Ok(())
-    }
-
-    /// Waits up to `limit` for the clock to be bounded; says why not if it is not by then.
-    pub async fn wait_bounded(&self, limit: Duration) -> Result<(), ClockUnavailable> {
-        self.clock.wait_bounded(limit).await
-    }
-
-    /// The reference time now as `(lower, upper)` ns since the epoch, or `None` before the
-    /// first probe.
-    pub fn bounds_ns(&self) -> Option<(u64, u64)> {
-        self.clock.bounds_ns()
-    }
-}
-
-impl Clock for PostgresClock {
-    fn now_ms(&self) -> Millis {
-        self.clock.now_ms()
-    }
-
-    fn upper_ms(&self) -> Millis {
-        self.clock.upper_ms()
-    }
-
-    fn check(&self) -> Result<(), ClockUnavailable> {
-        self.clock.check()
-    }
-
-    fn sleep_until(&self, deadline: Millis) -> Sleep {
-        self.clock.sleep_until(deadline)
-    }
-
-    fn sleep_for(&self, duration_ms: u64) -> Sleep {
-        self.clock.sleep_for(duration_ms)
-    }
+/// Starts probing the database of `options` with `clock` every
+/// [`PostgresClockOptions::refresh`], until every clone of the clock is dropped. The database
+/// need not be reachable yet: the clock refuses until a probe succeeds. A bad URL is an
+/// [`delayq::Error::Invalid`] naming it. Must be called inside a tokio runtime.
+pub fn connect(clock: &PostgresClock, options: &PostgresOptions) -> Result<(), delayq::Error> {
+    let config = crate::connection_config(options)?;
+    tokio::spawn(probe_loop(clock.downgrade(), config));
+    Ok(())
 }
 
 /// Probes until the clock is gone, reconnecting after a failure.

@@ -19,12 +19,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use delayq::{Outcome, Result};
+use delayq::Result;
 use delayq_core::{EXPIRED, Millis, State};
 use tokio::sync::{Notify, watch};
 
-use crate::effects::{Effects, TimeDead};
-use crate::error::pg;
+use crate::effects::TimeDead;
 use crate::storage::{Inner, PROMOTE_BATCH};
 use crate::task::{Expired, Failed, T_COLUMNS, Task, db, ms};
 
@@ -75,8 +74,7 @@ pub(crate) async fn run(inner: Arc<Inner>, mut stop: watch::Receiver<bool>) {
             return;
         }
         inner.driver.awake.store(true, Ordering::SeqCst);
-        let now = inner.now();
-        let next = match tick(&inner, now).await {
+        let next = match tick(&inner).await {
             Ok(true) => continue,
             Ok(false) => next_timer(&inner).await,
             Err(e) => Err(e),
@@ -122,162 +120,141 @@ pub(crate) async fn run(inner: Arc<Inner>, mut stop: watch::Receiver<bool>) {
 
 /// The earliest instant anything is due, or `None`.
 async fn next_timer(inner: &Inner) -> Result<Option<Millis>> {
-    let op = "reading the next timer";
-    let client = inner.client(op).await?;
-    let e = |e| pg(op, Outcome::NotApplied, e);
-    let st = client
-        .prepare_cached(
-            "SELECT LEAST( \
-               (SELECT min(due_ms) FROM tasks WHERE state = 0), \
-               (SELECT min(deadline_ms) FROM tasks WHERE state IN (2, 3, 4)), \
-               (SELECT min(expires_at_ms) FROM tasks WHERE state IN (0, 1) \
-                  AND expires_at_ms IS NOT NULL), \
-               (SELECT min(pause_until_ms) FROM topics WHERE paused), \
-               (SELECT min(rate_wake_ms) FROM topics))",
-        )
+    inner
+        .read("reading the next timer", async |c| {
+            let st = c
+                .prepare_cached(
+                    "SELECT LEAST( \
+                       (SELECT min(due_ms) FROM tasks WHERE state = 0), \
+                       (SELECT min(deadline_ms) FROM tasks WHERE state IN (2, 3, 4)), \
+                       (SELECT min(expires_at_ms) FROM tasks WHERE state IN (0, 1) \
+                          AND expires_at_ms IS NOT NULL), \
+                       (SELECT min(pause_until_ms) FROM topics WHERE paused), \
+                       (SELECT min(rate_wake_ms) FROM topics))",
+                )
+                .await?;
+            let row = c.query_one(&st, &[]).await?;
+            Ok(row.get::<_, Option<i64>>(0).map(ms))
+        })
         .await
-        .map_err(e)?;
-    let row = client.query_one(&st, &[]).await.map_err(e)?;
-    Ok(row.get::<_, Option<i64>>(0).map(ms))
 }
 
-/// One round of time-driven work at `now`, in one transaction. Returns whether a batch was
+/// One round of time-driven work at the clock's now, in one transaction. Returns whether a batch was
 /// full (more may be due at once).
-async fn tick(inner: &Inner, now: Millis) -> Result<bool> {
+async fn tick(inner: &Inner) -> Result<bool> {
     let op = "applying due timers";
-    let mut client = inner.client(op).await?;
-    let e = |e| pg(op, Outcome::NotApplied, e);
-    let tx = client.transaction().await.map_err(e)?;
-    let mut fx = Effects::default();
-    let mut full = false;
+    inner
+        .transact(op, async |tx, fx, now| {
+            let mut full = false;
 
-    // DELAYED → READY.
-    full |= inner
-        .promote(&tx, None, now, PROMOTE_BATCH, &mut fx)
-        .await? as i64
-        >= PROMOTE_BATCH;
+            // DELAYED → READY.
+            full |= inner.promote(tx, None, now, PROMOTE_BATCH, fx).await? as i64 >= PROMOTE_BATCH;
 
-    // Expiry of tasks not handed out.
-    let st = tx
-        .prepare_cached(&format!(
-            "SELECT {T_COLUMNS} FROM tasks t WHERE state IN (0, 1) AND expires_at_ms <= $1 \
-             ORDER BY expires_at_ms LIMIT $2 FOR UPDATE SKIP LOCKED"
-        ))
-        .await
-        .map_err(e)?;
-    let rows = tx
-        .query(&st, &[&db(now), &PROMOTE_BATCH])
-        .await
-        .map_err(e)?;
-    full |= rows.len() as i64 >= PROMOTE_BATCH;
-    for row in rows {
-        let mut task = Task::from_row(&row)?;
-        inner.expire_row(&tx, &mut task, now, &mut fx).await?;
-    }
+            // Expiry of tasks not handed out.
+            let st = tx
+                .prepare_cached(&format!(
+                    "SELECT {T_COLUMNS} FROM tasks t WHERE state IN (0, 1) AND expires_at_ms <= $1 \
+                 ORDER BY expires_at_ms LIMIT $2 FOR UPDATE SKIP LOCKED"
+                ))
+                .await?;
+            let rows = tx.query(&st, &[&db(now), &PROMOTE_BATCH]).await?;
+            full |= rows.len() as i64 >= PROMOTE_BATCH;
+            for row in rows {
+                let mut task = Task::from_row(&row)?;
+                inner.expire_row(tx, &mut task, now, fx).await?;
+            }
 
-    // ttr expiry: a failed attempt.
-    let st = tx
-        .prepare_cached(&format!(
-            "SELECT {T_COLUMNS}, (SELECT p.limits ? 'max_active' FROM topics p \
-             WHERE p.topic = t.topic) FROM tasks t WHERE state = 2 AND deadline_ms <= $1 \
-             ORDER BY deadline_ms LIMIT $2 FOR UPDATE OF t SKIP LOCKED"
-        ))
-        .await
-        .map_err(e)?;
-    let rows = tx
-        .query(&st, &[&db(now), &PROMOTE_BATCH])
-        .await
-        .map_err(e)?;
-    full |= rows.len() as i64 >= PROMOTE_BATCH;
-    let max_error = inner.ctx.limits.max_error_bytes;
-    for row in rows {
-        let mut task = Task::from_row(&row)?;
-        let limited: Option<bool> = row.try_get(19).ok().flatten();
-        fx.ttr_expired.push(task.topic.clone());
-        let failed = task.fail(now, None, "ttr_expired", None, max_error);
-        let (reason, dead) = match failed {
-            Failed::Again(State::Ready) => {
-                fx.ready(&task.topic);
-                (None, false)
+            // ttr expiry: a failed attempt.
+            let st = tx
+                .prepare_cached(&format!(
+                    "SELECT {T_COLUMNS}, (SELECT p.limits ? 'max_active' FROM topics p \
+                 WHERE p.topic = t.topic) FROM tasks t WHERE state = 2 AND deadline_ms <= $1 \
+                 ORDER BY deadline_ms LIMIT $2 FOR UPDATE OF t SKIP LOCKED"
+                ))
+                .await?;
+            let rows = tx.query(&st, &[&db(now), &PROMOTE_BATCH]).await?;
+            full |= rows.len() as i64 >= PROMOTE_BATCH;
+            let max_error = inner.ctx.limits.max_error_bytes;
+            for row in rows {
+                let mut task = Task::from_row(&row)?;
+                let limited: Option<bool> = row.try_get(19).ok().flatten();
+                fx.ttr_expired.push(task.topic.clone());
+                let failed = task.fail(now, None, "ttr_expired", None, max_error);
+                let (reason, dead) = match failed {
+                    Failed::Again(State::Ready) => {
+                        fx.ready(&task.topic);
+                        (None, false)
+                    }
+                    Failed::Again(_) => {
+                        fx.timer(task.due_ms);
+                        (None, false)
+                    }
+                    Failed::Dead => (Some("ttr_expired"), true),
+                    Failed::Expired(what) => (Some(EXPIRED), what == Expired::Dead),
+                };
+                if let Some(reason) = reason {
+                    fx.time_dead.push(TimeDead {
+                        topic: task.topic.clone(),
+                        id: task.id.clone(),
+                        trace: task.trace.clone(),
+                        reason,
+                        dead,
+                    });
+                }
+                match failed {
+                    Failed::Expired(Expired::Drop) => {
+                        let st = tx
+                            .prepare_cached("DELETE FROM tasks WHERE topic = $1 AND id = $2")
+                            .await?;
+                        tx.execute(&st, &[&task.topic, &task.id]).await?;
+                    }
+                    _ => save(tx, &task).await?,
+                }
+                if matches!(failed, Failed::Expired(_)) {
+                    let st = tx
+                        .prepare_cached(
+                            "INSERT INTO topics (topic, expired) VALUES ($1, 1) \
+                         ON CONFLICT (topic) DO UPDATE SET expired = topics.expired + 1",
+                        )
+                        .await?;
+                    tx.execute(&st, &[&task.topic]).await?;
+                }
+                if limited == Some(true) {
+                    fx.ready(&task.topic); // a slot freed
+                }
             }
-            Failed::Again(_) => {
-                fx.timer(task.due_ms);
-                (None, false)
-            }
-            Failed::Dead => (Some("ttr_expired"), true),
-            Failed::Expired(what) => (Some(EXPIRED), what == Expired::Dead),
-        };
-        if let Some(reason) = reason {
-            fx.time_dead.push(TimeDead {
-                topic: task.topic.clone(),
-                id: task.id.clone(),
-                trace: task.trace.clone(),
-                reason,
-                dead,
-            });
-        }
-        match failed {
-            Failed::Expired(Expired::Drop) => {
-                let st = tx
-                    .prepare_cached("DELETE FROM tasks WHERE topic = $1 AND id = $2")
-                    .await
-                    .map_err(e)?;
-                tx.execute(&st, &[&task.topic, &task.id]).await.map_err(e)?;
-            }
-            _ => save(&tx, &task).await.map_err(e)?,
-        }
-        if matches!(failed, Failed::Expired(_)) {
+
+            // The end of retentions.
             let st = tx
                 .prepare_cached(
-                    "INSERT INTO topics (topic, expired) VALUES ($1, 1) \
-                     ON CONFLICT (topic) DO UPDATE SET expired = topics.expired + 1",
+                    "DELETE FROM tasks WHERE (topic, id) IN (SELECT topic, id FROM tasks \
+                 WHERE state IN (3, 4) AND deadline_ms <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
                 )
-                .await
-                .map_err(e)?;
-            tx.execute(&st, &[&task.topic]).await.map_err(e)?;
-        }
-        if limited == Some(true) {
-            fx.ready(&task.topic); // a slot freed
-        }
-    }
+                .await?;
+            full |= tx.execute(&st, &[&db(now), &PROMOTE_BATCH]).await? as i64 >= PROMOTE_BATCH;
 
-    // The end of retentions.
-    let st = tx
-        .prepare_cached(
-            "DELETE FROM tasks WHERE (topic, id) IN (SELECT topic, id FROM tasks \
-             WHERE state IN (3, 4) AND deadline_ms <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
-        )
+            // Pauses that ended and rate holds that passed: their consumers may go on.
+            let st = tx
+                .prepare_cached(
+                    "UPDATE topics SET paused = false, pause_until_ms = NULL \
+                 WHERE paused AND pause_until_ms <= $1 RETURNING topic",
+                )
+                .await?;
+            for row in tx.query(&st, &[&db(now)]).await? {
+                fx.ready(row.get::<_, &str>(0));
+            }
+            let st = tx
+            .prepare_cached(
+                "UPDATE topics SET rate_wake_ms = NULL WHERE rate_wake_ms <= $1 RETURNING topic",
+            )
+            .await?;
+            for row in tx.query(&st, &[&db(now)]).await? {
+                fx.ready(row.get::<_, &str>(0));
+            }
+            fx.timer = None; // the driver reads the next timer itself
+            Ok(full)
+        })
         .await
-        .map_err(e)?;
-    full |= tx
-        .execute(&st, &[&db(now), &PROMOTE_BATCH])
-        .await
-        .map_err(e)? as i64
-        >= PROMOTE_BATCH;
-
-    // Pauses that ended and rate holds that passed: their consumers may go on.
-    let st = tx
-        .prepare_cached(
-            "UPDATE topics SET paused = false, pause_until_ms = NULL \
-             WHERE paused AND pause_until_ms <= $1 RETURNING topic",
-        )
-        .await
-        .map_err(e)?;
-    for row in tx.query(&st, &[&db(now)]).await.map_err(e)? {
-        fx.ready(row.get::<_, &str>(0));
-    }
-    let st = tx
-        .prepare_cached(
-            "UPDATE topics SET rate_wake_ms = NULL WHERE rate_wake_ms <= $1 RETURNING topic",
-        )
-        .await
-        .map_err(e)?;
-    for row in tx.query(&st, &[&db(now)]).await.map_err(e)? {
-        fx.ready(row.get::<_, &str>(0));
-    }
-    fx.timer = None; // the driver reads the next timer itself
-    inner.commit(op, tx, fx, now).await?;
-    Ok(full)
 }
 
 use crate::storage::save;

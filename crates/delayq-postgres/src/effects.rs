@@ -6,9 +6,8 @@
 use deadpool_postgres::Transaction;
 use delayq_core::{EXPIRED, Millis, TraceContext};
 
-use crate::error::pg;
+use crate::error::TxResult;
 use crate::storage::Inner;
-use delayq::{Outcome, Result};
 
 /// A fire (DELAYED → READY) for the metrics and spans.
 #[derive(Debug)]
@@ -64,7 +63,7 @@ impl Effects {
     }
 
     /// Sends the notices to the other instances inside the transaction (delivered on commit).
-    pub async fn notify(&self, inner: &Inner, tx: &Transaction<'_>) -> Result<()> {
+    pub async fn notify(&self, inner: &Inner, tx: &Transaction<'_>) -> TxResult<()> {
         let mut payloads: Vec<String> = Vec::new();
         for topic in &self.ready {
             payloads.push(format!("{}|r|{topic}", inner.instance));
@@ -77,11 +76,8 @@ impl Effects {
         }
         let st = tx
             .prepare_cached("SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p")
-            .await
-            .map_err(|e| pg("notifying other instances", Outcome::NotApplied, e))?;
-        tx.execute(&st, &[&inner.channel, &payloads])
-            .await
-            .map_err(|e| pg("notifying other instances", Outcome::NotApplied, e))?;
+            .await?;
+        tx.execute(&st, &[&inner.channel, &payloads]).await?;
         Ok(())
     }
 

@@ -109,3 +109,38 @@ pub(crate) fn pool(op: &str, e: deadpool_postgres::PoolError) -> Error {
         },
     )
 }
+
+/// A failure inside a transaction: the database's, or a refusal by the queue's rules (a task
+/// not found, a conflict). Either way the transaction is rolled back; `?` takes both.
+#[derive(Debug)]
+pub(crate) enum TxError {
+    /// The database failed.
+    Pg(tokio_postgres::Error),
+    /// The queue refused, or a row could not be read.
+    Queue(Error),
+}
+
+/// The result of work inside a transaction.
+pub(crate) type TxResult<T> = std::result::Result<T, TxError>;
+
+impl From<tokio_postgres::Error> for TxError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        TxError::Pg(e)
+    }
+}
+
+impl From<Error> for TxError {
+    fn from(e: Error) -> Self {
+        TxError::Queue(e)
+    }
+}
+
+impl TxError {
+    /// The queue's error of a transaction doing `op` that failed before its commit.
+    pub(crate) fn into_error(self, op: &str) -> Error {
+        match self {
+            TxError::Pg(e) => pg(op, Outcome::NotApplied, e),
+            TxError::Queue(e) => e,
+        }
+    }
+}

@@ -148,3 +148,4 @@ fn random_seed() -> u64 {
     );
     h.finish()
 }
+pub use tokio_postgres;

@@ -30,7 +30,7 @@ use tokio_postgres::types::ToSql;
 
 use crate::driver::Driver;
 use crate::effects::{Effects, Fired, TimeDead};
-use crate::error::{pg, pool};
+use crate::error::{TxError, TxResult, pg, pool};
 use crate::options::PostgresOptions;
 use crate::task::{COLUMNS, Expired, Failed, T_COLUMNS, Task, db, ms, state_of};
 
@@ -107,18 +107,28 @@ impl Inner {
         format!("{r:016x}")
     }
 
-    /// Commits `tx` after sending the notices of `effects`, then applies them locally.
-    pub(crate) async fn commit(
+    /// Runs `work` in one transaction with the effects it collects: sends their notices
+    /// inside it (delivered on commit), commits, then applies them locally. `work` gets the
+    /// transaction, the effects and `now` (read once the transaction began).
+    pub(crate) async fn transact<T>(
         &self,
         op: &str,
-        tx: Transaction<'_>,
-        effects: Effects,
-        now: Millis,
-    ) -> Result<()> {
-        effects.notify(self, &tx).await?;
+        work: impl AsyncFnOnce(&Transaction<'_>, &mut Effects, Millis) -> TxResult<T>,
+    ) -> Result<T> {
+        let mut client = self.client(op).await?;
+        let (tx, effects, out, now) = async {
+            let tx = client.transaction().await?;
+            let now = self.now();
+            let mut effects = Effects::default();
+            let out = work(&tx, &mut effects, now).await?;
+            effects.notify(self, &tx).await?;
+            Ok::<_, TxError>((tx, effects, out, now))
+        }
+        .await
+        .map_err(|e| e.into_error(op))?;
         tx.commit().await.map_err(|e| pg(op, Outcome::Unknown, e))?;
         effects.apply(self, now);
-        Ok(())
+        Ok(out)
     }
 
     // ---- one task ---------------------------------------------------------------------
@@ -132,150 +142,135 @@ impl Inner {
         id: &str,
         decide: impl FnOnce(&mut Task, &mut Effects, Option<FlowLimits>, Millis) -> Result<(T, Write)>,
     ) -> Result<T> {
-        let mut client = self.client(op).await?;
-        let e = |e| pg(op, Outcome::NotApplied, e);
-        let tx = client.transaction().await.map_err(e)?;
-        let sql = format!(
-            "SELECT {T_COLUMNS}, (SELECT p.limits FROM topics p WHERE p.topic = t.topic) \
-             FROM tasks t WHERE t.topic = $1 AND t.id = $2 FOR UPDATE OF t"
-        );
-        let st = tx.prepare_cached(&sql).await.map_err(e)?;
-        let row = tx
-            .query_opt(&st, &[&topic, &id])
-            .await
-            .map_err(e)?
-            .ok_or_else(|| Error::not_found(topic, id))?;
-        let mut task = Task::from_row(&row)?;
-        let limits = limits_of(row.try_get(19).ok().flatten());
-        let now = self.now();
-        let was_active = task.state == State::Active;
-        let mut effects = Effects::default();
-        let (out, write) = decide(&mut task, &mut effects, limits, now)?;
-        match write {
-            Write::Save => save(&tx, &task).await.map_err(e)?,
-            Write::Delete => {
-                let st = tx
-                    .prepare_cached("DELETE FROM tasks WHERE topic = $1 AND id = $2")
-                    .await
-                    .map_err(e)?;
-                tx.execute(&st, &[&topic, &id]).await.map_err(e)?;
+        self.transact(op, async |tx, effects, now| {
+            let sql = format!(
+                "SELECT {T_COLUMNS}, (SELECT p.limits FROM topics p WHERE p.topic = t.topic) \
+                 FROM tasks t WHERE t.topic = $1 AND t.id = $2 FOR UPDATE OF t"
+            );
+            let st = tx.prepare_cached(&sql).await?;
+            let row = tx
+                .query_opt(&st, &[&topic, &id])
+                .await?
+                .ok_or_else(|| Error::not_found(topic, id))?;
+            let mut task = Task::from_row(&row)?;
+            let limits = limits_of(row.try_get(19).ok().flatten());
+            let was_active = task.state == State::Active;
+            let (out, write) = decide(&mut task, effects, limits, now)?;
+            match write {
+                Write::Save => save(tx, &task).await?,
+                Write::Delete => delete_row(tx, topic, id).await?,
             }
-        }
-        let left_active = was_active
-            && match write {
-                Write::Save => task.state != State::Active,
-                Write::Delete => true,
-            };
-        if left_active && limits.is_some_and(|l| l.max_active.is_some()) {
-            // A slot freed: a consumer held back by max_active may go on.
-            effects.ready(topic);
-        }
-        if effects.time_dead.iter().any(|d| d.reason == EXPIRED) {
-            count_expired(&tx, topic, 1).await.map_err(e)?;
-        }
-        self.commit(op, tx, effects, now).await?;
-        Ok(out)
+            let left_active = was_active
+                && match write {
+                    Write::Save => task.state != State::Active,
+                    Write::Delete => true,
+                };
+            if left_active && limits.is_some_and(|l| l.max_active.is_some()) {
+                // A slot freed: a consumer held back by max_active may go on.
+                effects.ready(topic);
+            }
+            if effects.time_dead.iter().any(|d| d.reason == EXPIRED) {
+                count_expired(tx, topic, 1).await?;
+            }
+            Ok(out)
+        })
+        .await
     }
 
     // ---- add --------------------------------------------------------------------------
 
     async fn add(&self, specs: Vec<TaskSpec>) -> Result<Vec<AddResult>> {
         let op = "adding tasks";
-        let mut client = self.client(op).await?;
-        let e = |e| pg(op, Outcome::NotApplied, e);
-        let tx = client.transaction().await.map_err(e)?;
-        let now = self.now();
-        let insert = tx
-            .prepare_cached(
-                "INSERT INTO tasks (topic, id, state, priority, due_ms, deadline_ms, \
-                 updated_at_ms, created_at_ms, receipt, retries, ttr_ms, max_retries, \
-                 expires_at_ms, on_expire, key, body, trace, extra) \
-                 VALUES ($1, $2, $3, $4, $5, 0, $6, $7, NULL, 0, $8, $9, $10, $11, $12, $13, \
-                 $14, $15) ON CONFLICT (topic, id) DO NOTHING",
-            )
-            .await
-            .map_err(e)?;
-        let replace = tx
-            .prepare_cached(
-                "INSERT INTO tasks (topic, id, state, priority, due_ms, deadline_ms, \
-                 updated_at_ms, created_at_ms, receipt, retries, ttr_ms, max_retries, \
-                 expires_at_ms, on_expire, key, body, trace, extra) \
-                 VALUES ($1, $2, $3, $4, $5, 0, $6, $7, NULL, 0, $8, $9, $10, $11, $12, $13, \
-                 $14, $15) ON CONFLICT (topic, id) DO UPDATE SET state = EXCLUDED.state, \
-                 priority = EXCLUDED.priority, due_ms = EXCLUDED.due_ms, deadline_ms = 0, \
-                 updated_at_ms = EXCLUDED.updated_at_ms, created_at_ms = EXCLUDED.created_at_ms, \
-                 receipt = NULL, retries = 0, ttr_ms = EXCLUDED.ttr_ms, \
-                 max_retries = EXCLUDED.max_retries, expires_at_ms = EXCLUDED.expires_at_ms, \
-                 on_expire = EXCLUDED.on_expire, key = EXCLUDED.key, body = EXCLUDED.body, \
-                 trace = EXCLUDED.trace, extra = EXCLUDED.extra, seq = nextval('task_seq') \
-                 RETURNING (xmax = 0) AS inserted",
-            )
-            .await
-            .map_err(e)?;
-        let mut effects = Effects::default();
-        let mut results = Vec::with_capacity(specs.len());
-        for spec in specs {
-            if spec.key.is_some() {
-                // Keys are not kept in PostgreSQL mode yet: refused, each on its own, rather
-                // than stored without their key.
-                results.push(Err(InvalidField::new(
-                    "key",
-                    "is not available in PostgreSQL mode yet (docs/postgres.md): use the \
-                     embedded storage for per-key limits",
+        self.transact(op, async |tx, effects, now| {
+            let insert = tx
+                .prepare_cached(
+                    "INSERT INTO tasks (topic, id, state, priority, due_ms, deadline_ms, \
+                     updated_at_ms, created_at_ms, receipt, retries, ttr_ms, max_retries, \
+                     expires_at_ms, on_expire, key, body, trace, extra) \
+                     VALUES ($1, $2, $3, $4, $5, 0, $6, $7, NULL, 0, $8, $9, $10, $11, $12, $13, \
+                     $14, $15) ON CONFLICT (topic, id) DO NOTHING",
                 )
-                .into()));
-                continue;
-            }
-            let policy = spec.on_duplicate;
-            let task = Task::new(spec, now);
-            let (trace, extra) = (task.trace_json(), task.extra_json());
-            let params: [&(dyn ToSql + Sync); 15] = [
-                &task.topic,
-                &task.id,
-                &(task.state.code() as i16),
-                &i64::from(task.priority),
-                &db(task.due_ms),
-                &db(task.updated_at_ms),
-                &db(task.created_at_ms),
-                &db(task.ttr_ms),
-                &task.max_retries_db(),
-                &task.expires_at_ms.map(db),
-                &task.on_expire_code(),
-                &task.key,
-                &task.body,
-                &trace,
-                &extra,
-            ];
-            let outcome = if policy == OnDuplicate::Replace {
-                let row = tx.query_one(&replace, &params).await.map_err(e)?;
-                if row.get::<_, bool>(0) {
-                    AddOutcome::Added
-                } else {
-                    AddOutcome::Replaced
+                .await?;
+            let replace = tx
+                .prepare_cached(
+                    "INSERT INTO tasks (topic, id, state, priority, due_ms, deadline_ms, \
+                     updated_at_ms, created_at_ms, receipt, retries, ttr_ms, max_retries, \
+                     expires_at_ms, on_expire, key, body, trace, extra) \
+                     VALUES ($1, $2, $3, $4, $5, 0, $6, $7, NULL, 0, $8, $9, $10, $11, $12, $13, \
+                     $14, $15) ON CONFLICT (topic, id) DO UPDATE SET state = EXCLUDED.state, \
+                     priority = EXCLUDED.priority, due_ms = EXCLUDED.due_ms, deadline_ms = 0, \
+                     updated_at_ms = EXCLUDED.updated_at_ms, created_at_ms = EXCLUDED.created_at_ms, \
+                     receipt = NULL, retries = 0, ttr_ms = EXCLUDED.ttr_ms, \
+                     max_retries = EXCLUDED.max_retries, expires_at_ms = EXCLUDED.expires_at_ms, \
+                     on_expire = EXCLUDED.on_expire, key = EXCLUDED.key, body = EXCLUDED.body, \
+                     trace = EXCLUDED.trace, extra = EXCLUDED.extra, seq = nextval('task_seq') \
+                     RETURNING (xmax = 0) AS inserted",
+                )
+                .await?;
+            let mut results = Vec::with_capacity(specs.len());
+            for spec in specs {
+                if spec.key.is_some() {
+                    // Keys are not kept in PostgreSQL mode yet: refused, each on its own, rather
+                    // than stored without their key.
+                    results.push(Err(InvalidField::new(
+                        "key",
+                        "is not available in PostgreSQL mode yet (docs/postgres.md): use the \
+                         embedded storage for per-key limits",
+                    )
+                    .into()));
+                    continue;
                 }
-            } else if tx.execute(&insert, &params).await.map_err(e)? == 1 {
-                AddOutcome::Added
-            } else if policy == OnDuplicate::Keep {
-                results.push(Ok(AddOutcome::Existed));
-                continue;
-            } else {
-                results.push(Err(Error::Duplicate {
-                    topic: task.topic,
-                    id: task.id,
-                }));
-                continue;
-            };
-            match task.state {
-                State::Ready => effects.ready(&task.topic),
-                _ => effects.timer(task.due_ms),
+                let policy = spec.on_duplicate;
+                let task = Task::new(spec, now);
+                let (trace, extra) = (task.trace_json(), task.extra_json());
+                let params: [&(dyn ToSql + Sync); 15] = [
+                    &task.topic,
+                    &task.id,
+                    &(task.state.code() as i16),
+                    &i64::from(task.priority),
+                    &db(task.due_ms),
+                    &db(task.updated_at_ms),
+                    &db(task.created_at_ms),
+                    &db(task.ttr_ms),
+                    &task.max_retries_db(),
+                    &task.expires_at_ms.map(db),
+                    &task.on_expire_code(),
+                    &task.key,
+                    &task.body,
+                    &trace,
+                    &extra,
+                ];
+                let outcome = if policy == OnDuplicate::Replace {
+                    let row = tx.query_one(&replace, &params).await?;
+                    if row.get::<_, bool>(0) {
+                        AddOutcome::Added
+                    } else {
+                        AddOutcome::Replaced
+                    }
+                } else if tx.execute(&insert, &params).await? == 1 {
+                    AddOutcome::Added
+                } else if policy == OnDuplicate::Keep {
+                    results.push(Ok(AddOutcome::Existed));
+                    continue;
+                } else {
+                    results.push(Err(Error::Duplicate {
+                        topic: task.topic,
+                        id: task.id,
+                    }));
+                    continue;
+                };
+                match task.state {
+                    State::Ready => effects.ready(&task.topic),
+                    _ => effects.timer(task.due_ms),
+                }
+                if let Some(at) = task.expires_at_ms {
+                    effects.timer(at);
+                }
+                results.push(Ok(outcome));
             }
-            if let Some(at) = task.expires_at_ms {
-                effects.timer(at);
-            }
-            results.push(Ok(outcome));
-        }
-        self.commit(op, tx, effects, now).await?;
-        Ok(results)
+            Ok(results)
+        })
+        .await
     }
 
     // ---- pop --------------------------------------------------------------------------
@@ -297,172 +292,162 @@ impl Inner {
             self.check_open()?;
             return Ok(Vec::new());
         }
-        let mut client = self.client(op).await?;
-        let e = |e| pg(op, Outcome::NotApplied, e);
-        let tx = client.transaction().await.map_err(e)?;
-        let now = self.now();
-        let mut effects = Effects::default();
-
-        // The topics' pauses and limits; the limited ones locked for the whole pop.
-        let st = tx
-            .prepare_cached(
-                "SELECT topic, paused, pause_until_ms, limits, tat FROM topics \
-                 WHERE topic = ANY($1) ORDER BY topic",
-            )
-            .await
-            .map_err(e)?;
-        let mut info: BTreeMap<String, TopicRow> = BTreeMap::new();
-        for row in tx.query(&st, &[&topics]).await.map_err(e)? {
-            let t = TopicRow::from_row(&row)?;
-            info.insert(t.topic.clone(), t);
-        }
-        let limited: Vec<String> = info
-            .values()
-            .filter(|t| t.limits.is_some())
-            .map(|t| t.topic.clone())
-            .collect();
-        if !limited.is_empty() {
+        self.transact(op, async |tx, effects, now| {
+            // The topics' pauses and limits; the limited ones locked for the whole pop.
             let st = tx
                 .prepare_cached(
                     "SELECT topic, paused, pause_until_ms, limits, tat FROM topics \
-                     WHERE topic = ANY($1) ORDER BY topic FOR UPDATE",
+                     WHERE topic = ANY($1) ORDER BY topic",
                 )
-                .await
-                .map_err(e)?;
-            for row in tx.query(&st, &[&limited]).await.map_err(e)? {
+                .await?;
+            let mut info: BTreeMap<String, TopicRow> = BTreeMap::new();
+            for row in tx.query(&st, &[&topics]).await? {
                 let t = TopicRow::from_row(&row)?;
                 info.insert(t.topic.clone(), t);
             }
-        }
-        let active = if limited.is_empty() {
-            BTreeMap::new()
-        } else {
-            active_counts(&tx, &limited).await.map_err(e)?
-        };
-
-        // What each live topic may hand out.
-        let mut room: BTreeMap<String, usize> = BTreeMap::new();
-        for topic in &topics {
-            let (n, next_at) = match info.get(topic) {
-                Some(t) if t.pause().holds(now) => (0, None),
-                Some(t) => t.allowance(now, max, active.get(topic).copied().unwrap_or(0)),
-                None => (max, None),
+            let limited: Vec<String> = info
+                .values()
+                .filter(|t| t.limits.is_some())
+                .map(|t| t.topic.clone())
+                .collect();
+            if !limited.is_empty() {
+                let st = tx
+                    .prepare_cached(
+                        "SELECT topic, paused, pause_until_ms, limits, tat FROM topics \
+                         WHERE topic = ANY($1) ORDER BY topic FOR UPDATE",
+                    )
+                    .await?;
+                for row in tx.query(&st, &[&limited]).await? {
+                    let t = TopicRow::from_row(&row)?;
+                    info.insert(t.topic.clone(), t);
+                }
+            }
+            let active = if limited.is_empty() {
+                BTreeMap::new()
+            } else {
+                active_counts(tx, &limited).await?
             };
-            if let Some(at) = next_at {
-                effects.timer(at);
-            }
-            if n > 0 {
-                room.insert(topic.clone(), n);
-            }
-        }
-        let live: Vec<String> = room.keys().cloned().collect();
-        if !live.is_empty() {
-            self.promote(&tx, Some(&live), now, PROMOTE_BATCH, &mut effects)
-                .await?;
-        }
 
-        let mut out: Vec<Delivery> = Vec::new();
-        let mut taken: Vec<Task> = Vec::new();
-        let mut went: BTreeMap<String, usize> = BTreeMap::new();
-        let select = tx
-            .prepare_cached(&format!(
-                "SELECT {COLUMNS} FROM tasks WHERE topic = $1 AND state = 1 \
-                 ORDER BY priority, due_ms, seq LIMIT $2 FOR UPDATE SKIP LOCKED"
-            ))
-            .await
-            .map_err(e)?;
-        let mut expired_any = false;
-        loop {
-            let want = max - out.len();
-            if want == 0 {
-                break;
-            }
-            let mut candidates: Vec<Task> = Vec::new();
-            for (topic, &r) in &room {
-                let n = r.min(want);
-                if n == 0 {
-                    continue;
+            // What each live topic may hand out.
+            let mut room: BTreeMap<String, usize> = BTreeMap::new();
+            for topic in &topics {
+                let (n, next_at) = match info.get(topic) {
+                    Some(t) if t.pause().holds(now) => (0, None),
+                    Some(t) => t.allowance(now, max, active.get(topic).copied().unwrap_or(0)),
+                    None => (max, None),
+                };
+                if let Some(at) = next_at {
+                    effects.timer(at);
                 }
-                for row in tx.query(&select, &[topic, &(n as i64)]).await.map_err(e)? {
-                    let t = Task::from_row(&row)?;
-                    if !taken.iter().any(|k| k.topic == t.topic && k.id == t.id) {
-                        candidates.push(t);
-                    }
+                if n > 0 {
+                    room.insert(topic.clone(), n);
                 }
             }
-            if candidates.is_empty() {
-                break;
+            let live: Vec<String> = room.keys().cloned().collect();
+            if !live.is_empty() {
+                self.promote(tx, Some(&live), now, PROMOTE_BATCH, effects)
+                    .await?;
             }
-            candidates.sort_by_key(|t| (t.priority, t.due_ms, t.seq));
-            let mut expired_now = false;
-            for mut task in candidates {
-                if out.len() >= max {
+
+            let mut out: Vec<Delivery> = Vec::new();
+            let mut taken: Vec<Task> = Vec::new();
+            let mut went: BTreeMap<String, usize> = BTreeMap::new();
+            let select = tx
+                .prepare_cached(&format!(
+                    "SELECT {COLUMNS} FROM tasks WHERE topic = $1 AND state = 1 \
+                     ORDER BY priority, due_ms, seq LIMIT $2 FOR UPDATE SKIP LOCKED"
+                ))
+                .await?;
+            let mut expired_any = false;
+            loop {
+                let want = max - out.len();
+                if want == 0 {
                     break;
                 }
-                let Some(r) = room.get_mut(&task.topic) else {
+                let mut candidates: Vec<Task> = Vec::new();
+                for (topic, &r) in &room {
+                    let n = r.min(want);
+                    if n == 0 {
+                        continue;
+                    }
+                    for row in tx.query(&select, &[topic, &(n as i64)]).await? {
+                        let t = Task::from_row(&row)?;
+                        if !taken.iter().any(|k| k.topic == t.topic && k.id == t.id) {
+                            candidates.push(t);
+                        }
+                    }
+                }
+                if candidates.is_empty() {
+                    break;
+                }
+                candidates.sort_by_key(|t| (t.priority, t.due_ms, t.seq));
+                let mut expired_now = false;
+                for mut task in candidates {
+                    if out.len() >= max {
+                        break;
+                    }
+                    let Some(r) = room.get_mut(&task.topic) else {
+                        continue;
+                    };
+                    if *r == 0 {
+                        continue;
+                    }
+                    if lifecycle::is_expired(task.expires_at_ms, now) {
+                        // Its expiry passed before the driver ran: never hand it out.
+                        self.expire_row(tx, &mut task, now, effects).await?;
+                        expired_now = true;
+                        continue;
+                    }
+                    task.activate(self.receipt(), now);
+                    out.push(task.delivery());
+                    if auto_finish {
+                        let due = task.due_ms;
+                        task.enter(State::Finished, due, now, self.ctx.defaults.retention_ms);
+                    }
+                    effects.timer(task.deadline_ms);
+                    *r -= 1;
+                    *went.entry(task.topic.clone()).or_default() += 1;
+                    taken.push(task);
+                }
+                expired_any |= expired_now;
+                if !expired_now {
+                    break;
+                }
+            }
+            if !taken.is_empty() {
+                hand_out(tx, &taken, now).await?;
+            }
+            let _ = expired_any;
+
+            // Spend the rate of rate-limited topics, and ask for a wake-up when it holds back.
+            for topic in &limited {
+                let Some(t) = info.get(topic) else { continue };
+                let Some(rate) = t.limits.and_then(|l| l.rate()) else {
                     continue;
                 };
-                if *r == 0 {
-                    continue;
+                let n = went.get(topic).copied().unwrap_or(0);
+                let tat = if n > 0 {
+                    take(rate, t.tat, now, n.min(u32::MAX as usize) as u32).tat
+                } else {
+                    t.tat
+                };
+                let wake = take(rate, tat, now, 1).next_at;
+                if let Some(at) = wake {
+                    effects.timer(at);
                 }
-                if lifecycle::is_expired(task.expires_at_ms, now) {
-                    // Its expiry passed before the driver ran: never hand it out.
-                    self.expire_row(&tx, &mut task, now, &mut effects).await?;
-                    expired_now = true;
-                    continue;
-                }
-                task.activate(self.receipt(), now);
-                out.push(task.delivery());
-                if auto_finish {
-                    let due = task.due_ms;
-                    task.enter(State::Finished, due, now, self.ctx.defaults.retention_ms);
-                }
-                effects.timer(task.deadline_ms);
-                *r -= 1;
-                *went.entry(task.topic.clone()).or_default() += 1;
-                taken.push(task);
+                let st = tx
+                    .prepare_cached(
+                        "UPDATE topics SET tat = $2, rate_wake_ms = \
+                         CASE WHEN $3::bigint IS NULL THEN rate_wake_ms \
+                              ELSE LEAST(COALESCE(rate_wake_ms, $3), $3) END \
+                         WHERE topic = $1",
+                    )
+                    .await?;
+                tx.execute(&st, &[topic, &tat, &wake.map(db)]).await?;
             }
-            expired_any |= expired_now;
-            if !expired_now {
-                break;
-            }
-        }
-        if !taken.is_empty() {
-            hand_out(&tx, &taken, now).await.map_err(e)?;
-        }
-        let _ = expired_any;
-
-        // Spend the rate of rate-limited topics, and ask for a wake-up when it holds back.
-        for topic in &limited {
-            let Some(t) = info.get(topic) else { continue };
-            let Some(rate) = t.limits.and_then(|l| l.rate()) else {
-                continue;
-            };
-            let n = went.get(topic).copied().unwrap_or(0);
-            let tat = if n > 0 {
-                take(rate, t.tat, now, n.min(u32::MAX as usize) as u32).tat
-            } else {
-                t.tat
-            };
-            let wake = take(rate, tat, now, 1).next_at;
-            if let Some(at) = wake {
-                effects.timer(at);
-            }
-            let st = tx
-                .prepare_cached(
-                    "UPDATE topics SET tat = $2, rate_wake_ms = \
-                     CASE WHEN $3::bigint IS NULL THEN rate_wake_ms \
-                          ELSE LEAST(COALESCE(rate_wake_ms, $3), $3) END \
-                     WHERE topic = $1",
-                )
-                .await
-                .map_err(e)?;
-            tx.execute(&st, &[topic, &tat, &wake.map(db)])
-                .await
-                .map_err(e)?;
-        }
-        self.commit(op, tx, effects, now).await?;
-        Ok(out)
+            Ok(out)
+        })
+        .await
     }
 
     /// Moves up to `limit` due DELAYED tasks (of `topics`, or of all) to READY, skipping rows
@@ -475,9 +460,7 @@ impl Inner {
         now: Millis,
         limit: i64,
         effects: &mut Effects,
-    ) -> Result<usize> {
-        let op = "promoting due tasks";
-        let e = |e| pg(op, Outcome::NotApplied, e);
+    ) -> TxResult<usize> {
         let filter = if topics.is_some() {
             "topic = ANY($3) AND state = 0"
         } else {
@@ -491,7 +474,7 @@ impl Inner {
              WHERE t.topic = due.topic AND t.id = due.id \
              RETURNING t.topic, t.id, t.due_ms, t.trace"
         );
-        let st = tx.prepare_cached(&sql).await.map_err(e)?;
+        let st = tx.prepare_cached(&sql).await?;
         let none: Option<Vec<String>> = None;
         let list = topics.map(<[String]>::to_vec);
         let rows = tx
@@ -503,8 +486,7 @@ impl Inner {
                     if topics.is_some() { &list } else { &none },
                 ],
             )
-            .await
-            .map_err(e)?;
+            .await?;
         let n = rows.len();
         for row in rows {
             let topic: String = row.get(0);
@@ -527,10 +509,9 @@ impl Inner {
         task: &mut Task,
         now: Millis,
         effects: &mut Effects,
-    ) -> Result<()> {
-        let e = |e| pg("expiring a task", Outcome::NotApplied, e);
+    ) -> TxResult<()> {
         let what = task.expire(now);
-        write_expired(tx, task, what).await.map_err(e)?;
+        write_expired(tx, task, what).await?;
         effects.time_dead.push(TimeDead {
             topic: task.topic.clone(),
             id: task.id.clone(),
@@ -538,7 +519,7 @@ impl Inner {
             reason: EXPIRED,
             dead: what == Expired::Dead,
         });
-        count_expired(tx, &task.topic, 1).await.map_err(e)?;
+        count_expired(tx, &task.topic, 1).await?;
         Ok(())
     }
 
@@ -551,19 +532,26 @@ impl Inner {
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<u64> {
         let op = "changing a setting";
-        let mut client = self.client(op).await?;
-        let e = |e| pg(op, Outcome::NotApplied, e);
-        let tx = client.transaction().await.map_err(e)?;
-        let st = tx.prepare_cached(sql).await.map_err(e)?;
-        let n = tx.execute(&st, params).await.map_err(e)?;
-        let mut effects = Effects::default();
-        if n > 0 {
-            // A delete that removed nothing is no change.
-            effects.settings.push(namespace.to_owned());
-        }
-        let now = self.now();
-        self.commit(op, tx, effects, now).await?;
-        Ok(n)
+        self.transact(op, async |tx, effects, _now| {
+            let st = tx.prepare_cached(sql).await?;
+            let n = tx.execute(&st, params).await?;
+            if n > 0 {
+                // A delete that removed nothing is no change.
+                effects.settings.push(namespace.to_owned());
+            }
+            Ok(n)
+        })
+        .await
+    }
+
+    /// Runs the reads of `f` on a pooled connection (outside any transaction).
+    pub(crate) async fn read<T>(
+        &self,
+        op: &str,
+        f: impl AsyncFnOnce(&Object) -> std::result::Result<T, tokio_postgres::Error>,
+    ) -> Result<T> {
+        let client = self.client(op).await?;
+        f(&client).await.map_err(|e| pg(op, Outcome::NotApplied, e))
     }
 
     /// Stops new operations (they fail with [`Error::ShuttingDown`]).
@@ -714,18 +702,25 @@ async fn write_expired(
 ) -> std::result::Result<(), tokio_postgres::Error> {
     match what {
         Expired::Dead => save(tx, task).await,
-        Expired::Drop => {
-            let st = tx
-                .prepare_cached("DELETE FROM tasks WHERE topic = $1 AND id = $2")
-                .await?;
-            tx.execute(&st, &[&task.topic, &task.id]).await?;
-            Ok(())
-        }
+        Expired::Drop => delete_row(tx, &task.topic, &task.id).await,
     }
 }
 
+/// Deletes a task's row.
+pub(crate) async fn delete_row(
+    tx: &Transaction<'_>,
+    topic: &str,
+    id: &str,
+) -> std::result::Result<(), tokio_postgres::Error> {
+    let st = tx
+        .prepare_cached("DELETE FROM tasks WHERE topic = $1 AND id = $2")
+        .await?;
+    tx.execute(&st, &[&topic, &id]).await?;
+    Ok(())
+}
+
 /// Adds `n` to the topic's count of expired tasks (the `expired` of stats).
-async fn count_expired(
+pub(crate) async fn count_expired(
     tx: &Transaction<'_>,
     topic: &str,
     n: i64,
@@ -796,8 +791,7 @@ impl PostgresStorage {
         op: &str,
         f: impl AsyncFnOnce(&Object) -> std::result::Result<T, tokio_postgres::Error>,
     ) -> Result<T> {
-        let client = self.inner.client(op).await?;
-        f(&client).await.map_err(|e| pg(op, Outcome::NotApplied, e))
+        self.inner.read(op, f).await
     }
 
     async fn stats_of(&self, topic: &str) -> Result<TopicStats> {
@@ -938,25 +932,22 @@ impl TaskStore for PostgresStorage {
     async fn requeue_all(&self, topic: &str) -> Result<u64> {
         let op = "requeueing dead tasks";
         let inner = &self.inner;
-        let mut client = inner.client(op).await?;
-        let e = |e| pg(op, Outcome::NotApplied, e);
-        let tx = client.transaction().await.map_err(e)?;
-        let now = inner.now();
-        let st = tx
-            .prepare_cached(
-                "UPDATE tasks SET state = 1, retries = 0, expires_at_ms = NULL, on_expire = 0, \
-                 receipt = NULL, deadline_ms = 0, updated_at_ms = $2 \
-                 WHERE topic = $1 AND state = 5",
-            )
+        inner
+            .transact(op, async |tx, effects, now| {
+                let st = tx
+                .prepare_cached(
+                    "UPDATE tasks SET state = 1, retries = 0, expires_at_ms = NULL, on_expire = 0, \
+                     receipt = NULL, deadline_ms = 0, updated_at_ms = $2 \
+                     WHERE topic = $1 AND state = 5",
+                )
+                .await?;
+                let n = tx.execute(&st, &[&topic, &db(now)]).await?;
+                if n > 0 {
+                    effects.ready(topic);
+                }
+                Ok(n)
+            })
             .await
-            .map_err(e)?;
-        let n = tx.execute(&st, &[&topic, &db(now)]).await.map_err(e)?;
-        let mut effects = Effects::default();
-        if n > 0 {
-            effects.ready(topic);
-        }
-        inner.commit(op, tx, effects, now).await?;
-        Ok(n)
     }
 
     async fn delete(&self, topic: &str, id: &str) -> Result<()> {
@@ -1006,47 +997,41 @@ impl TaskStore for PostgresStorage {
     async fn pause(&self, topic: &str, until_ms: Option<Millis>) -> Result<()> {
         let op = "pausing a topic";
         let inner = &self.inner;
-        let mut client = inner.client(op).await?;
-        let e = |e| pg(op, Outcome::NotApplied, e);
-        let tx = client.transaction().await.map_err(e)?;
-        let st = tx
-            .prepare_cached(
-                "INSERT INTO topics (topic, paused, pause_until_ms) VALUES ($1, true, $2) \
-                 ON CONFLICT (topic) DO UPDATE SET paused = true, pause_until_ms = $2",
-            )
+        inner
+            .transact(op, async |tx, effects, _now| {
+                let st = tx
+                    .prepare_cached(
+                        "INSERT INTO topics (topic, paused, pause_until_ms) VALUES ($1, true, $2) \
+                     ON CONFLICT (topic) DO UPDATE SET paused = true, pause_until_ms = $2",
+                    )
+                    .await?;
+                tx.execute(&st, &[&topic, &until_ms.map(db)]).await?;
+                if let Some(at) = until_ms {
+                    effects.timer(at);
+                }
+                Ok(())
+            })
             .await
-            .map_err(e)?;
-        tx.execute(&st, &[&topic, &until_ms.map(db)])
-            .await
-            .map_err(e)?;
-        let mut effects = Effects::default();
-        if let Some(at) = until_ms {
-            effects.timer(at);
-        }
-        let now = inner.now();
-        inner.commit(op, tx, effects, now).await
     }
 
     async fn resume(&self, topic: &str) -> Result<()> {
         let op = "resuming a topic";
         let inner = &self.inner;
-        let mut client = inner.client(op).await?;
-        let e = |e| pg(op, Outcome::NotApplied, e);
-        let tx = client.transaction().await.map_err(e)?;
-        let st = tx
-            .prepare_cached(
-                "UPDATE topics SET paused = false, pause_until_ms = NULL WHERE topic = $1 \
-                 AND paused",
-            )
+        inner
+            .transact(op, async |tx, effects, _now| {
+                let st = tx
+                    .prepare_cached(
+                        "UPDATE topics SET paused = false, pause_until_ms = NULL WHERE topic = $1 \
+                     AND paused",
+                    )
+                    .await?;
+                let n = tx.execute(&st, &[&topic]).await?;
+                if n > 0 {
+                    effects.ready(topic);
+                }
+                Ok(())
+            })
             .await
-            .map_err(e)?;
-        let n = tx.execute(&st, &[&topic]).await.map_err(e)?;
-        let mut effects = Effects::default();
-        if n > 0 {
-            effects.ready(topic);
-        }
-        let now = inner.now();
-        inner.commit(op, tx, effects, now).await
     }
 
     async fn set_limits(&self, topic: &str, limits: Option<FlowLimits>) -> Result<()> {
@@ -1060,50 +1045,46 @@ impl TaskStore for PostgresStorage {
         }
         let op = "setting a topic's limits";
         let inner = &self.inner;
-        let mut client = inner.client(op).await?;
-        let e = |e| pg(op, Outcome::NotApplied, e);
-        let tx = client.transaction().await.map_err(e)?;
-        let json = limits
-            .map(|l| serde_json::to_value(l).map_err(|err| Error::storage(op, err)))
-            .transpose()?;
-        let st = tx
-            .prepare_cached(
-                "INSERT INTO topics (topic, limits) VALUES ($1, $2) \
-                 ON CONFLICT (topic) DO UPDATE SET limits = $2",
-            )
-            .await
-            .map_err(e)?;
-        tx.execute(&st, &[&topic, &json]).await.map_err(e)?;
-        // Also under the settings store's `limits` namespace, like the other backends.
-        match &json {
-            Some(v) => {
+        inner
+            .transact(op, async |tx, effects, _now| {
+                let json = limits
+                    .map(|l| serde_json::to_value(l).map_err(|err| Error::storage(op, err)))
+                    .transpose()?;
                 let st = tx
                     .prepare_cached(
-                        "INSERT INTO settings (namespace, key, value) VALUES ($1, $2, $3) \
-                         ON CONFLICT (namespace, key) DO UPDATE SET value = $3",
+                        "INSERT INTO topics (topic, limits) VALUES ($1, $2) \
+                     ON CONFLICT (topic) DO UPDATE SET limits = $2",
                     )
-                    .await
-                    .map_err(e)?;
-                let bytes = serde_json::to_vec(v).map_err(|err| Error::storage(op, err))?;
-                tx.execute(&st, &[&delayq::LIMITS_NAMESPACE, &topic, &bytes])
-                    .await
-                    .map_err(e)?;
-            }
-            None => {
-                let st = tx
-                    .prepare_cached("DELETE FROM settings WHERE namespace = $1 AND key = $2")
-                    .await
-                    .map_err(e)?;
-                tx.execute(&st, &[&delayq::LIMITS_NAMESPACE, &topic])
-                    .await
-                    .map_err(e)?;
-            }
-        }
-        let mut effects = Effects::default();
-        effects.ready(topic); // a raised limit may let a parked consumer go
-        effects.settings.push(delayq::LIMITS_NAMESPACE.to_owned());
-        let now = inner.now();
-        inner.commit(op, tx, effects, now).await
+                    .await?;
+                tx.execute(&st, &[&topic, &json]).await?;
+                // Also under the settings store's `limits` namespace, like the other backends.
+                match &json {
+                    Some(v) => {
+                        let st = tx
+                            .prepare_cached(
+                                "INSERT INTO settings (namespace, key, value) VALUES ($1, $2, $3) \
+                             ON CONFLICT (namespace, key) DO UPDATE SET value = $3",
+                            )
+                            .await?;
+                        let bytes = serde_json::to_vec(v).map_err(|err| Error::storage(op, err))?;
+                        tx.execute(&st, &[&delayq::LIMITS_NAMESPACE, &topic, &bytes])
+                            .await?;
+                    }
+                    None => {
+                        let st = tx
+                            .prepare_cached(
+                                "DELETE FROM settings WHERE namespace = $1 AND key = $2",
+                            )
+                            .await?;
+                        tx.execute(&st, &[&delayq::LIMITS_NAMESPACE, &topic])
+                            .await?;
+                    }
+                }
+                effects.ready(topic); // a raised limit may let a parked consumer go
+                effects.settings.push(delayq::LIMITS_NAMESPACE.to_owned());
+                Ok(())
+            })
+            .await
     }
 
     async fn limits(&self) -> Result<Vec<(String, FlowLimits)>> {
@@ -1365,46 +1346,42 @@ impl BeanstalkOps for PostgresStorage {
     async fn kick(&self, topic: &str, max: u64) -> Result<u64> {
         let op = "kicking tasks";
         let inner = &self.inner;
-        let mut client = inner.client(op).await?;
-        let e = |e| pg(op, Outcome::NotApplied, e);
-        let tx = client.transaction().await.map_err(e)?;
-        let now = inner.now();
-        let limit = db(max);
-        let dead = tx
-            .prepare_cached(&format!(
-                "SELECT {COLUMNS} FROM tasks WHERE topic = $1 AND state = 5 \
-                 ORDER BY updated_at_ms, seq LIMIT $2 FOR UPDATE"
-            ))
+        inner
+            .transact(op, async |tx, effects, now| {
+                let limit = db(max);
+                let dead = tx
+                    .prepare_cached(&format!(
+                        "SELECT {COLUMNS} FROM tasks WHERE topic = $1 AND state = 5 \
+                     ORDER BY updated_at_ms, seq LIMIT $2 FOR UPDATE"
+                    ))
+                    .await?;
+                let mut rows = tx.query(&dead, &[&topic, &limit]).await?;
+                let buried = !rows.is_empty();
+                if !buried {
+                    let delayed = tx
+                        .prepare_cached(&format!(
+                            "SELECT {COLUMNS} FROM tasks WHERE topic = $1 AND state = 0 \
+                         ORDER BY due_ms, seq LIMIT $2 FOR UPDATE"
+                        ))
+                        .await?;
+                    rows = tx.query(&delayed, &[&topic, &limit]).await?;
+                }
+                let n = rows.len() as u64;
+                for row in rows {
+                    let mut t = Task::from_row(&row)?;
+                    if buried {
+                        t.requeue(now);
+                    } else {
+                        t.enter(State::Ready, now, now, 0);
+                    }
+                    save(tx, &t).await?;
+                }
+                if n > 0 {
+                    effects.ready(topic);
+                }
+                Ok(n)
+            })
             .await
-            .map_err(e)?;
-        let mut rows = tx.query(&dead, &[&topic, &limit]).await.map_err(e)?;
-        let buried = !rows.is_empty();
-        if !buried {
-            let delayed = tx
-                .prepare_cached(&format!(
-                    "SELECT {COLUMNS} FROM tasks WHERE topic = $1 AND state = 0 \
-                     ORDER BY due_ms, seq LIMIT $2 FOR UPDATE"
-                ))
-                .await
-                .map_err(e)?;
-            rows = tx.query(&delayed, &[&topic, &limit]).await.map_err(e)?;
-        }
-        let n = rows.len() as u64;
-        for row in rows {
-            let mut t = Task::from_row(&row)?;
-            if buried {
-                t.requeue(now);
-            } else {
-                t.enter(State::Ready, now, now, 0);
-            }
-            save(&tx, &t).await.map_err(e)?;
-        }
-        let mut effects = Effects::default();
-        if n > 0 {
-            effects.ready(topic);
-        }
-        inner.commit(op, tx, effects, now).await?;
-        Ok(n)
     }
 
     async fn kick_job(&self, topic: &str, id: &str) -> Result<()> {
