@@ -50,7 +50,6 @@ pub mod schema;
 mod storage;
 mod task;
 
-use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -65,6 +64,8 @@ pub use driver::IDLE_LOOK;
 pub use error::BackendError;
 pub use options::{DEFAULT_POOL_SIZE, DEFAULT_SCHEMA, PostgresOptions};
 pub use storage::PostgresStorage;
+/// The PostgreSQL client this backend uses (for a URL's check, or a test's own queries).
+pub use tokio_postgres;
 
 /// The connection settings every connection of the backend uses: the options' URL with
 /// `search_path` set to the schema, a connect timeout and an application name unless given.
@@ -115,7 +116,7 @@ pub async fn start(ctx: StorageContext, options: PostgresOptions) -> Result<Post
         .recycle_timeout(timeout)
         .build()
         .map_err(|e| Error::storage("building the connection pool", e))?;
-    let seed = random_seed();
+    let seed = delayq::storage::random_u64();
     let instance = format!("{:016x}", delayq_core::hash::splitmix64(seed));
     let inner = Arc::new(storage::Inner::new(
         ctx,
@@ -135,17 +136,3 @@ pub async fn start(ctx: StorageContext, options: PostgresOptions) -> Result<Post
         tasks: Mutex::new(tasks),
     })
 }
-
-/// A seed that differs between processes and starts (receipts and instance ids).
-fn random_seed() -> u64 {
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u32(std::process::id());
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0),
-    );
-    h.finish()
-}
-pub use tokio_postgres;
