@@ -167,7 +167,7 @@ async fn tick(inner: &Inner) -> Result<bool> {
             // ttr expiry: a failed attempt.
             let st = tx
                 .prepare_cached(&format!(
-                    "SELECT {T_COLUMNS}, (SELECT p.limits ? 'max_active' FROM topics p \
+                    "SELECT {T_COLUMNS}, (SELECT p.limits ?| array['max_active', 'max_active_per_key'] FROM topics p \
                  WHERE p.topic = t.topic) FROM tasks t WHERE state = 2 AND deadline_ms <= $1 \
                  ORDER BY deadline_ms LIMIT $2 FOR UPDATE OF t SKIP LOCKED"
                 ))

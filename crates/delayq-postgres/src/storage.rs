@@ -19,8 +19,8 @@ use delayq::{
 use delayq_core::flow::take;
 use delayq_core::lifecycle::{self, Op, Refusal};
 use delayq_core::{
-    AddOutcome, BuryOptions, Delivery, EXPIRED, FlowLimits, HeldBack, InvalidField, Millis,
-    OnDuplicate, Page, Pause, ReleaseOptions, State, TaskInfo, TaskSpec, TopicStats,
+    AddOutcome, BuryOptions, Delivery, EXPIRED, FlowLimits, HeldBack, Millis, OnDuplicate, Page,
+    Pause, ReleaseOptions, State, TaskInfo, TaskSpec, TopicStats,
 };
 use parking_lot::Mutex;
 use tokio::sync::watch;
@@ -165,7 +165,9 @@ impl Inner {
                     Write::Save => task.state != State::Active,
                     Write::Delete => true,
                 };
-            if left_active && limits.is_some_and(|l| l.max_active.is_some()) {
+            if left_active
+                && limits.is_some_and(|l| l.max_active.is_some() || l.max_active_per_key.is_some())
+            {
                 // A slot freed: a consumer held back by max_active may go on.
                 effects.ready(topic);
             }
@@ -209,17 +211,6 @@ impl Inner {
                 .await?;
             let mut results = Vec::with_capacity(specs.len());
             for spec in specs {
-                if spec.key.is_some() {
-                    // Keys are not kept in PostgreSQL mode yet: refused, each on its own, rather
-                    // than stored without their key.
-                    results.push(Err(InvalidField::new(
-                        "key",
-                        "is not available in PostgreSQL mode yet (docs/postgres.md): use the \
-                         embedded storage for per-key limits",
-                    )
-                    .into()));
-                    continue;
-                }
                 let policy = spec.on_duplicate;
                 let task = Task::new(spec, now);
                 let (trace, extra) = (task.trace_json(), task.extra_json());
@@ -327,6 +318,26 @@ impl Inner {
             } else {
                 active_counts(tx, &limited).await?
             };
+            // Per-key limits: each key's ACTIVE count, and the keys at their limit, whose
+            // READY tasks the candidates leave out (a busy key holds back no other).
+            let per_key: BTreeMap<String, usize> = info
+                .values()
+                .filter_map(|t| Some((t.topic.clone(), t.limits?.max_active_per_key? as usize)))
+                .collect();
+            let mut key_active: BTreeMap<(String, String), usize> = BTreeMap::new();
+            let mut full_keys: BTreeMap<String, Vec<String>> = BTreeMap::new();
+            if !per_key.is_empty() {
+                let topics_with: Vec<String> = per_key.keys().cloned().collect();
+                for ((topic, key), n) in key_counts(tx, &topics_with).await? {
+                    if n >= per_key[&topic] {
+                        full_keys
+                            .entry(topic.clone())
+                            .or_default()
+                            .push(key.clone());
+                    }
+                    key_active.insert((topic, key), n);
+                }
+            }
 
             // What each live topic may hand out.
             let mut room: BTreeMap<String, usize> = BTreeMap::new();
@@ -355,10 +366,10 @@ impl Inner {
             let select = tx
                 .prepare_cached(&format!(
                     "SELECT {COLUMNS} FROM tasks WHERE topic = $1 AND state = 1 \
+                     AND (key IS NULL OR key <> ALL($3::text[])) \
                      ORDER BY priority, due_ms, seq LIMIT $2 FOR UPDATE SKIP LOCKED"
                 ))
                 .await?;
-            let mut expired_any = false;
             loop {
                 let want = max - out.len();
                 if want == 0 {
@@ -370,7 +381,8 @@ impl Inner {
                     if n == 0 {
                         continue;
                     }
-                    for row in tx.query(&select, &[topic, &(n as i64)]).await? {
+                    let excluded = full_keys.get(topic).cloned().unwrap_or_default();
+                    for row in tx.query(&select, &[topic, &(n as i64), &excluded]).await? {
                         let t = Task::from_row(&row)?;
                         if !taken.iter().any(|k| k.topic == t.topic && k.id == t.id) {
                             candidates.push(t);
@@ -382,6 +394,7 @@ impl Inner {
                 }
                 candidates.sort_by_key(|t| (t.priority, t.due_ms, t.seq));
                 let mut expired_now = false;
+                let mut key_filled = false;
                 for mut task in candidates {
                     if out.len() >= max {
                         break;
@@ -398,6 +411,23 @@ impl Inner {
                         expired_now = true;
                         continue;
                     }
+                    if let (Some(&limit), Some(key)) = (per_key.get(&task.topic), &task.key) {
+                        let n = key_active
+                            .entry((task.topic.clone(), key.clone()))
+                            .or_default();
+                        if *n >= limit {
+                            // Its key filled up in this pop: look past the key's tasks again.
+                            key_filled = true;
+                            continue;
+                        }
+                        *n += 1;
+                        if *n >= limit {
+                            full_keys
+                                .entry(task.topic.clone())
+                                .or_default()
+                                .push(key.clone());
+                        }
+                    }
                     task.activate(self.receipt(), now);
                     out.push(task.delivery());
                     if auto_finish {
@@ -409,15 +439,13 @@ impl Inner {
                     *went.entry(task.topic.clone()).or_default() += 1;
                     taken.push(task);
                 }
-                expired_any |= expired_now;
-                if !expired_now {
+                if !expired_now && !key_filled {
                     break;
                 }
             }
             if !taken.is_empty() {
                 hand_out(tx, &taken, now).await?;
             }
-            let _ = expired_any;
 
             // Spend the rate of rate-limited topics, and ask for a wake-up when it holds back.
             for topic in &limited {
@@ -611,8 +639,9 @@ impl TopicRow {
         }
     }
 
-    /// The READY tasks a pop could not take at `now` (the engine's `Topic::held_back`).
-    fn held_back(&self, now: Millis, ready: u64, active: u64) -> HeldBack {
+    /// The READY tasks a pop could not take at `now` (the engine's `Topic::held_back`), given
+    /// how many READY tasks belong to keys at their limit (`key_held`).
+    fn held_back(&self, now: Millis, ready: u64, active: u64, key_held: u64) -> HeldBack {
         let mut held = HeldBack::default();
         let Some(limits) = self.limits else {
             return held;
@@ -624,6 +653,8 @@ impl TopicRow {
             .is_some_and(|r| take(r, self.tat, now, 1).n == 0)
         {
             held.rate = ready;
+        } else {
+            held.key = key_held;
         }
         held
     }
@@ -752,6 +783,25 @@ async fn active_counts(
         .collect())
 }
 
+/// The ACTIVE count of each key of `topics` that has ACTIVE tasks.
+async fn key_counts(
+    tx: &Transaction<'_>,
+    topics: &[String],
+) -> std::result::Result<Vec<((String, String), usize)>, tokio_postgres::Error> {
+    let st = tx
+        .prepare_cached(
+            "SELECT topic, key, count(*) FROM tasks WHERE topic = ANY($1) AND state = 2 \
+             AND key IS NOT NULL GROUP BY topic, key",
+        )
+        .await?;
+    Ok(tx
+        .query(&st, &[&topics])
+        .await?
+        .into_iter()
+        .map(|r| ((r.get(0), r.get(1)), r.get::<_, i64>(2) as usize))
+        .collect())
+}
+
 /// The PostgreSQL backend. See the crate doc.
 ///
 /// Dropping it without [`TaskStore::shutdown`] stops its background tasks at once, as a crash
@@ -828,9 +878,31 @@ impl PostgresStorage {
             let t = TopicRow::from_row(&row)?;
             stats.pause = t.pause().at(now);
             stats.expired = ms(row.get(5));
-            stats.held_back = t.held_back(now, stats.ready, stats.active);
+            let key_held = self.key_held(&t).await?;
+            stats.held_back = t.held_back(now, stats.ready, stats.active, key_held);
         }
         Ok(stats)
+    }
+
+    /// How many READY tasks of the topic belong to keys at their `max_active_per_key`.
+    async fn key_held(&self, t: &TopicRow) -> Result<u64> {
+        let Some(limit) = t.limits.and_then(|l| l.max_active_per_key) else {
+            return Ok(0);
+        };
+        let topic = t.topic.clone();
+        let n: i64 = self
+            .read("counting tasks held back by their key", async |c| {
+                let st = c
+                    .prepare_cached(
+                        "SELECT count(*) FROM tasks WHERE topic = $1 AND state = 1 AND key IN \
+                         (SELECT key FROM tasks WHERE topic = $1 AND state = 2 \
+                          AND key IS NOT NULL GROUP BY key HAVING count(*) >= $2)",
+                    )
+                    .await?;
+                Ok(c.query_one(&st, &[&topic, &i64::from(limit)]).await?.get(0))
+            })
+            .await?;
+        Ok(ms(n))
     }
 }
 
@@ -1035,14 +1107,6 @@ impl TaskStore for PostgresStorage {
     }
 
     async fn set_limits(&self, topic: &str, limits: Option<FlowLimits>) -> Result<()> {
-        if limits.is_some_and(|l| l.max_active_per_key.is_some()) {
-            return Err(InvalidField::new(
-                "max_active_per_key",
-                "is not available in PostgreSQL mode yet (docs/postgres.md): use max_active \
-                 and rate_per_s, or the embedded storage",
-            )
-            .into());
-        }
         let op = "setting a topic's limits";
         let inner = &self.inner;
         inner
@@ -1205,7 +1269,8 @@ impl TaskStore for PostgresStorage {
             let stats = out.entry(t.topic.clone()).or_default();
             stats.pause = pause;
             stats.expired = ms(row.get(5));
-            stats.held_back = t.held_back(now, stats.ready, stats.active);
+            let key_held = self.key_held(&t).await?;
+            stats.held_back = t.held_back(now, stats.ready, stats.active, key_held);
         }
         Ok(out.into_iter().collect())
     }

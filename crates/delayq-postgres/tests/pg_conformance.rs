@@ -15,3 +15,4 @@ async fn served(ctx: StorageContext) -> Backend {
 
 delayq_conformance::suite!(|ctx| async move { served(ctx).await });
 delayq_conformance::flow_suite!(|ctx| async move { served(ctx).await });
+delayq_conformance::flow_key_suite!(|ctx| async move { served(ctx).await });
