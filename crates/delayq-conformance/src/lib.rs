@@ -31,6 +31,7 @@ pub mod beanstalk;
 pub mod dashboard_reads;
 pub mod expiry;
 pub mod flow;
+mod guard;
 pub mod job_ids;
 pub mod priority_pause_bury;
 pub mod schedules;
@@ -43,6 +44,8 @@ pub mod trace;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
+
+pub use guard::with_guard;
 
 use delayq::metrics::Metrics;
 use delayq::{

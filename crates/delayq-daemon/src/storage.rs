@@ -6,6 +6,8 @@ use std::time::Duration;
 use delayq::metrics::Metrics;
 use delayq::storage::embedded::{self, EmbeddedOptions};
 use delayq::{Queue, Spans, StorageContext, SystemClock};
+use delayq_postgres::PostgresOptions;
+use delayq_postgres::clock::PostgresClockOptions;
 use delayq_redis::{RedisClock, RedisOptions};
 
 use crate::ServerError;
@@ -40,7 +42,41 @@ pub(crate) async fn build_queue_with(
             Ok(Queue::new(storage, ctx))
         }
         StorageConfig::Redis { url } => redis_queue(config, url, ctx).await,
+        StorageConfig::Postgres {
+            url,
+            schema,
+            pool_size,
+        } => {
+            let options = PostgresOptions::new(url.clone())
+                .schema(schema.clone())
+                .pool_size(*pool_size as usize);
+            postgres_queue(options, ctx).await
+        }
     }
+}
+
+/// A queue on PostgreSQL, on the database's clock.
+async fn postgres_queue(
+    options: PostgresOptions,
+    mut ctx: StorageContext,
+) -> Result<Queue, ServerError> {
+    // All instances read one clock, the database's clock_timestamp() (docs/clock.md).
+    let clock = delayq_postgres::clock::new_clock(PostgresClockOptions::default());
+    delayq_postgres::clock::connect(&clock, &options).map_err(|source| ServerError::Storage {
+        op: "connecting the reference clock to PostgreSQL",
+        source,
+    })?;
+    ctx.clock = Arc::new(clock.clone());
+    let storage = delayq_postgres::start(ctx.clone(), options)
+        .await
+        .map_err(|source| ServerError::Storage {
+            op: "connecting to PostgreSQL",
+            source,
+        })?;
+    if let Err(e) = clock.wait_bounded(Duration::from_secs(2)).await {
+        tracing::warn!(error = %e, "the reference clock is not bounded yet; requests get 503 until it is");
+    }
+    Ok(Queue::new(Arc::new(storage), ctx))
 }
 
 /// A queue on Redis at `url`, on Redis's clock.

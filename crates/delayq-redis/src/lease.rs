@@ -26,7 +26,8 @@ use crate::error::BackendError;
 use crate::keys::LEASE_BUCKETS;
 use crate::promoter::Event;
 use crate::scripts::{SCRIPTS, int};
-use crate::storage::{InstanceState, random_u64};
+use crate::storage::InstanceState;
+use delayq::storage::random_u64;
 
 /// Runs the lease keeper until `stop` turns true, then gives the leases up.
 pub(crate) async fn run(state: Arc<InstanceState>, mut stop: watch::Receiver<bool>) {

@@ -12,10 +12,13 @@
 //! a Redis Cluster with a proxy in front of every node, announced as the node's address, so
 //! that a cluster client reaches every node only through the faults. [`Receiver`] is a
 //! webhook receiver for push tests that records requests and answers as told.
+//! [`PostgresServer`] runs a PostgreSQL server of the test's own (Debian's postgresql-15), never
+//! the machine's on 5432.
 
 mod cluster;
 mod fault_proxy;
 pub mod history;
+mod postgres;
 mod proxied_cluster;
 mod receiver;
 mod sentinel;
@@ -23,6 +26,7 @@ mod small_fs;
 
 pub use cluster::RedisCluster;
 pub use fault_proxy::{FaultProxy, Faults, random_faults};
+pub use postgres::{PG_BIN, PostgresServer};
 pub use proxied_cluster::ProxiedCluster;
 pub use receiver::{Call, Receiver, Reply};
 pub use sentinel::RedisSentinel;

@@ -31,6 +31,10 @@
 //! are wall-clock instants, so a slewed second is simply a slightly longer or shorter second.
 //! See `docs/clock.md`.
 //!
+//! [`ReferenceClock`] follows a storage server's time (Redis `TIME`, PostgreSQL
+//! `clock_timestamp()`) as an interval over the local monotonic clock, for the instances that
+//! share that storage ([`reference`]).
+//!
 //! [`ManualClock`] only moves when a test moves it, so time-dependent rules can be tested
 //! exactly and instantly; [`ManualWall`] is a wall-time source a test can step, to test
 //! [`SystemClock`] itself.
@@ -43,6 +47,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use delayq_core::Millis;
 use tokio::sync::watch;
+
+pub mod reference;
+
+pub use reference::{ReferenceClock, ReferenceClockOptions, WeakReferenceClock};
 
 /// A boxed future, as the clock returns it (clocks are used as trait objects).
 pub type Sleep = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;

@@ -335,6 +335,70 @@ impl Kind for FsPath {
     }
 }
 
+/// A PostgreSQL URL (`postgres://` or `postgresql://`; libpq's key=value form is not taken,
+/// so that a typo is not read as a host name).
+pub(crate) struct PostgresUrl;
+
+impl Kind for PostgresUrl {
+    type Value = String;
+
+    fn accepts(&self) -> String {
+        "a URL starting with postgres:// or postgresql://".into()
+    }
+
+    fn value_name(&self) -> String {
+        "URL".into()
+    }
+
+    fn read_text(&self, text: &str) -> Result<String, Rejected> {
+        let trimmed = text.trim();
+        let ok = ["postgres://", "postgresql://"]
+            .iter()
+            .any(|s| trimmed.starts_with(s) && trimmed.len() > s.len())
+            && trimmed
+                .parse::<delayq_postgres::tokio_postgres::Config>()
+                .is_ok();
+        if ok {
+            Ok(trimmed.to_owned())
+        } else {
+            Err(Rejected::text(text, self.accepts()))
+        }
+    }
+
+    fn show(&self, value: &String) -> String {
+        value.clone()
+    }
+}
+
+/// A schema name of delayq's tables in PostgreSQL: 1 to 48 of a-z, 0-9 and _, not starting
+/// with a digit or `pg_` (so it needs no quoting in SQL).
+pub(crate) struct SchemaName;
+
+impl Kind for SchemaName {
+    type Value = String;
+
+    fn accepts(&self) -> String {
+        "1 to 48 of a-z, 0-9 and _, not starting with a digit or pg_".into()
+    }
+
+    fn value_name(&self) -> String {
+        "NAME".into()
+    }
+
+    fn read_text(&self, text: &str) -> Result<String, Rejected> {
+        let name = text.trim();
+        let options = delayq_postgres::PostgresOptions::new("postgres://localhost").schema(name);
+        match options.check() {
+            Ok(_) => Ok(name.to_owned()),
+            Err(_) => Err(Rejected::text(text, self.accepts())),
+        }
+    }
+
+    fn show(&self, value: &String) -> String {
+        value.clone()
+    }
+}
+
 /// A Redis URL.
 pub(crate) struct RedisUrl;
 
@@ -551,12 +615,13 @@ impl<E: Named> Kind for Choice<E> {
     }
 }
 
-/// Which backend `--storage` names; `redis` needs `--redis` too.
+/// Which backend `--storage` names; `redis` needs `--redis` too, `postgres` `--postgres`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum StorageKind {
     Embedded,
     Memory,
     Redis,
+    Postgres,
 }
 
 impl Named for StorageKind {
@@ -564,6 +629,7 @@ impl Named for StorageKind {
         ("embedded", StorageKind::Embedded),
         ("memory", StorageKind::Memory),
         ("redis", StorageKind::Redis),
+        ("postgres", StorageKind::Postgres),
     ];
 }
 

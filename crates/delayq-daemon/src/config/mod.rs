@@ -60,6 +60,15 @@ pub enum StorageConfig {
         /// The connection URL.
         url: String,
     },
+    /// State in PostgreSQL.
+    Postgres {
+        /// The connection URL.
+        url: String,
+        /// The schema of delayq's tables.
+        schema: String,
+        /// The most pooled connections.
+        pool_size: u32,
+    },
 }
 
 /// The format of log lines.
@@ -621,8 +630,9 @@ fn tls(s: &Settings) -> Result<Option<TlsConfig>, ConfigError> {
     }
 }
 
-/// Picks the storage backend: `--redis` alone selects Redis, `--storage` names any backend,
-/// and naming another backend together with a Redis URL is a conflict.
+/// Picks the storage backend: `--redis` alone selects Redis, `--postgres` alone PostgreSQL,
+/// `--storage` names any backend, and naming another backend together with a Redis or
+/// PostgreSQL URL (or both URLs) is a conflict.
 fn storage(s: &Settings) -> Result<StorageConfig, ConfigError> {
     let fsync = match s.fsync {
         FsyncMode::Always => FsyncPolicy::Always,
@@ -631,28 +641,50 @@ fn storage(s: &Settings) -> Result<StorageConfig, ConfigError> {
         }
         FsyncMode::Never => FsyncPolicy::Never,
     };
-    let kind = match (s.storage, &s.redis) {
-        (StorageKind::Embedded, Some(_)) if !s.origin.storage.is_given() => StorageKind::Redis,
-        (kind, _) => kind,
+    if s.redis.is_some() && s.postgres.is_some() {
+        return Err(ConfigError::Conflict(format!(
+            "{} and {} both give a storage URL; use one",
+            s.origin.redis.name(),
+            s.origin.postgres.name()
+        )));
+    }
+    let kind = match (s.storage, &s.redis, &s.postgres) {
+        (StorageKind::Embedded, Some(_), _) if !s.origin.storage.is_given() => StorageKind::Redis,
+        (StorageKind::Embedded, _, Some(_)) if !s.origin.storage.is_given() => {
+            StorageKind::Postgres
+        }
+        (kind, _, _) => kind,
     };
-    match (kind, &s.redis) {
-        (StorageKind::Redis, Some(url)) => Ok(StorageConfig::Redis { url: url.clone() }),
-        (StorageKind::Redis, None) => Err(ConfigError::Conflict(format!(
+    match (kind, &s.redis, &s.postgres) {
+        (StorageKind::Redis, Some(url), None) => Ok(StorageConfig::Redis { url: url.clone() }),
+        (StorageKind::Redis, None, _) => Err(ConfigError::Conflict(format!(
             "{} is \"redis\" but no --redis URL is given",
             s.origin.storage.name()
         ))),
-        (StorageKind::Embedded | StorageKind::Memory, Some(_)) => {
-            Err(ConfigError::Conflict(format!(
-                "{} names another backend but {} gives a Redis URL; use one",
-                s.origin.storage.name(),
-                s.origin.redis.name()
-            )))
-        }
-        (StorageKind::Embedded, None) => Ok(StorageConfig::Embedded {
+        (StorageKind::Postgres, None, Some(url)) => Ok(StorageConfig::Postgres {
+            url: url.clone(),
+            schema: s.postgres_schema.clone(),
+            pool_size: s.postgres_pool_size,
+        }),
+        (StorageKind::Postgres, _, None) => Err(ConfigError::Conflict(format!(
+            "{} is \"postgres\" but no --postgres URL is given",
+            s.origin.storage.name()
+        ))),
+        (_, Some(_), _) => Err(ConfigError::Conflict(format!(
+            "{} names another backend but {} gives a Redis URL; use one",
+            s.origin.storage.name(),
+            s.origin.redis.name()
+        ))),
+        (_, _, Some(_)) => Err(ConfigError::Conflict(format!(
+            "{} names another backend but {} gives a PostgreSQL URL; use one",
+            s.origin.storage.name(),
+            s.origin.postgres.name()
+        ))),
+        (StorageKind::Embedded, None, None) => Ok(StorageConfig::Embedded {
             data_dir: s.data_dir.clone(),
             fsync,
         }),
-        (StorageKind::Memory, None) => Ok(StorageConfig::Memory),
+        (StorageKind::Memory, None, None) => Ok(StorageConfig::Memory),
     }
 }
 
@@ -1061,7 +1093,7 @@ mod tests {
 
     #[test]
     fn storage_selection() {
-        let table: [(&[&str], Result<&str, &str>); 7] = [
+        let table: [(&[&str], Result<&str, &str>); 15] = [
             (&["--storage", "memory"], Ok("Memory")),
             (&["--redis", "redis://localhost:6379"], Ok("Redis")),
             (&["--storage", "redis", "--redis", "redis://x"], Ok("Redis")),
@@ -1072,6 +1104,48 @@ mod tests {
             ),
             (&["--storage", "redis"], Err("no --redis URL")),
             (&["--redis", "http://x"], Err("rediss://")),
+            (
+                &["--postgres", "postgres://u@localhost/app"],
+                Ok(
+                    "Postgres { url: \"postgres://u@localhost/app\", schema: \"delayq\", pool_size: 16",
+                ),
+            ),
+            (
+                &[
+                    "--storage",
+                    "postgres",
+                    "--postgres",
+                    "postgresql://h/db",
+                    "--postgres-schema",
+                    "jobs_2",
+                    "--postgres-pool-size",
+                    "4",
+                ],
+                Ok("schema: \"jobs_2\", pool_size: 4"),
+            ),
+            (&["--storage", "postgres"], Err("no --postgres URL")),
+            (
+                &["--storage", "memory", "--postgres", "postgres://h/db"],
+                Err("gives a PostgreSQL URL; use one"),
+            ),
+            (
+                &["--redis", "redis://x", "--postgres", "postgres://h/db"],
+                Err("both give a storage URL"),
+            ),
+            (&["--postgres", "mysql://h/db"], Err("postgres://")),
+            (
+                &[
+                    "--postgres",
+                    "postgres://h/db",
+                    "--postgres-schema",
+                    "Bad-Name",
+                ],
+                Err("--postgres-schema"),
+            ),
+            (
+                &["--postgres", "postgres://h/db", "--postgres-pool-size", "0"],
+                Err("--postgres-pool-size"),
+            ),
         ];
         for (argv, want) in table {
             match (resolve(argv), want) {

@@ -22,8 +22,8 @@ use delayq::{Limits, MaxRetries, TaskDefaults};
 
 use super::kinds::{
     Addr, BeanstalkListen, BeanstalkTls, Choice, FLOW_LIMITS, FsPath, FsyncMode, HttpUrl, Int,
-    Kind, Name, Optional, OtlpProtocol, Ratio, RedisUrl, Retries, SCHEDULES, StorageKind, Switch,
-    Tokens,
+    Kind, Name, Optional, OtlpProtocol, PostgresUrl, Ratio, RedisUrl, Retries, SCHEDULES,
+    SchemaName, StorageKind, Switch, Tokens,
 };
 use super::push_kinds::{PushAllow, PushTargets};
 use super::sources::{Names, Sources};
@@ -199,8 +199,9 @@ settings! {
     /// speak plain TCP only.
     beanstalk_tls: BeanstalkTls = BeanstalkTls::Off;
         "beanstalk-tls", "DELAYQ_BEANSTALK_TLS", "beanstalk.tls", Choice::<BeanstalkTls>::of();
-    /// Storage backend: `embedded` (durable), `memory` (nothing survives a restart), or
-    /// `redis` (also given by `--redis` alone).
+    /// Storage backend: `embedded` (durable), `memory` (nothing survives a restart),
+    /// `redis` (also given by `--redis` alone) or `postgres` (also given by `--postgres`
+    /// alone).
     storage: StorageKind = StorageKind::Embedded;
         "storage", "DELAYQ_STORAGE", "storage", Choice::<StorageKind>::of();
     /// Directory of the embedded backend's log and snapshots.
@@ -229,6 +230,17 @@ settings! {
     /// How long `--redis-wait-replicas` waits for the replicas.
     redis_wait_timeout_ms: u64 = 500;
         "redis-wait-timeout-ms", "DELAYQ_REDIS_WAIT_TIMEOUT_MS", "redis_wait_timeout_ms", Int::ms(1, 1_500);
+    /// Use PostgreSQL instead of the embedded backend (`postgres://user:password@host/db`):
+    /// stateless instances over one database (docs/postgres.md).
+    postgres: Option<String> = None;
+        "postgres", "DELAYQ_POSTGRES", "postgres", Optional(PostgresUrl);
+    /// With PostgreSQL: the schema of delayq's tables, created and migrated at start.
+    postgres_schema: String = delayq_postgres::DEFAULT_SCHEMA.to_owned();
+        "postgres-schema", "DELAYQ_POSTGRES_SCHEMA", "postgres_schema", SchemaName;
+    /// With PostgreSQL: the most pooled connections this instance opens (the LISTEN
+    /// connection and the clock's come on top; long-polls hold none).
+    postgres_pool_size: u32 = delayq_postgres::DEFAULT_POOL_SIZE as u32;
+        "postgres-pool-size", "DELAYQ_POSTGRES_POOL_SIZE", "postgres_pool_size", Int::count(1, 1_000);
     /// PEM file of the certificate chain to serve HTTPS with (server certificate first);
     /// needs `--tls-key`. Without both, the server speaks plain HTTP.
     tls_cert: Option<PathBuf> = None;

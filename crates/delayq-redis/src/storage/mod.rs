@@ -36,7 +36,6 @@ mod pop;
 mod reads;
 mod registry;
 
-use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -85,18 +84,6 @@ pub(crate) struct InstanceState {
     /// Concurrent adds to one partition, sharing a script.
     adds: add::Coalescer,
     closed: AtomicBool,
-}
-
-/// A random 64-bit value (std's per-process random hash keys, mixed with the time).
-pub(crate) fn random_u64() -> u64 {
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0),
-    );
-    h.finish()
 }
 
 impl InstanceState {
@@ -251,7 +238,7 @@ pub async fn start(ctx: StorageContext, options: RedisOptions) -> Result<Arc<Red
     let link = options.open_link().await?;
     let (promoter_tx, promoter_rx) = mpsc::unbounded_channel();
     let keys = Keys::new(&options.key_prefix);
-    let seed = random_u64();
+    let seed = delayq::storage::random_u64();
     let state = Arc::new(InstanceState {
         ctx,
         redis: Redis::new(link, &options),

@@ -134,5 +134,19 @@ pub fn decode_limits(stored: Vec<(String, Vec<u8>)>) -> Vec<(String, delayq_core
         .collect()
 }
 
+/// A random 64-bit value (std's per-process random hash keys, mixed with the time): the seed
+/// of a shared-storage instance's receipts and id, and of its lease offset in Redis mode.
+pub fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    h.finish()
+}
+
 /// The result of one task of a batch add.
 pub type AddResult = Result<AddOutcome>;

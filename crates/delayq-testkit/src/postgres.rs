@@ -1,0 +1,267 @@
+//! A PostgreSQL server of the test's own: Debian's postgresql-15 binaries, `initdb` in a
+//! temporary directory, `postgres` on a free loopback port with its socket in that directory,
+//! fsync off, killed when dropped. Never the machine's own server on 5432.
+//!
+//! `initdb` refuses to run as root, and so does `postgres`. When the test runs as root, both
+//! run as the `postgres` user through `setpriv` (which execs, so the child's pid is the
+//! postmaster's and killing it reaches the server), in a directory given to that user.
+//!
+//! `initdb` costs a second or two; it runs once per machine and user into a template
+//! directory (`$TMPDIR/delayq-pg15-template-v1-<uid>`, made whole by a rename), and each
+//! server starts from a copy of it.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+use crate::free_port;
+
+/// Where Debian installs PostgreSQL 15's server binaries.
+pub const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
+
+/// The user the server runs as when the test runs as root.
+const PG_USER: &str = "postgres";
+
+/// A `postgres` server of our own (see the module doc).
+pub struct PostgresServer {
+    child: Option<Child>,
+    port: u16,
+    dir: TempDir,
+}
+
+fn is_root() -> bool {
+    // `id -u` rather than libc: the workspace forbids unsafe code.
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+/// A command for a PostgreSQL binary, as the postgres user when we are root.
+fn pg_command(binary: &str, root: bool) -> Command {
+    let path = Path::new(PG_BIN).join(binary);
+    if root {
+        let mut cmd = Command::new("setpriv");
+        cmd.args([
+            "--reuid",
+            PG_USER,
+            "--regid",
+            PG_USER,
+            "--init-groups",
+            "--",
+        ])
+        .arg(path);
+        cmd
+    } else {
+        Command::new(path)
+    }
+}
+
+fn give_to_postgres(path: &Path, root: bool) {
+    if root {
+        let status = Command::new("chown")
+            .arg("-R")
+            .arg(format!("{PG_USER}:{PG_USER}"))
+            .arg(path)
+            .status()
+            .expect("run chown");
+        assert!(status.success(), "chown {} to {PG_USER}", path.display());
+    }
+}
+
+/// The initdb'd template directory, made once (see the module doc).
+fn template(root: bool) -> PathBuf {
+    let uid = Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default();
+    let base = std::env::temp_dir();
+    let template = base.join(format!("delayq-pg15-template-v1-{uid}"));
+    if template.join("PG_VERSION").exists() {
+        return template;
+    }
+    let work = tempfile::Builder::new()
+        .prefix("delayq-pg15-initdb")
+        .tempdir_in(&base)
+        .expect("create a temp dir for initdb");
+    give_to_postgres(work.path(), root);
+    let data = work.path().join("data");
+    let out = pg_command("initdb", root)
+        .arg("-D")
+        .arg(&data)
+        .args([
+            "--auth=trust",
+            "--username=postgres",
+            "--encoding=UTF8",
+            "--locale=C",
+            "--no-sync",
+        ])
+        .output()
+        .unwrap_or_else(|e| panic!("run {PG_BIN}/initdb (is postgresql-15 installed?): {e}"));
+    assert!(
+        out.status.success(),
+        "initdb failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Another test may have made it meanwhile: then ours is dropped with the temp dir.
+    let _ = std::fs::rename(&data, &template);
+    template
+}
+
+impl PostgresServer {
+    /// Starts a server on a free loopback port. Panics with the server's log when it does not
+    /// come up.
+    pub fn start() -> Self {
+        let root = is_root();
+        let template = template(root);
+        let dir = tempfile::Builder::new()
+            .prefix("delayq-pg-test")
+            .tempdir()
+            .expect("create a temp dir");
+        let status = Command::new("cp")
+            .arg("-a")
+            .arg(&template)
+            .arg(dir.path().join("data"))
+            .status()
+            .expect("run cp");
+        assert!(status.success(), "copy the initdb template");
+        give_to_postgres(dir.path(), root);
+        let mut server = PostgresServer {
+            child: None,
+            port: 0,
+            dir,
+        };
+        for _ in 0..10 {
+            server.port = free_port();
+            if server.spawn(root) {
+                return server;
+            }
+        }
+        panic!(
+            "could not start postgres on a free port; its log:\n{}",
+            std::fs::read_to_string(server.dir.path().join("postgres.log")).unwrap_or_default()
+        );
+    }
+
+    fn spawn(&mut self, root: bool) -> bool {
+        let log = File::create(self.dir.path().join("postgres.log")).expect("create the log");
+        let child = pg_command("postgres", root)
+            .arg("-D")
+            .arg(self.dir.path().join("data"))
+            .arg("-k")
+            .arg(self.dir.path())
+            .arg("-p")
+            .arg(self.port.to_string())
+            .args([
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-c",
+                "fsync=off",
+                "-c",
+                "full_page_writes=off",
+                "-c",
+                "max_connections=200",
+                "-c",
+                "logging_collector=off",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("run postgres (is postgresql-15 installed?)");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                self.child = None;
+                eprintln!("postgres on {} exited: {status}", self.port);
+                return false;
+            }
+            if self.is_ready() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.kill();
+        false
+    }
+
+    /// Whether the server accepts connections (`pg_isready`).
+    fn is_ready(&self) -> bool {
+        Command::new(Path::new(PG_BIN).join("pg_isready"))
+            .args([
+                "-q",
+                "-h",
+                "127.0.0.1",
+                "-U",
+                "postgres",
+                "-d",
+                "postgres",
+                "-p",
+            ])
+            .arg(self.port.to_string())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false)
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// A URL of the `postgres` database as the `postgres` superuser.
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// The process id of the postmaster, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Kills the server at once (SIGKILL of the postmaster; its backends exit when they see
+    /// it gone).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Stops the server with an immediate shutdown (SIGQUIT: the postmaster stops its
+    /// backends), then SIGKILL if it is still there after 5 s.
+    pub fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        let _ = Command::new("kill")
+            .arg("-QUIT")
+            .arg(child.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+impl Drop for PostgresServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
