@@ -25,6 +25,8 @@
 //!   that speaks it (`--server HOST:PORT`), to compare delayq with beanstalkd.
 //! - [`dashboard`]: the web dashboard with 1 000 topics and 1M tasks: the first view and
 //!   find by id, each against its target.
+//! - [`memory`]: the server's resident memory (VmRSS, `--pid`) per delayed task beyond its
+//!   body, read before and after adding N tasks.
 //! - `ceiling`: only the `/healthz` ceiling, to compare the bench's client with `wrk`
 //!   (`scripts/bench-http`).
 //!
@@ -44,6 +46,7 @@ mod error;
 pub mod http;
 pub mod lateness;
 pub mod load;
+pub mod memory;
 pub mod pop;
 pub mod push;
 
@@ -149,6 +152,9 @@ pub enum Which {
     /// The web dashboard with many topics and tasks: first view (target ≤ 1 s) and find by
     /// id (target ≤ 50 ms) at 1 000 topics and 1M tasks.
     Dashboard(dashboard::DashboardBench),
+    /// The server's resident memory per delayed task beyond its body (target ≤ 150 B at 1M
+    /// and 10M): `--pid` of a server on this machine, whose VmRSS is read before and after.
+    Memory(memory::MemoryBench),
     /// All of them, with their defaults (about a minute).
     All(AllBench),
     /// put, then reserve + delete, over the beanstalkd protocol (`--server HOST:PORT` of
@@ -591,6 +597,7 @@ async fn run_which(ctx: &mut Ctx, which: Which) -> Result<Vec<BenchResult>, Benc
             lateness::run(&ctx.client, &consumer, &bench).await?
         }
         Which::Push(bench) => push::run(&ctx.client, &bench.validate()?).await?,
+        Which::Memory(bench) => memory::run(&ctx.client, &bench.validate()?).await?,
         Which::Dashboard(bench) => {
             dashboard::run(&ctx.client, &ctx.endpoint, &bench.validate()?).await?
         }
