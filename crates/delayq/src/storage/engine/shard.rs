@@ -3,15 +3,25 @@
 //!
 //! A shard is plain synchronous state behind one mutex; every method takes `now` and applies
 //! one operation completely, asking [`delayq_core::lifecycle`] what the operation does. Each
-//! record has at most one timer in the wheel, whose meaning depends on its state:
+//! record has at most one timer of its own in the wheel, whose meaning depends on its state:
 //!
 //! | state               | timer at                 | when it fires                |
 //! |---------------------|--------------------------|------------------------------|
-//! | DELAYED             | due (or expiry, if earlier) | → READY (or expired)      |
+//! | DELAYED             | none (its topic's timer), or its expiry if before its due | expired |
 //! | READY with expiry   | expiry                   | expired: DEAD or deleted     |
 //! | ACTIVE              | ttr deadline             | a failure: READY/DELAYED/DEAD |
 //! | FINISHED, CANCELLED | end of retention         | the record is removed        |
 //! | READY without expiry, DEAD | none              |                              |
+//!
+//! DELAYED tasks are the bulk of a queue, and their topic's DELAYED ordering (below) already
+//! holds them by due, so they are not in the wheel one by one: each topic with DELAYED tasks
+//! has one timer, armed at (or before) its earliest due. When it fires, the topic's due tasks
+//! become READY from the front of the ordering (or expire, if their expiry has passed too),
+//! and the timer is armed again at the next due. An add or a change that puts a task in front
+//! moves the timer earlier; a removal leaves it where it is, and a timer that fires with
+//! nothing due only arms itself again. So the wheel holds one entry per topic instead of one
+//! per delayed task (32 bytes and its share of the wheel's growth, docs/design.md §6), and
+//! promotion walks one ordering instead of keeping two.
 //!
 //! A task's expiry (docs/design.md §11) thus fires at its instant whether or not anyone pops,
 //! and a pop also checks the head it takes, so a task is never handed out at or after its
@@ -39,7 +49,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use super::slab::ChunkedSlab;
 use delayq_core::flow::take;
 use delayq_core::lifecycle::{self, AfterFailure, Op};
-use delayq_core::wheel::{Expired, Wheel};
+use delayq_core::wheel::{Expired, TimerKey, Wheel};
 use delayq_core::{
     AddOutcome, BuryOptions, Delivery, EXPIRED, FlowLimits, HeldBack, Millis, OnDuplicate,
     OnExpire, Page, Pause, State, TaskDefaults, TaskInfo, TaskSpec, TopicStats,
@@ -74,6 +84,19 @@ struct Topic {
     expired: u64,
     /// The topic's limits and their state, when it has limits (docs/design.md §11).
     flow: Option<Box<Flow>>,
+    /// The wheel's timer for the topic's DELAYED ordering and the instant it is armed at: at
+    /// or before the earliest due in `by_state[DELAYED]` (removals leave it early, see the
+    /// module doc).
+    delayed_timer: Option<(TimerKey, Millis)>,
+}
+
+/// What a timer in the shard's wheel stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Timer {
+    /// A record's own timer (the table in the module doc).
+    Record(u32),
+    /// The DELAYED ordering of the topic with this index: its due tasks become READY.
+    Delayed(u32),
 }
 
 impl Topic {
@@ -140,7 +163,7 @@ pub(crate) struct Shard<J> {
     records: ChunkedSlab<Record>,
     topics: Vec<Topic>,
     topic_index: HashMap<Arc<str>, u32>,
-    wheel: Wheel<u32>,
+    wheel: Wheel<Timer>,
     hasher: DefaultHashBuilder,
     receipt_counter: u64,
     defaults: TaskDefaults,
@@ -265,6 +288,7 @@ impl<J: Journal> Shard<J> {
             activity: self.metrics.topic(&name),
             expired: 0,
             flow: None,
+            delayed_timer: None,
         });
         self.topic_index.insert(name, idx);
         idx
@@ -329,6 +353,11 @@ impl<J: Journal> Shard<J> {
             self.became_ready
                 .push(Arc::clone(&self.topics[r.topic as usize].name));
         }
+        if r.state == State::Delayed {
+            let (topic, due) = (r.topic, r.due_ms);
+            self.arm_delayed(topic, due);
+        }
+        let r = &self.records[idx as usize];
         let t = &mut self.topics[r.topic as usize];
         t.by_state[r.state as usize].insert(r.due_key(idx));
         match r.state {
@@ -362,8 +391,25 @@ impl<J: Journal> Shard<J> {
 
     fn arm(&mut self, idx: u32, at: Millis) {
         self.disarm(idx);
-        let key = self.wheel.insert(at, idx);
+        let key = self.wheel.insert(at, Timer::Record(idx));
         self.records[idx as usize].timer = Some(key);
+        self.note_armed(at);
+    }
+
+    /// Makes sure topic `t`'s DELAYED timer fires at `due` at the latest.
+    fn arm_delayed(&mut self, t: u32, due: Millis) {
+        let topic = &mut self.topics[t as usize];
+        let key = match topic.delayed_timer {
+            Some((_, at)) if at <= due => return,
+            Some((key, _)) if self.wheel.reschedule(key, due) => key,
+            _ => self.wheel.insert(due, Timer::Delayed(t)),
+        };
+        topic.delayed_timer = Some((key, due));
+        self.note_armed(due);
+    }
+
+    /// A timer at `at` was armed: the driver must wake if it sleeps past it.
+    fn note_armed(&mut self, at: Millis) {
         if at < self.armed_until {
             self.armed_until = at;
             self.wake_driver = true;
@@ -1182,32 +1228,85 @@ impl<J: Journal> Shard<J> {
 
     // ---- time-driven work --------------------------------------------------------------
 
-    /// Applies up to `limit` timers due at `now`. Returns how many were applied; fewer than
-    /// `limit` means nothing more is due.
+    /// Applies about `limit` timers and promotions due at `now`. Returns how many were
+    /// applied: fewer than `limit` means nothing more is due (a topic's promotions may take
+    /// it a little past `limit`, each timer drained promoting at least one task).
     pub fn fire(&mut self, now: Millis, limit: usize) -> usize {
-        let mut due: Vec<Expired<u32>> = Vec::with_capacity(limit.min(1024));
-        let n = self.wheel.drain_due(now, limit, &mut due);
-        for e in due {
-            let idx = e.value;
-            let Some(r) = self.records.get_mut(idx as usize) else {
-                continue;
+        let mut applied = 0;
+        let mut due: Vec<Expired<Timer>> = Vec::with_capacity(limit.min(1024));
+        while applied < limit {
+            due.clear();
+            if self.wheel.drain_due(now, limit - applied, &mut due) == 0 {
+                break;
+            }
+            for e in due.drain(..) {
+                match e.value {
+                    Timer::Record(idx) => {
+                        self.fire_record(idx, e.key, now);
+                        applied += 1;
+                    }
+                    Timer::Delayed(t) => {
+                        let topic = &mut self.topics[t as usize];
+                        if topic.delayed_timer.map(|(key, _)| key) != Some(e.key) {
+                            continue; // defensive: a timer that was replaced
+                        }
+                        topic.delayed_timer = None;
+                        // At least one, so that every timer drained makes progress.
+                        let budget = limit.saturating_sub(applied).max(1);
+                        applied += self.promote_due(t, now, budget);
+                    }
+                }
+            }
+        }
+        applied
+    }
+
+    /// Moves up to `budget` DELAYED tasks of topic `t` due at `now` to READY, earliest first
+    /// (or expires them), then arms the topic's timer at its next due. Returns how many moved.
+    fn promote_due(&mut self, t: u32, now: Millis, budget: usize) -> usize {
+        let mut n = 0;
+        loop {
+            let Some(&key) = self.topics[t as usize].by_state[State::Delayed as usize].first()
+            else {
+                return n;
             };
-            if r.timer != Some(e.key) {
-                continue; // defensive: a timer that was replaced
+            let idx = slot_of_key(key);
+            let r = &self.records[idx as usize];
+            if r.due_ms > now || n == budget {
+                let due = r.due_ms;
+                self.arm_delayed(t, due);
+                return n;
+            }
+            n += 1;
+            if lifecycle::is_expired(r.expires_at_ms(), now) {
+                self.expire(idx, now);
+                continue;
+            }
+            let topic = &self.topics[t as usize];
+            self.metrics
+                .observe_fire(&topic.activity, now.saturating_sub(r.due_ms));
+            let due = r.due_ms;
+            self.metrics
+                .spans()
+                .fired(&topic.name, &r.id, r.trace(), due, now);
+            self.transition(idx, State::Ready, due, now);
+        }
+    }
+
+    /// Applies the timer of record `idx` that came due (the table in the module doc).
+    fn fire_record(&mut self, idx: u32, key: TimerKey, now: Millis) {
+            let Some(r) = self.records.get_mut(idx as usize) else {
+                return;
+            };
+            if r.timer != Some(key) {
+                return; // defensive: a timer that was replaced
             }
             r.timer = None;
+            let r = &self.records[idx as usize];
             let topic = &self.topics[r.topic as usize].activity;
             match r.state {
                 State::Delayed | State::Ready if lifecycle::is_expired(r.expires_at_ms(), now) => {
                     self.expire(idx, now);
-                }
-                State::Delayed => {
-                    self.metrics
-                        .observe_fire(topic, now.saturating_sub(r.due_ms));
-                    let due = r.due_ms;
-                    let name = &self.topics[r.topic as usize].name;
-                    self.metrics.spans().fired(name, &r.id, r.trace(), due, now);
-                    self.transition(idx, State::Ready, due, now);
                 }
                 State::Active => {
                     self.metrics.observe_ttr_expired(topic);
@@ -1230,10 +1329,11 @@ impl<J: Journal> Shard<J> {
                 State::Finished | State::Cancelled => {
                     self.remove_record(idx);
                 }
-                State::Ready | State::Dead => {}
+                // A DELAYED record's own timer is its expiry before its due, so it expired
+                // above; its promotion is its topic's timer's (`promote_due`).
+                State::Delayed | State::Ready | State::Dead => {}
             }
-        }
-        n
+        
     }
 
     /// Puts back a record read from durable storage, as it was; timers and orderings are
@@ -1315,7 +1415,8 @@ impl<J: Journal> Shard<J> {
 /// When a record's timer fires, by its state (see the table in the module doc).
 fn timer_at(r: &Record) -> Option<Millis> {
     match r.state {
-        State::Delayed => Some(r.expires_at_ms().map_or(r.due_ms, |at| at.min(r.due_ms))),
+        // Its due is its topic's DELAYED timer's; only an expiry before it needs one of its own.
+        State::Delayed => r.expires_at_ms().filter(|&at| at < r.due_ms),
         State::Ready => r.expires_at_ms(),
         State::Active | State::Finished | State::Cancelled => Some(r.deadline_ms),
         State::Dead => None,
