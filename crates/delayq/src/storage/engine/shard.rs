@@ -296,9 +296,9 @@ impl<J: Journal> Shard<J> {
 
     fn find(&self, topic: &str, id: &str) -> Option<u32> {
         let t = &self.topics[self.topic_idx(topic)? as usize];
-        let hash = self.hasher.hash_one(id);
+        let hash = self.hasher.hash_one(id.as_bytes());
         t.ids
-            .find(hash, |&r| &*self.records[r as usize].id == id)
+            .find(hash, |&r| self.records[r as usize].id_bytes() == id.as_bytes())
             .copied()
     }
 
@@ -449,7 +449,7 @@ impl<J: Journal> Shard<J> {
         self.unlink(idx);
         self.disarm(idx);
         let r = self.records.remove(idx as usize);
-        let hash = self.hasher.hash_one(&*r.id);
+        let hash = self.hasher.hash_one(r.id_bytes());
         let t = &mut self.topics[r.topic as usize];
         if let Ok(entry) = t.ids.find_entry(hash, |&i| i == idx) {
             entry.remove();
@@ -470,7 +470,7 @@ impl<J: Journal> Shard<J> {
 
     fn check(&self, idx: u32, op: Op, receipt: Option<&str>) -> Result<()> {
         let r = &self.records[idx as usize];
-        let refuse = |refusal| Error::conflict(self.topic_name(idx), &r.id, refusal);
+        let refuse = |refusal| Error::conflict(self.topic_name(idx), r.id(), refusal);
         lifecycle::check_op(r.state, op).map_err(refuse)?;
         if r.state == State::Active {
             lifecycle::check_receipt(&r.receipt_text(), receipt).map_err(refuse)?;
@@ -506,6 +506,10 @@ impl<J: Journal> Shard<J> {
 
     /// Adds one validated task.
     pub fn add(&mut self, spec: TaskSpec, now: Millis) -> Result<AddOutcome> {
+        // Before anything changes, so that a refused add replaces nothing.
+        let (data, id_len) = Record::pack(&spec.id, &spec.body).map_err(|_| {
+            Error::invalid("id", format!("must be at most {} bytes", u16::MAX))
+        })?;
         let outcome = match self.find(&spec.topic, &spec.id) {
             Some(existing) => match spec.on_duplicate {
                 OnDuplicate::Keep => return Ok(AddOutcome::Existed),
@@ -526,8 +530,8 @@ impl<J: Journal> Shard<J> {
         let state = lifecycle::scheduled_state(spec.due_ms, now);
         let mut record = Record {
             topic,
-            id: spec.id.into_boxed_str(),
-            body: spec.body.into_boxed_slice(),
+            data,
+            id_len,
             priority: spec.priority,
             seq_lo: 0,
             seq_hi: 0,
@@ -566,12 +570,12 @@ impl<J: Journal> Shard<J> {
     fn insert_record(&mut self, record: Record, now: Millis) -> u32 {
         let idx = self.records.insert(record) as u32;
         let r = &self.records[idx as usize];
-        let (topic, hash) = (r.topic, self.hasher.hash_one(&*r.id));
+        let (topic, hash) = (r.topic, self.hasher.hash_one(r.id_bytes()));
         let records = &self.records;
         let hasher = &self.hasher;
         self.topics[topic as usize]
             .ids
-            .insert_unique(hash, idx, |&i| hasher.hash_one(&*records[i as usize].id));
+            .insert_unique(hash, idx, |&i| hasher.hash_one(records[i as usize].id_bytes()));
         let (state, due) = (r.state, r.due_ms);
         self.enter(idx, state, due, now);
         self.journal_put(idx);
@@ -797,14 +801,14 @@ impl<J: Journal> Shard<J> {
         let t = r.topic as usize;
         self.metrics
             .spans()
-            .dead(&self.topics[t].name, &r.id, r.trace(), now, EXPIRED);
+            .dead(&self.topics[t].name, r.id(), r.trace(), now, EXPIRED);
         self.topics[t].expired += 1;
         self.metrics.observe_expired(&self.topics[t].activity);
         match r.on_expire() {
             OnExpire::Drop => {
                 let r = self.remove_record(idx);
                 let name = Arc::clone(&self.topics[t].name);
-                self.journal.remove(&name, &r.id);
+                self.journal.remove(&name, r.id());
             }
             OnExpire::Dead => {
                 self.metrics.observe_dead(&self.topics[t].activity);
@@ -1063,12 +1067,12 @@ impl<J: Journal> Shard<J> {
 
     /// The topics of this shard holding a task with this id.
     pub fn locate(&self, id: &str) -> Vec<String> {
-        let hash = self.hasher.hash_one(id);
+        let hash = self.hasher.hash_one(id.as_bytes());
         self.topics
             .iter()
             .filter(|t| {
                 t.ids
-                    .find(hash, |&r| &*self.records[r as usize].id == id)
+                    .find(hash, |&r| self.records[r as usize].id_bytes() == id.as_bytes())
                     .is_some()
             })
             .map(|t| t.name.to_string())
@@ -1116,7 +1120,7 @@ impl<J: Journal> Shard<J> {
     pub fn delete(&mut self, topic: &str, id: &str) -> Result<()> {
         let idx = self.find_or_404(topic, id)?;
         let r = self.remove_record(idx);
-        self.journal.remove(topic, &r.id);
+        self.journal.remove(topic, r.id());
         Ok(())
     }
 
@@ -1288,7 +1292,7 @@ impl<J: Journal> Shard<J> {
             let due = r.due_ms;
             self.metrics
                 .spans()
-                .fired(&topic.name, &r.id, r.trace(), due, now);
+                .fired(&topic.name, r.id(), r.trace(), due, now);
             self.transition(idx, State::Ready, due, now);
         }
     }
@@ -1316,7 +1320,7 @@ impl<J: Journal> Shard<J> {
                         && !lifecycle::is_expired(r.expires_at_ms(), now))
                     .then(|| {
                         let name = Arc::clone(&self.topics[r.topic as usize].name);
-                        (name, r.id.clone(), r.trace().cloned())
+                        (name, r.id().to_owned(), r.trace().cloned())
                     });
                     if self.fail(idx, now, None, "ttr_expired", None) == State::Dead
                         && let Some((name, id, trace)) = traced
@@ -1345,7 +1349,7 @@ impl<J: Journal> Shard<J> {
     /// order. The shard's counter moves past every sequence restored.
     pub fn restore(&mut self, topic: &str, mut record: Record, now: Millis) {
         let mut seq = record.seq();
-        if let Some(old) = self.find(topic, &record.id) {
+        if let Some(old) = self.find(topic, record.id()) {
             if seq == 0 {
                 seq = self.records[old as usize].seq();
             }
@@ -1363,12 +1367,12 @@ impl<J: Journal> Shard<J> {
         record.timer = None;
         let idx = self.records.insert(record) as u32;
         let r = &self.records[idx as usize];
-        let hash = self.hasher.hash_one(&*r.id);
+        let hash = self.hasher.hash_one(r.id_bytes());
         let records = &self.records;
         let hasher = &self.hasher;
         self.topics[r.topic as usize]
             .ids
-            .insert_unique(hash, idx, |&i| hasher.hash_one(&*records[i as usize].id));
+            .insert_unique(hash, idx, |&i| hasher.hash_one(records[i as usize].id_bytes()));
         if let Some(at) = timer_at(&self.records[idx as usize]) {
             // A time that passed while the process was down fires on the next `fire`.
             self.arm(idx, at);
