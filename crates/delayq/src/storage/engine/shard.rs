@@ -28,7 +28,7 @@
 //! expiry even before its timer ran. An ACTIVE task's expiry waits: it applies when the task
 //! comes back (release, ttr expiry).
 //!
-//! Per topic, every state has a `BTreeSet` of (due, insertion, record) keys
+//! Per topic, every state has an ordered set ([`DueSet`]) of (due, insertion, record) keys
 //! ([`Record::due_key`]): DELAYED's gives `next_due_ms` and
 //! kick's earliest-due-first order, all of them give `list` its due order, and the sizes are
 //! the stats counters, so stats never scan. Two more orderings hold what pops and peeks need:
@@ -46,6 +46,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::due_set::DueSet;
 use super::slab::ChunkedSlab;
 use delayq_core::flow::take;
 use delayq_core::lifecycle::{self, AfterFailure, Op};
@@ -71,7 +72,7 @@ struct Topic {
     /// Record indices, hashed by the record's id (the id string is stored once, in the record).
     ids: HashTable<u32>,
     /// Per state, [`Record::due_key`]s: due order, ties by insertion.
-    by_state: [BTreeSet<(u64, u64)>; 6],
+    by_state: [DueSet<(u64, u64)>; 6],
     /// READY records in pop order: ([`Record::ready_key`], record).
     ready: BTreeSet<(u64, u64, u32)>,
     /// DEAD records, oldest buried first: ([`Record::dead_key`], record).
@@ -154,7 +155,7 @@ impl Topic {
     }
 
     fn total(&self) -> usize {
-        self.by_state.iter().map(BTreeSet::len).sum()
+        self.by_state.iter().map(DueSet::len).sum()
     }
 }
 
@@ -1151,7 +1152,7 @@ impl<J: Journal> Shard<J> {
         let skip =
             usize::try_from(page.saturating_sub(1).saturating_mul(page_size)).unwrap_or(usize::MAX);
         let take = usize::try_from(page_size).unwrap_or(usize::MAX);
-        let sets: Vec<&BTreeSet<(u64, u64)>> = match state {
+        let sets: Vec<&DueSet<(u64, u64)>> = match state {
             Some(s) => vec![&t.by_state[s as usize]],
             None => t.by_state.iter().collect(),
         };
