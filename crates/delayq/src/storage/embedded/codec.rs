@@ -510,11 +510,11 @@ fn decode_put<'a>(r: &mut Reader<'a>, kind: u8) -> Result<Change<'a>, CodecError
         extra.expires_at_ms = Some(expires_at_ms);
         extra.on_expire = on_expire;
     }
-    let (data, id_len) = Record::pack(id, body).map_err(|_| r.err("id"))?;
+    let (data, id_last) = Record::pack(id, body).map_err(|_| r.err("id"))?;
     let mut record = Record {
         topic: 0,
         data,
-        id_len,
+        id_last,
         priority,
         seq_lo: 0,
         seq_hi: 0,
@@ -588,11 +588,11 @@ mod tests {
     use super::*;
 
     fn record(extra: Option<Extra>) -> Record {
-        let (data, id_len) = Record::pack("order-1", "{\"x\":\"é\"}".as_bytes()).unwrap();
+        let (data, id_last) = Record::pack("order-1", "{\"x\":\"é\"}".as_bytes()).unwrap();
         Record {
             topic: 0,
             data,
-            id_len,
+            id_last,
             priority: 7,
             seq_lo: 0x1234_5678,
             seq_hi: 0x9a,

@@ -22,8 +22,9 @@ pub struct Record {
     /// The caller's id, then the payload, in one allocation: one allocation a task instead of
     /// two, and one pointer in the record instead of two (see [`Record::pack`]).
     pub(crate) data: Box<[u8]>,
-    /// How many bytes of `data` are the id.
-    pub(crate) id_len: u16,
+    /// The id's length less one: ids are 1 to 256 bytes (docs/design.md §1), and one byte
+    /// here keeps the record at 104 bytes.
+    pub(crate) id_last: u8,
     /// Lower first (docs/design.md §2 rule 11).
     pub(crate) priority: u32,
     /// The low 32 bits of the insertion sequence (see [`Record::seq`]).
@@ -87,23 +88,30 @@ pub(crate) fn slot_of_key(key: (u64, u64)) -> u32 {
     key.1 as u32
 }
 
-/// An id longer than a record can hold (65 535 bytes; ids are at most 256, docs/design.md §1).
+/// An id a record cannot hold: ids are 1 to 256 bytes (docs/design.md §1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct IdTooLong;
+pub(crate) struct BadIdLength;
+
+/// The longest id a record holds, in bytes.
+pub(crate) const MAX_ID_BYTES: usize = 256;
 
 impl Record {
-    /// The `data` and `id_len` of a record of this id and body.
-    pub(crate) fn pack(id: &str, body: &[u8]) -> Result<(Box<[u8]>, u16), IdTooLong> {
-        let id_len = u16::try_from(id.len()).map_err(|_| IdTooLong)?;
+    /// The `data` and `id_last` of a record of this id and body.
+    pub(crate) fn pack(id: &str, body: &[u8]) -> Result<(Box<[u8]>, u8), BadIdLength> {
+        let id_last = id
+            .len()
+            .checked_sub(1)
+            .and_then(|last| u8::try_from(last).ok())
+            .ok_or(BadIdLength)?;
         let mut data = Vec::with_capacity(id.len() + body.len());
         data.extend_from_slice(id.as_bytes());
         data.extend_from_slice(body);
-        Ok((data.into_boxed_slice(), id_len))
+        Ok((data.into_boxed_slice(), id_last))
     }
 
     /// The caller's id as bytes (what the id table hashes and compares).
     pub fn id_bytes(&self) -> &[u8] {
-        &self.data[..usize::from(self.id_len)]
+        &self.data[..usize::from(self.id_last) + 1]
     }
 
     /// The caller's id.
@@ -114,7 +122,7 @@ impl Record {
 
     /// The payload.
     pub fn body(&self) -> &[u8] {
-        &self.data[usize::from(self.id_len)..]
+        &self.data[usize::from(self.id_last) + 1..]
     }
 
     /// The insertion sequence: assigned once when the task is added (from one counter shared
@@ -330,15 +338,43 @@ mod tests {
         assert_ne!(mix_receipt(0), 0, "zero means no receipt");
     }
 
+    fn record_with(data: Box<[u8]>, id_last: u8) -> Record {
+        Record {
+            topic: 0,
+            data,
+            id_last,
+            priority: 0,
+            seq_lo: 0,
+            seq_hi: 0,
+            state: State::Delayed,
+            retries: 0,
+            ttr_ms: 1,
+            max_retries: MaxRetries::Limited(0).into(),
+            due_ms: 0,
+            created_at_ms: 0,
+            updated_at_ms: 0,
+            deadline_ms: 0,
+            receipt: 0,
+            timer: None,
+            extra: None,
+        }
+    }
+
     #[test]
     fn id_and_body_share_one_allocation() {
         for (id, body) in [("a", &b""[..]), ("order-1", b"{\"x\":1}"), ("\u{e9}t\u{e9}", b"\xff\x00")] {
-            let (data, id_len) = Record::pack(id, body).unwrap();
+            let (data, id_last) = Record::pack(id, body).unwrap();
             assert_eq!(data.len(), id.len() + body.len());
-            assert_eq!(&data[..usize::from(id_len)], id.as_bytes());
-            assert_eq!(&data[usize::from(id_len)..], body);
+            assert_eq!(usize::from(id_last) + 1, id.len());
         }
-        assert_eq!(Record::pack(&"x".repeat(65_536), b"").unwrap_err(), IdTooLong);
-        assert!(Record::pack(&"x".repeat(65_535), b"").is_ok());
+        let id = "i".repeat(MAX_ID_BYTES);
+        let (data, id_last) = Record::pack(&id, b"body").unwrap();
+        let mut r = record_with(data, id_last);
+        assert_eq!((r.id(), r.body()), (id.as_str(), &b"body"[..]));
+        (r.data, r.id_last) = Record::pack("a", b"").unwrap();
+        assert_eq!((r.id(), r.body()), ("a", &b""[..]));
+        for bad in [String::new(), "i".repeat(MAX_ID_BYTES + 1)] {
+            assert_eq!(Record::pack(&bad, b"").unwrap_err(), BadIdLength);
+        }
     }
 }

@@ -60,7 +60,9 @@ use std::hash::BuildHasher;
 
 use super::Journal;
 use super::flow::Flow;
-use super::record::{Extra, Record, SEQ_MAX, due_of_key, mix_receipt, slot_of_key};
+use super::record::{
+    Extra, MAX_ID_BYTES, Record, SEQ_MAX, due_of_key, mix_receipt, slot_of_key,
+};
 use crate::error::{Error, Result};
 use crate::metrics::{Metrics, TopicCounters};
 use crate::storage::ReleaseOptions;
@@ -508,8 +510,8 @@ impl<J: Journal> Shard<J> {
     /// Adds one validated task.
     pub fn add(&mut self, spec: TaskSpec, now: Millis) -> Result<AddOutcome> {
         // Before anything changes, so that a refused add replaces nothing.
-        let (data, id_len) = Record::pack(&spec.id, &spec.body).map_err(|_| {
-            Error::invalid("id", format!("must be at most {} bytes", u16::MAX))
+        let (data, id_last) = Record::pack(&spec.id, &spec.body).map_err(|_| {
+            Error::invalid("id", format!("must be 1 to {MAX_ID_BYTES} bytes"))
         })?;
         let outcome = match self.find(&spec.topic, &spec.id) {
             Some(existing) => match spec.on_duplicate {
@@ -532,7 +534,7 @@ impl<J: Journal> Shard<J> {
         let mut record = Record {
             topic,
             data,
-            id_len,
+            id_last,
             priority: spec.priority,
             seq_lo: 0,
             seq_hi: 0,
