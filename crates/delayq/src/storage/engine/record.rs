@@ -362,7 +362,11 @@ mod tests {
 
     #[test]
     fn id_and_body_share_one_allocation() {
-        for (id, body) in [("a", &b""[..]), ("order-1", b"{\"x\":1}"), ("\u{e9}t\u{e9}", b"\xff\x00")] {
+        for (id, body) in [
+            ("a", &b""[..]),
+            ("order-1", b"{\"x\":1}"),
+            ("\u{e9}t\u{e9}", b"\xff\x00"),
+        ] {
             let (data, id_last) = Record::pack(id, body).unwrap();
             assert_eq!(data.len(), id.len() + body.len());
             assert_eq!(usize::from(id_last) + 1, id.len());

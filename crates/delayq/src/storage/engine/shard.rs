@@ -60,9 +60,7 @@ use std::hash::BuildHasher;
 
 use super::Journal;
 use super::flow::Flow;
-use super::record::{
-    Extra, MAX_ID_BYTES, Record, SEQ_MAX, due_of_key, mix_receipt, slot_of_key,
-};
+use super::record::{Extra, MAX_ID_BYTES, Record, SEQ_MAX, due_of_key, mix_receipt, slot_of_key};
 use crate::error::{Error, Result};
 use crate::metrics::{Metrics, TopicCounters};
 use crate::storage::ReleaseOptions;
@@ -301,7 +299,9 @@ impl<J: Journal> Shard<J> {
         let t = &self.topics[self.topic_idx(topic)? as usize];
         let hash = self.hasher.hash_one(id.as_bytes());
         t.ids
-            .find(hash, |&r| self.records[r as usize].id_bytes() == id.as_bytes())
+            .find(hash, |&r| {
+                self.records[r as usize].id_bytes() == id.as_bytes()
+            })
             .copied()
     }
 
@@ -510,9 +510,8 @@ impl<J: Journal> Shard<J> {
     /// Adds one validated task.
     pub fn add(&mut self, spec: TaskSpec, now: Millis) -> Result<AddOutcome> {
         // Before anything changes, so that a refused add replaces nothing.
-        let (data, id_last) = Record::pack(&spec.id, &spec.body).map_err(|_| {
-            Error::invalid("id", format!("must be 1 to {MAX_ID_BYTES} bytes"))
-        })?;
+        let (data, id_last) = Record::pack(&spec.id, &spec.body)
+            .map_err(|_| Error::invalid("id", format!("must be 1 to {MAX_ID_BYTES} bytes")))?;
         let outcome = match self.find(&spec.topic, &spec.id) {
             Some(existing) => match spec.on_duplicate {
                 OnDuplicate::Keep => return Ok(AddOutcome::Existed),
@@ -578,7 +577,9 @@ impl<J: Journal> Shard<J> {
         let hasher = &self.hasher;
         self.topics[topic as usize]
             .ids
-            .insert_unique(hash, idx, |&i| hasher.hash_one(records[i as usize].id_bytes()));
+            .insert_unique(hash, idx, |&i| {
+                hasher.hash_one(records[i as usize].id_bytes())
+            });
         let (state, due) = (r.state, r.due_ms);
         self.enter(idx, state, due, now);
         self.journal_put(idx);
@@ -1075,7 +1076,9 @@ impl<J: Journal> Shard<J> {
             .iter()
             .filter(|t| {
                 t.ids
-                    .find(hash, |&r| self.records[r as usize].id_bytes() == id.as_bytes())
+                    .find(hash, |&r| {
+                        self.records[r as usize].id_bytes() == id.as_bytes()
+                    })
                     .is_some()
             })
             .map(|t| t.name.to_string())
@@ -1302,45 +1305,44 @@ impl<J: Journal> Shard<J> {
 
     /// Applies the timer of record `idx` that came due (the table in the module doc).
     fn fire_record(&mut self, idx: u32, key: TimerKey, now: Millis) {
-            let Some(r) = self.records.get_mut(idx as usize) else {
-                return;
-            };
-            if r.timer != Some(key) {
-                return; // defensive: a timer that was replaced
+        let Some(r) = self.records.get_mut(idx as usize) else {
+            return;
+        };
+        if r.timer != Some(key) {
+            return; // defensive: a timer that was replaced
+        }
+        r.timer = None;
+        let r = &self.records[idx as usize];
+        let topic = &self.topics[r.topic as usize].activity;
+        match r.state {
+            State::Delayed | State::Ready if lifecycle::is_expired(r.expires_at_ms(), now) => {
+                self.expire(idx, now);
             }
-            r.timer = None;
-            let r = &self.records[idx as usize];
-            let topic = &self.topics[r.topic as usize].activity;
-            match r.state {
-                State::Delayed | State::Ready if lifecycle::is_expired(r.expires_at_ms(), now) => {
-                    self.expire(idx, now);
+            State::Active => {
+                self.metrics.observe_ttr_expired(topic);
+                // A task past its expiry expires in `fail`, which records its span; else
+                // what a dead span needs is read before the failure changes the record.
+                let traced = (self.metrics.spans().traces(r.trace())
+                    && !lifecycle::is_expired(r.expires_at_ms(), now))
+                .then(|| {
+                    let name = Arc::clone(&self.topics[r.topic as usize].name);
+                    (name, r.id().to_owned(), r.trace().cloned())
+                });
+                if self.fail(idx, now, None, "ttr_expired", None) == State::Dead
+                    && let Some((name, id, trace)) = traced
+                {
+                    self.metrics
+                        .spans()
+                        .dead(&name, &id, trace.as_ref(), now, "ttr_expired");
                 }
-                State::Active => {
-                    self.metrics.observe_ttr_expired(topic);
-                    // A task past its expiry expires in `fail`, which records its span; else
-                    // what a dead span needs is read before the failure changes the record.
-                    let traced = (self.metrics.spans().traces(r.trace())
-                        && !lifecycle::is_expired(r.expires_at_ms(), now))
-                    .then(|| {
-                        let name = Arc::clone(&self.topics[r.topic as usize].name);
-                        (name, r.id().to_owned(), r.trace().cloned())
-                    });
-                    if self.fail(idx, now, None, "ttr_expired", None) == State::Dead
-                        && let Some((name, id, trace)) = traced
-                    {
-                        self.metrics
-                            .spans()
-                            .dead(&name, &id, trace.as_ref(), now, "ttr_expired");
-                    }
-                }
-                State::Finished | State::Cancelled => {
-                    self.remove_record(idx);
-                }
-                // A DELAYED record's own timer is its expiry before its due, so it expired
-                // above; its promotion is its topic's timer's (`promote_due`).
-                State::Delayed | State::Ready | State::Dead => {}
             }
-        
+            State::Finished | State::Cancelled => {
+                self.remove_record(idx);
+            }
+            // A DELAYED record's own timer is its expiry before its due, so it expired
+            // above; its promotion is its topic's timer's (`promote_due`).
+            State::Delayed | State::Ready | State::Dead => {}
+        }
     }
 
     /// Puts back a record read from durable storage, as it was; timers and orderings are
@@ -1375,7 +1377,9 @@ impl<J: Journal> Shard<J> {
         let hasher = &self.hasher;
         self.topics[r.topic as usize]
             .ids
-            .insert_unique(hash, idx, |&i| hasher.hash_one(records[i as usize].id_bytes()));
+            .insert_unique(hash, idx, |&i| {
+                hasher.hash_one(records[i as usize].id_bytes())
+            });
         if let Some(at) = timer_at(&self.records[idx as usize]) {
             // A time that passed while the process was down fires on the next `fire`.
             self.arm(idx, at);
