@@ -695,6 +695,48 @@ async fn check_loopback(server: &str) -> Result<(Url, SocketAddr), BenchError> {
     }
 }
 
+/// Adds tasks `from..to` in batches of `batch`, `in_flight` requests at a time, task `i` made
+/// by `task(i)`; returns how many items of the answers `counts` says were added (`bench` names
+/// the benchmark in an error).
+pub async fn add_in_batches<F>(
+    client: &Client,
+    bench: &'static str,
+    (from, to): (u64, u64),
+    (batch, in_flight): (u64, u64),
+    task: F,
+    counts: fn(&delayq_client::BatchItem) -> bool,
+) -> Result<u64, BenchError>
+where
+    F: Fn(u64) -> delayq_client::NewTask + Clone + Send + 'static,
+{
+    let batch = batch.max(1);
+    let batches = to.saturating_sub(from).div_ceil(batch);
+    let mut handles = Vec::new();
+    for lane in 0..in_flight.min(batches) {
+        let (client, task) = (client.clone(), task.clone());
+        handles.push(tokio::spawn(async move {
+            let mut added = 0u64;
+            let mut b = lane;
+            while b < batches {
+                let first = from + b * batch;
+                let tasks: Vec<_> = (first..(first + batch).min(to)).map(&task).collect();
+                let items = client.add_batch(&tasks).await?;
+                added += items.iter().filter(|item| counts(item)).count() as u64;
+                b += in_flight;
+            }
+            Ok::<_, delayq_client::ClientError>(added)
+        }));
+    }
+    let mut added = 0;
+    for handle in handles {
+        added += handle.await.map_err(|err| BenchError::Bench {
+            bench,
+            reason: format!("a fill task failed: {err}"),
+        })??;
+    }
+    Ok(added)
+}
+
 /// A histogram of microseconds, from 1 µs to an hour, 3 significant digits.
 pub fn histogram() -> Histogram<u64> {
     // The bounds are constants that hdrhistogram accepts; this cannot fail.

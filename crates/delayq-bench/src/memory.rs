@@ -18,7 +18,7 @@
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use delayq_client::{Client, ClientError, NewTask};
+use delayq_client::{Client, NewTask};
 
 use super::{BenchResult, MAX_TASKS, Target};
 use crate::BenchError;
@@ -128,38 +128,17 @@ async fn fill(
     to: u64,
 ) -> Result<u64, BenchError> {
     let body = "x".repeat(bench.body_bytes);
-    let batch = bench.batch as u64;
-    let batches = (to - from).div_ceil(batch);
-    let mut handles = Vec::new();
-    for lane in 0..FILL_CONCURRENCY.min(batches) {
-        let (client, body, run) = (client.clone(), body.clone(), run.to_owned());
-        let (topics, delay) = (bench.topics, bench.delay);
-        handles.push(tokio::spawn(async move {
-            let mut added = 0u64;
-            let mut b = lane;
-            while b < batches {
-                let first = from + b * batch;
-                let tasks: Vec<NewTask> = (first..(first + batch).min(to))
-                    .map(|i| {
-                        NewTask::new(topic(&run, i, topics), format!("t{i:012}"))
-                            .body(body.as_str())
-                            .delay_ms(delay)
-                    })
-                    .collect();
-                let items = client.add_batch(&tasks).await?;
-                added += items.iter().filter(|item| item.is_ok()).count() as u64;
-                b += FILL_CONCURRENCY;
-            }
-            Ok::<_, ClientError>(added)
-        }));
-    }
-    let mut added = 0;
-    for handle in handles {
-        added += handle.await.map_err(|err| BenchError::Bench {
-            bench: "memory",
-            reason: format!("a fill task failed: {err}"),
-        })??;
-    }
+    let (run, topics, delay) = (run.to_owned(), bench.topics, bench.delay);
+    let task = move |i: u64| {
+        NewTask::new(topic(&run, i, topics), format!("t{i:012}"))
+            .body(body.as_str())
+            .delay_ms(delay)
+    };
+    let batches = (bench.batch as u64, FILL_CONCURRENCY);
+    let added = super::add_in_batches(client, "memory", (from, to), batches, task, |item| {
+        item.is_ok()
+    })
+    .await?;
     if added < to - from {
         return Err(BenchError::Bench {
             bench: "memory",
@@ -248,11 +227,41 @@ mod tests {
         };
         assert!(ok.validate().is_ok());
         for (bad, flag) in [
-            (MemoryBench { tasks: 0, ..ok.clone() }, "--tasks"),
-            (MemoryBench { topics: 0, ..ok.clone() }, "--topics"),
-            (MemoryBench { batch: 0, ..ok.clone() }, "--batch"),
-            (MemoryBench { delay: 1_000, ..ok.clone() }, "--delay"),
-            (MemoryBench { pid: u32::MAX, ..ok.clone() }, "--pid"),
+            (
+                MemoryBench {
+                    tasks: 0,
+                    ..ok.clone()
+                },
+                "--tasks",
+            ),
+            (
+                MemoryBench {
+                    topics: 0,
+                    ..ok.clone()
+                },
+                "--topics",
+            ),
+            (
+                MemoryBench {
+                    batch: 0,
+                    ..ok.clone()
+                },
+                "--batch",
+            ),
+            (
+                MemoryBench {
+                    delay: 1_000,
+                    ..ok.clone()
+                },
+                "--delay",
+            ),
+            (
+                MemoryBench {
+                    pid: u32::MAX,
+                    ..ok.clone()
+                },
+                "--pid",
+            ),
         ] {
             let err = bad.validate().unwrap_err().to_string();
             assert!(err.contains(flag), "{flag}: {err}");
