@@ -17,7 +17,7 @@
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::Args;
-use delayq_client::{AddOutcome, Client, ClientError, NewTask, OnDuplicate};
+use delayq_client::{AddOutcome, Client, NewTask, OnDuplicate};
 use hdrhistogram::Histogram;
 
 use super::http::{Conn, Endpoint};
@@ -204,47 +204,29 @@ fn line(bench: &str, measured: String, latency: &Histogram<u64>, target: Target)
 /// Adds the tasks in batches, a few requests in flight; task `i` goes to topic `i % topics`
 /// with a due time spread over the next week.
 async fn fill(client: &Client, bench: &DashboardBench) -> Result<BenchResult, BenchError> {
-    let batch = bench.batch as u64;
-    let batches = bench.tasks.div_ceil(batch);
     let start = Instant::now();
     let base = now_ms() + 60_000;
     let week = 7 * 86_400_000;
-    let mut handles = Vec::new();
-    for lane in 0..FILL_CONCURRENCY.min(batches) {
-        let (client, total, topics) = (client.clone(), bench.tasks, bench.topics);
-        handles.push(tokio::spawn(async move {
-            let mut added = 0u64;
-            let mut b = lane;
-            while b < batches {
-                let first = b * batch;
-                let tasks: Vec<NewTask> = (first..(first + batch).min(total))
-                    .map(|i| {
-                        // A multiplicative hash spreads the due times evenly and reproducibly.
-                        let due = base + i.wrapping_mul(2_654_435_761) % week;
-                        NewTask::new(topic(i % topics), format!("t{i}"))
-                            .body("{\"bench\":\"dashboard\"}")
-                            .run_at_ms(due)
-                            .on_duplicate(OnDuplicate::Keep)
-                    })
-                    .collect();
-                let items = client.add_batch(&tasks).await?;
-                // Tasks a previous run added come back as existed: not counted.
-                added += items
-                    .iter()
-                    .filter(|item| item.result == Ok(AddOutcome::Added))
-                    .count() as u64;
-                b += FILL_CONCURRENCY;
-            }
-            Ok::<_, ClientError>(added)
-        }));
-    }
-    let mut added = 0;
-    for handle in handles {
-        added += handle.await.map_err(|err| BenchError::Bench {
-            bench: "dashboard",
-            reason: format!("a fill task failed: {err}"),
-        })??;
-    }
+    let topics = bench.topics;
+    let task = move |i: u64| {
+        // A multiplicative hash spreads the due times evenly and reproducibly.
+        let due = base + i.wrapping_mul(2_654_435_761) % week;
+        NewTask::new(topic(i % topics), format!("t{i}"))
+            .body("{\"bench\":\"dashboard\"}")
+            .run_at_ms(due)
+            .on_duplicate(OnDuplicate::Keep)
+    };
+    let batches = (bench.batch as u64, FILL_CONCURRENCY);
+    // Tasks a previous run added come back as existed: not counted.
+    let added = super::add_in_batches(
+        client,
+        "dashboard",
+        (0, bench.tasks),
+        batches,
+        task,
+        |item| item.result == Ok(AddOutcome::Added),
+    )
+    .await?;
     let secs = start.elapsed().as_secs_f64().max(1e-9);
     let mut result = BenchResult::new(
         "dashboard (fill)",

@@ -25,6 +25,8 @@
 //!   that speaks it (`--server HOST:PORT`), to compare delayq with beanstalkd.
 //! - [`dashboard`]: the web dashboard with 1 000 topics and 1M tasks: the first view and
 //!   find by id, each against its target.
+//! - [`memory`]: the server's resident memory (VmRSS, `--pid`) per delayed task beyond its
+//!   body, read before and after adding N tasks.
 //! - `ceiling`: only the `/healthz` ceiling, to compare the bench's client with `wrk`
 //!   (`scripts/bench-http`).
 //!
@@ -44,6 +46,7 @@ mod error;
 pub mod http;
 pub mod lateness;
 pub mod load;
+pub mod memory;
 pub mod pop;
 pub mod push;
 
@@ -149,6 +152,9 @@ pub enum Which {
     /// The web dashboard with many topics and tasks: first view (target ≤ 1 s) and find by
     /// id (target ≤ 50 ms) at 1 000 topics and 1M tasks.
     Dashboard(dashboard::DashboardBench),
+    /// The server's resident memory per delayed task beyond its body (target ≤ 150 B at 1M
+    /// and 10M): `--pid` of a server on this machine, whose VmRSS is read before and after.
+    Memory(memory::MemoryBench),
     /// All of them, with their defaults (about a minute).
     All(AllBench),
     /// put, then reserve + delete, over the beanstalkd protocol (`--server HOST:PORT` of
@@ -591,6 +597,7 @@ async fn run_which(ctx: &mut Ctx, which: Which) -> Result<Vec<BenchResult>, Benc
             lateness::run(&ctx.client, &consumer, &bench).await?
         }
         Which::Push(bench) => push::run(&ctx.client, &bench.validate()?).await?,
+        Which::Memory(bench) => memory::run(&ctx.client, &bench.validate()?).await?,
         Which::Dashboard(bench) => {
             dashboard::run(&ctx.client, &ctx.endpoint, &bench.validate()?).await?
         }
@@ -686,6 +693,48 @@ async fn check_loopback(server: &str) -> Result<(Url, SocketAddr), BenchError> {
              {server} is {addrs:?}"
         ))),
     }
+}
+
+/// Adds tasks `from..to` in batches of `batch`, `in_flight` requests at a time, task `i` made
+/// by `task(i)`; returns how many items of the answers `counts` says were added (`bench` names
+/// the benchmark in an error).
+pub async fn add_in_batches<F>(
+    client: &Client,
+    bench: &'static str,
+    (from, to): (u64, u64),
+    (batch, in_flight): (u64, u64),
+    task: F,
+    counts: fn(&delayq_client::BatchItem) -> bool,
+) -> Result<u64, BenchError>
+where
+    F: Fn(u64) -> delayq_client::NewTask + Clone + Send + 'static,
+{
+    let batch = batch.max(1);
+    let batches = to.saturating_sub(from).div_ceil(batch);
+    let mut handles = Vec::new();
+    for lane in 0..in_flight.min(batches) {
+        let (client, task) = (client.clone(), task.clone());
+        handles.push(tokio::spawn(async move {
+            let mut added = 0u64;
+            let mut b = lane;
+            while b < batches {
+                let first = from + b * batch;
+                let tasks: Vec<_> = (first..(first + batch).min(to)).map(&task).collect();
+                let items = client.add_batch(&tasks).await?;
+                added += items.iter().filter(|item| counts(item)).count() as u64;
+                b += in_flight;
+            }
+            Ok::<_, delayq_client::ClientError>(added)
+        }));
+    }
+    let mut added = 0;
+    for handle in handles {
+        added += handle.await.map_err(|err| BenchError::Bench {
+            bench,
+            reason: format!("a fill task failed: {err}"),
+        })??;
+    }
+    Ok(added)
 }
 
 /// A histogram of microseconds, from 1 µs to an hour, 3 significant digits.

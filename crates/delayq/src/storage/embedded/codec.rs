@@ -176,8 +176,8 @@ pub fn encode_put(out: &mut Vec<u8>, topic: &str, r: &Record) {
         (None, None, None) => PUT,
     });
     put_str(out, topic);
-    put_str(out, &r.id);
-    put_bytes(out, &r.body);
+    put_str(out, r.id());
+    put_bytes(out, r.body());
     out.push(r.state.code());
     put_varint(out, u64::from(r.retries));
     put_varint(out, r.ttr_ms);
@@ -510,10 +510,11 @@ fn decode_put<'a>(r: &mut Reader<'a>, kind: u8) -> Result<Change<'a>, CodecError
         extra.expires_at_ms = Some(expires_at_ms);
         extra.on_expire = on_expire;
     }
+    let (data, id_last) = Record::pack(id, body).map_err(|_| r.err("id"))?;
     let mut record = Record {
         topic: 0,
-        id: id.into(),
-        body: body.into(),
+        data,
+        id_last,
         priority,
         seq_lo: 0,
         seq_hi: 0,
@@ -587,10 +588,11 @@ mod tests {
     use super::*;
 
     fn record(extra: Option<Extra>) -> Record {
+        let (data, id_last) = Record::pack("order-1", "{\"x\":\"é\"}".as_bytes()).unwrap();
         Record {
             topic: 0,
-            id: "order-1".into(),
-            body: "{\"x\":\"é\"}".as_bytes().into(),
+            data,
+            id_last,
             priority: 7,
             seq_lo: 0x1234_5678,
             seq_hi: 0x9a,

@@ -16,6 +16,7 @@
 //! [`crate::storage::memory::MemoryStorage`] is the engine with a journal that does nothing;
 //! the embedded durable backend gives each shard a log.
 
+mod due_set;
 pub(crate) mod flow;
 #[cfg(test)]
 mod model_tests;

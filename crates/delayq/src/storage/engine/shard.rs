@@ -3,22 +3,32 @@
 //!
 //! A shard is plain synchronous state behind one mutex; every method takes `now` and applies
 //! one operation completely, asking [`delayq_core::lifecycle`] what the operation does. Each
-//! record has at most one timer in the wheel, whose meaning depends on its state:
+//! record has at most one timer of its own in the wheel, whose meaning depends on its state:
 //!
 //! | state               | timer at                 | when it fires                |
 //! |---------------------|--------------------------|------------------------------|
-//! | DELAYED             | due (or expiry, if earlier) | → READY (or expired)      |
+//! | DELAYED             | none (its topic's timer), or its expiry if before its due | expired |
 //! | READY with expiry   | expiry                   | expired: DEAD or deleted     |
 //! | ACTIVE              | ttr deadline             | a failure: READY/DELAYED/DEAD |
 //! | FINISHED, CANCELLED | end of retention         | the record is removed        |
 //! | READY without expiry, DEAD | none              |                              |
+//!
+//! DELAYED tasks are the bulk of a queue, and their topic's DELAYED ordering (below) already
+//! holds them by due, so they are not in the wheel one by one: each topic with DELAYED tasks
+//! has one timer, armed at (or before) its earliest due. When it fires, the topic's due tasks
+//! become READY from the front of the ordering (or expire, if their expiry has passed too),
+//! and the timer is armed again at the next due. An add or a change that puts a task in front
+//! moves the timer earlier; a removal leaves it where it is, and a timer that fires with
+//! nothing due only arms itself again. So the wheel holds one entry per topic instead of one
+//! per delayed task (32 bytes and its share of the wheel's growth, docs/design.md §6), and
+//! promotion walks one ordering instead of keeping two.
 //!
 //! A task's expiry (docs/design.md §11) thus fires at its instant whether or not anyone pops,
 //! and a pop also checks the head it takes, so a task is never handed out at or after its
 //! expiry even before its timer ran. An ACTIVE task's expiry waits: it applies when the task
 //! comes back (release, ttr expiry).
 //!
-//! Per topic, every state has a `BTreeSet` of (due, insertion, record) keys
+//! Per topic, every state has an ordered set ([`DueSet`]) of (due, insertion, record) keys
 //! ([`Record::due_key`]): DELAYED's gives `next_due_ms` and
 //! kick's earliest-due-first order, all of them give `list` its due order, and the sizes are
 //! the stats counters, so stats never scan. Two more orderings hold what pops and peeks need:
@@ -36,10 +46,11 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::due_set::DueSet;
 use super::slab::ChunkedSlab;
 use delayq_core::flow::take;
 use delayq_core::lifecycle::{self, AfterFailure, Op};
-use delayq_core::wheel::{Expired, Wheel};
+use delayq_core::wheel::{Expired, TimerKey, Wheel};
 use delayq_core::{
     AddOutcome, BuryOptions, Delivery, EXPIRED, FlowLimits, HeldBack, Millis, OnDuplicate,
     OnExpire, Page, Pause, State, TaskDefaults, TaskInfo, TaskSpec, TopicStats,
@@ -49,7 +60,7 @@ use std::hash::BuildHasher;
 
 use super::Journal;
 use super::flow::Flow;
-use super::record::{Extra, Record, SEQ_MAX, due_of_key, mix_receipt, slot_of_key};
+use super::record::{Extra, MAX_ID_BYTES, Record, SEQ_MAX, due_of_key, mix_receipt, slot_of_key};
 use crate::error::{Error, Result};
 use crate::metrics::{Metrics, TopicCounters};
 use crate::storage::ReleaseOptions;
@@ -61,7 +72,7 @@ struct Topic {
     /// Record indices, hashed by the record's id (the id string is stored once, in the record).
     ids: HashTable<u32>,
     /// Per state, [`Record::due_key`]s: due order, ties by insertion.
-    by_state: [BTreeSet<(u64, u64)>; 6],
+    by_state: [DueSet<(u64, u64)>; 6],
     /// READY records in pop order: ([`Record::ready_key`], record).
     ready: BTreeSet<(u64, u64, u32)>,
     /// DEAD records, oldest buried first: ([`Record::dead_key`], record).
@@ -74,6 +85,19 @@ struct Topic {
     expired: u64,
     /// The topic's limits and their state, when it has limits (docs/design.md §11).
     flow: Option<Box<Flow>>,
+    /// The wheel's timer for the topic's DELAYED ordering and the instant it is armed at: at
+    /// or before the earliest due in `by_state[DELAYED]` (removals leave it early, see the
+    /// module doc).
+    delayed_timer: Option<(TimerKey, Millis)>,
+}
+
+/// What a timer in the shard's wheel stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Timer {
+    /// A record's own timer (the table in the module doc).
+    Record(u32),
+    /// The DELAYED ordering of the topic with this index: its due tasks become READY.
+    Delayed(u32),
 }
 
 impl Topic {
@@ -131,7 +155,7 @@ impl Topic {
     }
 
     fn total(&self) -> usize {
-        self.by_state.iter().map(BTreeSet::len).sum()
+        self.by_state.iter().map(DueSet::len).sum()
     }
 }
 
@@ -140,7 +164,7 @@ pub(crate) struct Shard<J> {
     records: ChunkedSlab<Record>,
     topics: Vec<Topic>,
     topic_index: HashMap<Arc<str>, u32>,
-    wheel: Wheel<u32>,
+    wheel: Wheel<Timer>,
     hasher: DefaultHashBuilder,
     receipt_counter: u64,
     defaults: TaskDefaults,
@@ -265,6 +289,7 @@ impl<J: Journal> Shard<J> {
             activity: self.metrics.topic(&name),
             expired: 0,
             flow: None,
+            delayed_timer: None,
         });
         self.topic_index.insert(name, idx);
         idx
@@ -272,9 +297,11 @@ impl<J: Journal> Shard<J> {
 
     fn find(&self, topic: &str, id: &str) -> Option<u32> {
         let t = &self.topics[self.topic_idx(topic)? as usize];
-        let hash = self.hasher.hash_one(id);
+        let hash = self.hasher.hash_one(id.as_bytes());
         t.ids
-            .find(hash, |&r| &*self.records[r as usize].id == id)
+            .find(hash, |&r| {
+                self.records[r as usize].id_bytes() == id.as_bytes()
+            })
             .copied()
     }
 
@@ -329,6 +356,11 @@ impl<J: Journal> Shard<J> {
             self.became_ready
                 .push(Arc::clone(&self.topics[r.topic as usize].name));
         }
+        if r.state == State::Delayed {
+            let (topic, due) = (r.topic, r.due_ms);
+            self.arm_delayed(topic, due);
+        }
+        let r = &self.records[idx as usize];
         let t = &mut self.topics[r.topic as usize];
         t.by_state[r.state as usize].insert(r.due_key(idx));
         match r.state {
@@ -362,8 +394,25 @@ impl<J: Journal> Shard<J> {
 
     fn arm(&mut self, idx: u32, at: Millis) {
         self.disarm(idx);
-        let key = self.wheel.insert(at, idx);
+        let key = self.wheel.insert(at, Timer::Record(idx));
         self.records[idx as usize].timer = Some(key);
+        self.note_armed(at);
+    }
+
+    /// Makes sure topic `t`'s DELAYED timer fires at `due` at the latest.
+    fn arm_delayed(&mut self, t: u32, due: Millis) {
+        let topic = &mut self.topics[t as usize];
+        let key = match topic.delayed_timer {
+            Some((_, at)) if at <= due => return,
+            Some((key, _)) if self.wheel.reschedule(key, due) => key,
+            _ => self.wheel.insert(due, Timer::Delayed(t)),
+        };
+        topic.delayed_timer = Some((key, due));
+        self.note_armed(due);
+    }
+
+    /// A timer at `at` was armed: the driver must wake if it sleeps past it.
+    fn note_armed(&mut self, at: Millis) {
         if at < self.armed_until {
             self.armed_until = at;
             self.wake_driver = true;
@@ -403,7 +452,7 @@ impl<J: Journal> Shard<J> {
         self.unlink(idx);
         self.disarm(idx);
         let r = self.records.remove(idx as usize);
-        let hash = self.hasher.hash_one(&*r.id);
+        let hash = self.hasher.hash_one(r.id_bytes());
         let t = &mut self.topics[r.topic as usize];
         if let Ok(entry) = t.ids.find_entry(hash, |&i| i == idx) {
             entry.remove();
@@ -424,7 +473,7 @@ impl<J: Journal> Shard<J> {
 
     fn check(&self, idx: u32, op: Op, receipt: Option<&str>) -> Result<()> {
         let r = &self.records[idx as usize];
-        let refuse = |refusal| Error::conflict(self.topic_name(idx), &r.id, refusal);
+        let refuse = |refusal| Error::conflict(self.topic_name(idx), r.id(), refusal);
         lifecycle::check_op(r.state, op).map_err(refuse)?;
         if r.state == State::Active {
             lifecycle::check_receipt(&r.receipt_text(), receipt).map_err(refuse)?;
@@ -460,6 +509,9 @@ impl<J: Journal> Shard<J> {
 
     /// Adds one validated task.
     pub fn add(&mut self, spec: TaskSpec, now: Millis) -> Result<AddOutcome> {
+        // Before anything changes, so that a refused add replaces nothing.
+        let (data, id_last) = Record::pack(&spec.id, &spec.body)
+            .map_err(|_| Error::invalid("id", format!("must be 1 to {MAX_ID_BYTES} bytes")))?;
         let outcome = match self.find(&spec.topic, &spec.id) {
             Some(existing) => match spec.on_duplicate {
                 OnDuplicate::Keep => return Ok(AddOutcome::Existed),
@@ -480,8 +532,8 @@ impl<J: Journal> Shard<J> {
         let state = lifecycle::scheduled_state(spec.due_ms, now);
         let mut record = Record {
             topic,
-            id: spec.id.into_boxed_str(),
-            body: spec.body.into_boxed_slice(),
+            data,
+            id_last,
             priority: spec.priority,
             seq_lo: 0,
             seq_hi: 0,
@@ -520,12 +572,14 @@ impl<J: Journal> Shard<J> {
     fn insert_record(&mut self, record: Record, now: Millis) -> u32 {
         let idx = self.records.insert(record) as u32;
         let r = &self.records[idx as usize];
-        let (topic, hash) = (r.topic, self.hasher.hash_one(&*r.id));
+        let (topic, hash) = (r.topic, self.hasher.hash_one(r.id_bytes()));
         let records = &self.records;
         let hasher = &self.hasher;
         self.topics[topic as usize]
             .ids
-            .insert_unique(hash, idx, |&i| hasher.hash_one(&*records[i as usize].id));
+            .insert_unique(hash, idx, |&i| {
+                hasher.hash_one(records[i as usize].id_bytes())
+            });
         let (state, due) = (r.state, r.due_ms);
         self.enter(idx, state, due, now);
         self.journal_put(idx);
@@ -751,14 +805,14 @@ impl<J: Journal> Shard<J> {
         let t = r.topic as usize;
         self.metrics
             .spans()
-            .dead(&self.topics[t].name, &r.id, r.trace(), now, EXPIRED);
+            .dead(&self.topics[t].name, r.id(), r.trace(), now, EXPIRED);
         self.topics[t].expired += 1;
         self.metrics.observe_expired(&self.topics[t].activity);
         match r.on_expire() {
             OnExpire::Drop => {
                 let r = self.remove_record(idx);
                 let name = Arc::clone(&self.topics[t].name);
-                self.journal.remove(&name, &r.id);
+                self.journal.remove(&name, r.id());
             }
             OnExpire::Dead => {
                 self.metrics.observe_dead(&self.topics[t].activity);
@@ -1017,12 +1071,14 @@ impl<J: Journal> Shard<J> {
 
     /// The topics of this shard holding a task with this id.
     pub fn locate(&self, id: &str) -> Vec<String> {
-        let hash = self.hasher.hash_one(id);
+        let hash = self.hasher.hash_one(id.as_bytes());
         self.topics
             .iter()
             .filter(|t| {
                 t.ids
-                    .find(hash, |&r| &*self.records[r as usize].id == id)
+                    .find(hash, |&r| {
+                        self.records[r as usize].id_bytes() == id.as_bytes()
+                    })
                     .is_some()
             })
             .map(|t| t.name.to_string())
@@ -1070,7 +1126,7 @@ impl<J: Journal> Shard<J> {
     pub fn delete(&mut self, topic: &str, id: &str) -> Result<()> {
         let idx = self.find_or_404(topic, id)?;
         let r = self.remove_record(idx);
-        self.journal.remove(topic, &r.id);
+        self.journal.remove(topic, r.id());
         Ok(())
     }
 
@@ -1101,7 +1157,7 @@ impl<J: Journal> Shard<J> {
         let skip =
             usize::try_from(page.saturating_sub(1).saturating_mul(page_size)).unwrap_or(usize::MAX);
         let take = usize::try_from(page_size).unwrap_or(usize::MAX);
-        let sets: Vec<&BTreeSet<(u64, u64)>> = match state {
+        let sets: Vec<&DueSet<(u64, u64)>> = match state {
             Some(s) => vec![&t.by_state[s as usize]],
             None => t.by_state.iter().collect(),
         };
@@ -1182,58 +1238,111 @@ impl<J: Journal> Shard<J> {
 
     // ---- time-driven work --------------------------------------------------------------
 
-    /// Applies up to `limit` timers due at `now`. Returns how many were applied; fewer than
-    /// `limit` means nothing more is due.
+    /// Applies about `limit` timers and promotions due at `now`. Returns how many were
+    /// applied: fewer than `limit` means nothing more is due (a topic's promotions may take
+    /// it a little past `limit`, each timer drained promoting at least one task).
     pub fn fire(&mut self, now: Millis, limit: usize) -> usize {
-        let mut due: Vec<Expired<u32>> = Vec::with_capacity(limit.min(1024));
-        let n = self.wheel.drain_due(now, limit, &mut due);
-        for e in due {
-            let idx = e.value;
-            let Some(r) = self.records.get_mut(idx as usize) else {
-                continue;
-            };
-            if r.timer != Some(e.key) {
-                continue; // defensive: a timer that was replaced
+        let mut applied = 0;
+        let mut due: Vec<Expired<Timer>> = Vec::with_capacity(limit.min(1024));
+        while applied < limit {
+            due.clear();
+            if self.wheel.drain_due(now, limit - applied, &mut due) == 0 {
+                break;
             }
-            r.timer = None;
-            let topic = &self.topics[r.topic as usize].activity;
-            match r.state {
-                State::Delayed | State::Ready if lifecycle::is_expired(r.expires_at_ms(), now) => {
-                    self.expire(idx, now);
-                }
-                State::Delayed => {
-                    self.metrics
-                        .observe_fire(topic, now.saturating_sub(r.due_ms));
-                    let due = r.due_ms;
-                    let name = &self.topics[r.topic as usize].name;
-                    self.metrics.spans().fired(name, &r.id, r.trace(), due, now);
-                    self.transition(idx, State::Ready, due, now);
-                }
-                State::Active => {
-                    self.metrics.observe_ttr_expired(topic);
-                    // A task past its expiry expires in `fail`, which records its span; else
-                    // what a dead span needs is read before the failure changes the record.
-                    let traced = (self.metrics.spans().traces(r.trace())
-                        && !lifecycle::is_expired(r.expires_at_ms(), now))
-                    .then(|| {
-                        let name = Arc::clone(&self.topics[r.topic as usize].name);
-                        (name, r.id.clone(), r.trace().cloned())
-                    });
-                    if self.fail(idx, now, None, "ttr_expired", None) == State::Dead
-                        && let Some((name, id, trace)) = traced
-                    {
-                        self.metrics
-                            .spans()
-                            .dead(&name, &id, trace.as_ref(), now, "ttr_expired");
+            for e in due.drain(..) {
+                match e.value {
+                    Timer::Record(idx) => {
+                        self.fire_record(idx, e.key, now);
+                        applied += 1;
+                    }
+                    Timer::Delayed(t) => {
+                        let topic = &mut self.topics[t as usize];
+                        if topic.delayed_timer.map(|(key, _)| key) != Some(e.key) {
+                            continue; // defensive: a timer that was replaced
+                        }
+                        topic.delayed_timer = None;
+                        // At least one, so that every timer drained makes progress.
+                        let budget = limit.saturating_sub(applied).max(1);
+                        applied += self.promote_due(t, now, budget);
                     }
                 }
-                State::Finished | State::Cancelled => {
-                    self.remove_record(idx);
-                }
-                State::Ready | State::Dead => {}
             }
         }
-        n
+        applied
+    }
+
+    /// Moves up to `budget` DELAYED tasks of topic `t` due at `now` to READY, earliest first
+    /// (or expires them), then arms the topic's timer at its next due. Returns how many moved.
+    fn promote_due(&mut self, t: u32, now: Millis, budget: usize) -> usize {
+        let mut n = 0;
+        loop {
+            let Some(&key) = self.topics[t as usize].by_state[State::Delayed as usize].first()
+            else {
+                return n;
+            };
+            let idx = slot_of_key(key);
+            let r = &self.records[idx as usize];
+            if r.due_ms > now || n == budget {
+                let due = r.due_ms;
+                self.arm_delayed(t, due);
+                return n;
+            }
+            n += 1;
+            if lifecycle::is_expired(r.expires_at_ms(), now) {
+                self.expire(idx, now);
+                continue;
+            }
+            let topic = &self.topics[t as usize];
+            self.metrics
+                .observe_fire(&topic.activity, now.saturating_sub(r.due_ms));
+            let due = r.due_ms;
+            self.metrics
+                .spans()
+                .fired(&topic.name, r.id(), r.trace(), due, now);
+            self.transition(idx, State::Ready, due, now);
+        }
+    }
+
+    /// Applies the timer of record `idx` that came due (the table in the module doc).
+    fn fire_record(&mut self, idx: u32, key: TimerKey, now: Millis) {
+        let Some(r) = self.records.get_mut(idx as usize) else {
+            return;
+        };
+        if r.timer != Some(key) {
+            return; // defensive: a timer that was replaced
+        }
+        r.timer = None;
+        let r = &self.records[idx as usize];
+        let topic = &self.topics[r.topic as usize].activity;
+        match r.state {
+            State::Delayed | State::Ready if lifecycle::is_expired(r.expires_at_ms(), now) => {
+                self.expire(idx, now);
+            }
+            State::Active => {
+                self.metrics.observe_ttr_expired(topic);
+                // A task past its expiry expires in `fail`, which records its span; else
+                // what a dead span needs is read before the failure changes the record.
+                let traced = (self.metrics.spans().traces(r.trace())
+                    && !lifecycle::is_expired(r.expires_at_ms(), now))
+                .then(|| {
+                    let name = Arc::clone(&self.topics[r.topic as usize].name);
+                    (name, r.id().to_owned(), r.trace().cloned())
+                });
+                if self.fail(idx, now, None, "ttr_expired", None) == State::Dead
+                    && let Some((name, id, trace)) = traced
+                {
+                    self.metrics
+                        .spans()
+                        .dead(&name, &id, trace.as_ref(), now, "ttr_expired");
+                }
+            }
+            State::Finished | State::Cancelled => {
+                self.remove_record(idx);
+            }
+            // A DELAYED record's own timer is its expiry before its due, so it expired
+            // above; its promotion is its topic's timer's (`promote_due`).
+            State::Delayed | State::Ready | State::Dead => {}
+        }
     }
 
     /// Puts back a record read from durable storage, as it was; timers and orderings are
@@ -1245,7 +1354,7 @@ impl<J: Journal> Shard<J> {
     /// order. The shard's counter moves past every sequence restored.
     pub fn restore(&mut self, topic: &str, mut record: Record, now: Millis) {
         let mut seq = record.seq();
-        if let Some(old) = self.find(topic, &record.id) {
+        if let Some(old) = self.find(topic, record.id()) {
             if seq == 0 {
                 seq = self.records[old as usize].seq();
             }
@@ -1263,12 +1372,14 @@ impl<J: Journal> Shard<J> {
         record.timer = None;
         let idx = self.records.insert(record) as u32;
         let r = &self.records[idx as usize];
-        let hash = self.hasher.hash_one(&*r.id);
+        let hash = self.hasher.hash_one(r.id_bytes());
         let records = &self.records;
         let hasher = &self.hasher;
         self.topics[r.topic as usize]
             .ids
-            .insert_unique(hash, idx, |&i| hasher.hash_one(&*records[i as usize].id));
+            .insert_unique(hash, idx, |&i| {
+                hasher.hash_one(records[i as usize].id_bytes())
+            });
         if let Some(at) = timer_at(&self.records[idx as usize]) {
             // A time that passed while the process was down fires on the next `fire`.
             self.arm(idx, at);
@@ -1315,7 +1426,8 @@ impl<J: Journal> Shard<J> {
 /// When a record's timer fires, by its state (see the table in the module doc).
 fn timer_at(r: &Record) -> Option<Millis> {
     match r.state {
-        State::Delayed => Some(r.expires_at_ms().map_or(r.due_ms, |at| at.min(r.due_ms))),
+        // Its due is its topic's DELAYED timer's; only an expiry before it needs one of its own.
+        State::Delayed => r.expires_at_ms().filter(|&at| at < r.due_ms),
         State::Ready => r.expires_at_ms(),
         State::Active | State::Finished | State::Cancelled => Some(r.deadline_ms),
         State::Dead => None,
