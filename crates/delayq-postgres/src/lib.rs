@@ -9,7 +9,7 @@
 //!
 //! let ctx = StorageContext::new(Arc::new(SystemClock::new()));
 //! let storage = delayq_postgres::start(ctx.clone(), PostgresOptions::new("postgres://localhost/app")).await?;
-//! let queue = Queue::new(storage, ctx);
+//! let queue = Queue::new(Arc::new(storage), ctx);
 //! # Ok(()) }
 //! ```
 //!
