@@ -83,22 +83,10 @@ pub fn lease_owners(server: &RedisServer) -> std::collections::HashMap<String, u
     owners
 }
 
-/// A Redis backend that owns its redis-server: the server is killed when the backend's tasks
-/// are dropped (for the conformance suite, whose harness owns only the backend). The other
-/// concerns go straight to the Redis backend.
-pub struct Served {
-    storage: Arc<RedisStorage>,
-    _server: Option<RedisServer>,
-}
-
-impl Served {
-    fn backend(storage: Arc<RedisStorage>, server: Option<RedisServer>) -> Backend {
-        let served = Arc::new(Served {
-            storage: Arc::clone(&storage),
-            _server: server,
-        });
-        Backend::new(served, storage.clone(), storage.clone(), storage)
-    }
+/// A Redis backend over `storage` that keeps `server` alive as long as the backend lives
+/// (for the conformance suite, whose harness owns only the backend).
+fn backend(storage: Arc<RedisStorage>, server: Option<RedisServer>) -> Backend {
+    delayq_conformance::with_guard(Backend::from(storage), server)
 }
 
 /// Starts a redis-server and a backend over it, on `ctx`.
@@ -116,7 +104,7 @@ pub async fn served_with_options(
     let storage = delayq_redis::start(ctx, change(options(&server)))
         .await
         .expect("start the Redis backend");
-    Served::backend(storage, Some(server))
+    backend(storage, Some(server))
 }
 
 /// A backend with `options` on `ctx`, over a Redis that someone else owns (a shared
@@ -125,7 +113,7 @@ pub async fn served_with(ctx: StorageContext, options: RedisOptions) -> Backend 
     let storage = delayq_redis::start(ctx, options)
         .await
         .expect("start the Redis backend");
-    Served::backend(storage, None)
+    backend(storage, None)
 }
 
 /// A key prefix no other test of this process uses (for tests sharing one cluster).
@@ -133,129 +121,6 @@ pub fn unique_prefix(base: &str) -> String {
     static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     format!("{base}{n}-{}", std::process::id())
-}
-
-#[async_trait::async_trait]
-impl delayq::TaskStore for Served {
-    async fn add(&self, tasks: Vec<delayq::TaskSpec>) -> delayq::Result<Vec<delayq::AddResult>> {
-        self.storage.add(tasks).await
-    }
-    async fn pop(
-        &self,
-        topic: &str,
-        max: usize,
-        auto_finish: bool,
-    ) -> delayq::Result<Vec<delayq::Delivery>> {
-        self.storage.pop(topic, max, auto_finish).await
-    }
-    async fn finish_then_pop(
-        &self,
-        held: delayq::Held<'_>,
-        topic: &str,
-        max: usize,
-        auto_finish: bool,
-    ) -> delayq::Result<delayq::Result<Vec<delayq::Delivery>>> {
-        self.storage
-            .finish_then_pop(held, topic, max, auto_finish)
-            .await
-    }
-
-    async fn finish(&self, topic: &str, id: &str, receipt: Option<&str>) -> delayq::Result<()> {
-        self.storage.finish(topic, id, receipt).await
-    }
-    async fn release(
-        &self,
-        topic: &str,
-        id: &str,
-        options: delayq::ReleaseOptions,
-    ) -> delayq::Result<delayq::State> {
-        self.storage.release(topic, id, options).await
-    }
-    async fn touch(&self, topic: &str, id: &str, receipt: Option<&str>) -> delayq::Result<u64> {
-        self.storage.touch(topic, id, receipt).await
-    }
-    async fn cancel(&self, topic: &str, id: &str) -> delayq::Result<()> {
-        self.storage.cancel(topic, id).await
-    }
-    async fn requeue(&self, topic: &str, id: &str) -> delayq::Result<()> {
-        self.storage.requeue(topic, id).await
-    }
-    async fn requeue_all(&self, topic: &str) -> delayq::Result<u64> {
-        self.storage.requeue_all(topic).await
-    }
-    async fn delete(&self, topic: &str, id: &str) -> delayq::Result<()> {
-        self.storage.delete(topic, id).await
-    }
-    async fn get(&self, topic: &str, id: &str) -> delayq::Result<delayq::TaskInfo> {
-        self.storage.get(topic, id).await
-    }
-    async fn list(
-        &self,
-        topic: &str,
-        state: Option<delayq::State>,
-        page: u64,
-        page_size: u64,
-    ) -> delayq::Result<delayq::Page<delayq::TaskInfo>> {
-        self.storage.list(topic, state, page, page_size).await
-    }
-    async fn stats(&self, topic: &str) -> delayq::Result<delayq::TopicStats> {
-        self.storage.stats(topic).await
-    }
-    async fn topics(&self) -> delayq::Result<Vec<(String, delayq::TopicStats)>> {
-        self.storage.topics().await
-    }
-    async fn due_counts(&self, topic: &str, bounds: &[u64]) -> delayq::Result<Vec<u64>> {
-        self.storage.due_counts(topic, bounds).await
-    }
-    fn instance(&self) -> Option<String> {
-        self.storage.instance()
-    }
-    async fn check_ready(&self) -> delayq::Result<()> {
-        self.storage.check_ready().await
-    }
-    async fn pop_any(
-        &self,
-        topics: &[String],
-        max: usize,
-        auto_finish: bool,
-    ) -> delayq::Result<Vec<delayq::Delivery>> {
-        self.storage.pop_any(topics, max, auto_finish).await
-    }
-    async fn bury(
-        &self,
-        topic: &str,
-        id: &str,
-        options: delayq::BuryOptions,
-    ) -> delayq::Result<()> {
-        self.storage.bury(topic, id, options).await
-    }
-    async fn reschedule(
-        &self,
-        topic: &str,
-        id: &str,
-        due_ms: u64,
-    ) -> delayq::Result<delayq::State> {
-        self.storage.reschedule(topic, id, due_ms).await
-    }
-    async fn pause(&self, topic: &str, until_ms: Option<u64>) -> delayq::Result<()> {
-        self.storage.pause(topic, until_ms).await
-    }
-    async fn resume(&self, topic: &str) -> delayq::Result<()> {
-        self.storage.resume(topic).await
-    }
-    async fn set_limits(
-        &self,
-        topic: &str,
-        limits: Option<delayq::FlowLimits>,
-    ) -> delayq::Result<()> {
-        self.storage.set_limits(topic, limits).await
-    }
-    async fn limits(&self) -> delayq::Result<Vec<(String, delayq::FlowLimits)>> {
-        self.storage.limits().await
-    }
-    async fn shutdown(&self) -> delayq::Result<()> {
-        self.storage.shutdown().await
-    }
 }
 
 /// Adds tasks `<name>-0`, `<name>-1`, … one after the other until `stop` is set, and returns
