@@ -75,26 +75,14 @@ impl AddBench {
     /// Checks the bounds of every setting.
     pub fn validate(&self) -> Result<AddBench, BenchError> {
         let check = |ok: bool, what: &str| super::require("add", ok, what);
-        check(
-            (1..=MAX_CONCURRENCY).contains(&self.clients),
-            "--clients must be 1 to 1000",
-        )?;
+        super::in_range("add", "--clients", self.clients, 1..=MAX_CONCURRENCY)?;
         check(
             (1..=MAX_DURATION_MS).contains(&self.duration),
             "--duration must be 1ms to 10m",
         )?;
-        check(
-            (1..=10_000).contains(&self.batch),
-            "--batch must be 1 to 10000",
-        )?;
-        check(
-            self.body_bytes <= 1 << 20,
-            "--body-bytes must be at most 1 MiB",
-        )?;
-        check(
-            (1..=MAX_TASKS).contains(&self.max_tasks),
-            "--max-tasks must be 1 to 20000000",
-        )?;
+        super::in_range("add", "--batch", self.batch, 1..=10_000)?;
+        super::body_bytes("add", self.body_bytes)?;
+        super::in_range("add", "--max-tasks", self.max_tasks, 1..=MAX_TASKS)?;
         if let Some(parent) = &self.traceparent {
             // Checked here so a typo is not measured as a run of refused adds; the checked
             // form is also safe to write into the JSON template as it is.

@@ -64,22 +64,13 @@ impl DashboardBench {
     /// Checks the bounds of every setting.
     pub fn validate(&self) -> Result<DashboardBench, BenchError> {
         let check = |ok: bool, what: &str| super::require("dashboard", ok, what);
-        check(
-            (1..=100_000).contains(&self.topics),
-            "--topics must be 1 to 100000",
-        )?;
+        super::in_range("dashboard", "--topics", self.topics, 1..=100_000)?;
         check(
             (self.topics..=MAX_TASKS).contains(&self.tasks),
             "--tasks must be at least --topics and at most 20000000",
         )?;
-        check(
-            (1..=10_000).contains(&self.batch),
-            "--batch must be 1 to 10000",
-        )?;
-        check(
-            (1..=10_000).contains(&self.samples),
-            "--samples must be 1 to 10000",
-        )?;
+        super::in_range("dashboard", "--batch", self.batch, 1..=10_000)?;
+        super::in_range("dashboard", "--samples", self.samples, 1..=10_000)?;
         Ok(self.clone())
     }
 }

@@ -96,26 +96,14 @@ impl LatenessBench {
     /// producer's settings).
     pub(super) fn validate_as(&self, bench: &str) -> Result<LatenessBench, BenchError> {
         let check = |ok: bool, what: &str| super::require(bench, ok, what);
-        check(
-            (1..=1_000_000).contains(&self.rate),
-            "--rate must be 1 to 1000000",
-        )?;
+        super::in_range(bench, "--rate", self.rate, 1..=1_000_000)?;
         check(
             (1..=MAX_DURATION_MS).contains(&self.duration),
             "--duration must be 1ms to 10m",
         )?;
-        check(
-            (10..=60_000).contains(&self.delay_ms),
-            "--delay-ms must be 10 to 60000",
-        )?;
-        check(
-            (1..=MAX_CONCURRENCY).contains(&self.workers),
-            "--workers must be 1 to 1000",
-        )?;
-        check(
-            (1..=1_000).contains(&self.count),
-            "--count must be 1 to 1000",
-        )?;
+        super::in_range(bench, "--delay-ms", self.delay_ms, 10..=60_000)?;
+        super::in_range(bench, "--workers", self.workers, 1..=MAX_CONCURRENCY)?;
+        super::in_range(bench, "--count", self.count, 1..=1_000)?;
         check(
             self.total() <= MAX_TASKS,
             "--rate × --duration must be at most 20000000 tasks",

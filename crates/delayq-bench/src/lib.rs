@@ -84,6 +84,29 @@ fn require(bench: &str, ok: bool, what: &str) -> Result<(), BenchError> {
         Err(BenchError::usage(format!("bench {bench}: {what}")))
     }
 }
+/// Checks that `flag`'s `value` lies in `range`: the error names the flag and both bounds.
+fn in_range<T>(
+    bench: &str,
+    flag: &str,
+    value: T,
+    range: std::ops::RangeInclusive<T>,
+) -> Result<(), BenchError>
+where
+    T: PartialOrd + std::fmt::Display,
+{
+    let what = format!("{flag} must be {} to {}", range.start(), range.end());
+    require(bench, range.contains(&value), &what)
+}
+
+/// Checks `--body-bytes`: at most 1 MiB, the server's own limit.
+fn body_bytes(bench: &str, value: usize) -> Result<(), BenchError> {
+    require(
+        bench,
+        value <= 1 << 20,
+        "--body-bytes must be at most 1 MiB",
+    )
+}
+
 /// The most tasks one benchmark may create.
 pub const MAX_TASKS: u64 = 20_000_000;
 

@@ -66,22 +66,10 @@ impl MemoryBench {
     /// Checks the bounds of every setting.
     pub fn validate(&self) -> Result<MemoryBench, BenchError> {
         let check = |ok: bool, what: &str| super::require("memory", ok, what);
-        check(
-            (1..=MAX_TASKS).contains(&self.tasks),
-            "--tasks must be 1 to 20000000",
-        )?;
-        check(
-            (1..=10_000).contains(&self.topics),
-            "--topics must be 1 to 10000",
-        )?;
-        check(
-            (1..=10_000).contains(&self.batch),
-            "--batch must be 1 to 10000",
-        )?;
-        check(
-            self.body_bytes <= 1 << 20,
-            "--body-bytes must be at most 1 MiB",
-        )?;
+        super::in_range("memory", "--tasks", self.tasks, 1..=MAX_TASKS)?;
+        super::in_range("memory", "--topics", self.topics, 1..=10_000)?;
+        super::in_range("memory", "--batch", self.batch, 1..=10_000)?;
+        super::body_bytes("memory", self.body_bytes)?;
         check(
             self.delay >= 60_000,
             "--delay must be at least 1m (the tasks must stay delayed while measured)",

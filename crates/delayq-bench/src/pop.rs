@@ -148,30 +148,15 @@ impl PopBench {
     /// Checks the bounds of every setting.
     pub fn validate(&self) -> Result<PopBench, BenchError> {
         let check = |ok: bool, what: &str| super::require("pop", ok, what);
-        check(
-            (1..=MAX_CONCURRENCY).contains(&self.workers),
-            "--workers must be 1 to 1000",
-        )?;
-        check(
-            (1..=MAX_TASKS).contains(&self.tasks),
-            "--tasks must be 1 to 20000000",
-        )?;
-        check(
-            (1..=1_000).contains(&self.count),
-            "--count must be 1 to 1000",
-        )?;
+        super::in_range("pop", "--workers", self.workers, 1..=MAX_CONCURRENCY)?;
+        super::in_range("pop", "--tasks", self.tasks, 1..=MAX_TASKS)?;
+        super::in_range("pop", "--count", self.count, 1..=1_000)?;
         check(
             self.tasks.saturating_mul(self.mode.kinds().len() as u64) <= MAX_TASKS,
             "--tasks times the modes run must be at most 20000000",
         )?;
-        check(
-            (1..=10_000).contains(&self.prefill_batch),
-            "--prefill-batch must be 1 to 10000",
-        )?;
-        check(
-            self.body_bytes <= 1 << 20,
-            "--body-bytes must be at most 1 MiB",
-        )?;
+        super::in_range("pop", "--prefill-batch", self.prefill_batch, 1..=10_000)?;
+        super::body_bytes("pop", self.body_bytes)?;
         check(
             (1..=MAX_DURATION_MS).contains(&self.max_time),
             "--max-time must be 1ms to 10m",
