@@ -29,9 +29,9 @@ pub use backoff::Backoff;
 pub use flow::FlowLimits;
 pub use lifecycle::{AfterFailure, Op, Refusal};
 pub use task::{
-    AddOutcome, Attempt, BuryOptions, DEFAULT_PRIORITY, Delivery, EXPIRED, Expiry, HeldBack,
-    MaxRetries, Millis, NewTask, OnDuplicate, OnExpire, Page, Pause, Priority, ReleaseOptions,
-    State, TaskInfo, TopicStats, When,
+    AddOutcome, Attempt, BuryOptions, DEFAULT_PRIORITY, Delivery, EXPIRED, Expiry, HISTORY_LEN,
+    HeldBack, MaxRetries, Millis, NewTask, OnDuplicate, OnExpire, Page, Pause, Priority,
+    ReleaseOptions, State, TaskInfo, TopicStats, When,
 };
 pub use trace::TraceContext;
 pub use validate::{InvalidField, Limits, TaskDefaults, TaskSpec};

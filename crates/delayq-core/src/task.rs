@@ -3,6 +3,8 @@
 //! These types are shared by every backend and by the HTTP layer, so they serialize to the
 //! seqdelay-compatible JSON field names of docs/design.md §3.
 
+use std::collections::VecDeque;
+
 use serde::{Deserialize, Serialize};
 
 use crate::backoff::Backoff;
@@ -486,6 +488,24 @@ pub struct Attempt {
     pub error: Option<String>,
 }
 
+/// How many failed attempts a task's history keeps: past it the oldest is dropped (on every
+/// backend; the Redis scripts' `HISTORY`).
+pub const HISTORY_LEN: usize = 16;
+
+impl Attempt {
+    /// Remembers this failed attempt in `history`, dropping the oldest past [`HISTORY_LEN`],
+    /// and its error, if it names one, as the task's `last_error`.
+    pub fn remember(self, history: &mut VecDeque<Attempt>, last_error: &mut Option<String>) {
+        if history.len() == HISTORY_LEN {
+            history.pop_front();
+        }
+        if self.error.is_some() {
+            last_error.clone_from(&self.error);
+        }
+        history.push_back(self);
+    }
+}
+
 /// The full view of a task, as `get` and `list` return it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskInfo {
@@ -680,6 +700,44 @@ pub struct Page<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn attempt(n: u64, error: Option<&str>) -> Attempt {
+        Attempt {
+            started_at_ms: n,
+            ended_at_ms: n + 1,
+            outcome: "released".to_owned(),
+            error: error.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn remember_keeps_the_newest_attempts_and_the_last_named_error() {
+        // (attempts remembered, the error of each: Some for even n, what history and
+        // last_error hold after)
+        let table: [(u64, usize, u64, Option<&str>); 4] = [
+            (1, 1, 0, Some("e0")),
+            (2, 2, 0, Some("e0")),
+            (16, 16, 0, Some("e14")),
+            (17, 16, 1, Some("e16")),
+        ];
+        for (n, len, first, last_error) in table {
+            let mut history = VecDeque::new();
+            let mut last = None;
+            for i in 0..n {
+                let error = (i % 2 == 0).then(|| format!("e{i}"));
+                attempt(i, error.as_deref()).remember(&mut history, &mut last);
+            }
+            assert_eq!(history.len(), len, "{n} attempts");
+            assert_eq!(history.front().map(|a| a.started_at_ms), Some(first));
+            assert_eq!(history.back().map(|a| a.started_at_ms), Some(n - 1));
+            assert_eq!(last.as_deref(), last_error, "{n} attempts");
+        }
+        // An attempt without an error keeps the last named one.
+        let mut history = VecDeque::new();
+        let mut last = Some("earlier".to_owned());
+        attempt(0, None).remember(&mut history, &mut last);
+        assert_eq!(last.as_deref(), Some("earlier"));
+    }
 
     #[test]
     fn state_codes_and_names_round_trip() {

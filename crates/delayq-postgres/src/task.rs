@@ -2,6 +2,8 @@
 //! decisions as the engine's shard (`delayq/src/storage/engine/shard.rs`), asked of
 //! [`delayq_core::lifecycle`], applied to a row that the transaction holds locked.
 
+use std::collections::VecDeque;
+
 use delayq_core::lifecycle::{self, AfterFailure, Op};
 use delayq_core::{
     Attempt, Backoff, Delivery, EXPIRED, MaxRetries, Millis, OnExpire, State, TaskInfo, TaskSpec,
@@ -11,9 +13,6 @@ use serde::{Deserialize, Serialize};
 use tokio_postgres::Row;
 
 use delayq::{Error, Result};
-
-/// How many failed attempts a task's history keeps (as the engine: the oldest are dropped).
-pub(crate) const HISTORY_LEN: usize = 16;
 
 /// The columns every read of a whole task selects, in [`Task::from_row`]'s order.
 pub(crate) const COLUMNS: &str = "topic, id, state, priority, due_ms, seq, deadline_ms, \
@@ -32,8 +31,8 @@ pub(crate) struct Extra {
     pub backoff: Option<Backoff>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub history: Vec<Attempt>,
+    #[serde(default, skip_serializing_if = "VecDeque::is_empty")]
+    pub history: VecDeque<Attempt>,
 }
 
 impl Extra {
@@ -227,7 +226,7 @@ impl Task {
             updated_at_ms: self.updated_at_ms,
             backoff: self.extra.backoff,
             last_error: self.extra.last_error,
-            history: self.extra.history,
+            history: self.extra.history.into(),
             trace: self.trace,
             expires_at_ms: self.expires_at_ms,
             on_expire: self.on_expire,
@@ -274,19 +273,13 @@ impl Task {
 
     /// Remembers a failed attempt and its error.
     pub fn push_failure(&mut self, now: Millis, outcome: &str, error: Option<String>) {
-        let extra = &mut self.extra;
-        if extra.history.len() == HISTORY_LEN {
-            extra.history.remove(0);
-        }
-        extra.history.push(Attempt {
+        let attempt = Attempt {
             started_at_ms: self.updated_at_ms,
             ended_at_ms: now,
             outcome: outcome.to_owned(),
-            error: error.clone(),
-        });
-        if error.is_some() {
-            extra.last_error = error;
-        }
+            error,
+        };
+        attempt.remember(&mut self.extra.history, &mut self.extra.last_error);
     }
 
     /// A failed attempt (release, ttr expiry): what [`lifecycle::after_failure`] decides.

@@ -19,8 +19,8 @@ const NOW: Millis = 1_800_000_000_000;
 const DUE: Millis = NOW - 60_000;
 /// When the failed attempt started (the record's `updated`).
 const STARTED: Millis = NOW - 5_000;
-/// The bound of the history: `HISTORY` in lib.lua, `HISTORY_LEN` in the engine.
-const HISTORY: usize = 16;
+/// The bound of the history: `HISTORY` in lib.lua must equal it.
+const HISTORY: usize = delayq_core::HISTORY_LEN;
 
 /// One failed attempt: the task before it, and what the consumer said.
 #[derive(Debug, Clone)]

@@ -10,9 +10,6 @@ use delayq_core::{
     Attempt, Backoff, Delivery, MaxRetries, Millis, OnExpire, State, TaskInfo, TraceContext,
 };
 
-/// How many failed attempts a task's history keeps (the oldest are dropped).
-pub(crate) const HISTORY_LEN: usize = 16;
-
 /// A task's record. Its fields are the engine's business: outside the crate a record is only
 /// what a [`Journal`](super::Journal) is handed to store.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -204,18 +201,13 @@ impl Record {
     /// Remembers a failed attempt and its error.
     pub fn push_failure(&mut self, now: Millis, outcome: &str, error: Option<String>) {
         let extra = self.extra.get_or_insert_with(Box::default);
-        if extra.history.len() == HISTORY_LEN {
-            extra.history.pop_front();
-        }
-        extra.history.push_back(Attempt {
+        let attempt = Attempt {
             started_at_ms: self.updated_at_ms,
             ended_at_ms: now,
             outcome: outcome.to_owned(),
-            error: error.clone(),
-        });
-        if error.is_some() {
-            extra.last_error = error;
-        }
+            error,
+        };
+        attempt.remember(&mut extra.history, &mut extra.last_error);
     }
 
     /// The receipt as consumers see it.
