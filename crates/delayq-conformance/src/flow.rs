@@ -5,8 +5,7 @@
 //! when the rate allows the next task, or when a limit is raised; limits are listed, replaced
 //! and removed; `/stats` counts the READY tasks they hold back.
 //!
-//! Run by [`crate::flow_suite!`] and the per-key cases by [`crate::flow_key_suite!`] on
-//! every backend.
+//! Run by [`crate::flow_suite!`] on every backend.
 
 use std::time::Duration;
 

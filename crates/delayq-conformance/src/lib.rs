@@ -12,8 +12,8 @@
 //! - [`spans`]: delayq's own spans of a traced task's events (every case runs with them on,
 //!   recorded in [`Harness::spans`]).
 //! - [`expiry`]: task expiry (docs/flow-control.md).
-//! - [`flow`]: flow limits (docs/flow-control.md), run by [`flow_suite!`] on every backend and
-//!   [`flow_key_suite!`] (the per-key cases) on every backend that keeps a task's key.
+//! - [`flow`]: flow limits of topics and keys (docs/flow-control.md), run by [`flow_suite!`]
+//!   on every backend.
 //!
 //! A backend crate adds one line to an integration test file:
 //!
@@ -240,7 +240,7 @@ macro_rules! suite {
 }
 
 /// Generates one `#[tokio::test]` per case of [`flow`] for the backend built by `$make`, like
-/// [`suite!`]: the topic limits, for every backend.
+/// [`suite!`]: the topic and key limits, for every backend.
 #[macro_export]
 macro_rules! flow_suite {
     ($make:expr) => {
@@ -248,17 +248,9 @@ macro_rules! flow_suite {
             max_active_bounds_active_tasks, a_waiting_pop_wakes_when_a_slot_frees,
             a_slot_is_held_until_the_ttr_passes, the_rate_bounds_hand_outs,
             a_rate_limited_pop_wakes_when_the_rate_allows, raising_a_limit_wakes_a_waiting_pop,
-            limits_are_listed_replaced_and_removed, pop_any_skips_a_topic_at_its_limit
+            limits_are_listed_replaced_and_removed, pop_any_skips_a_topic_at_its_limit,
+            a_busy_key_does_not_hold_back_others
         );
-    };
-}
-
-/// The per-key cases of [`flow`], for the backends that keep a task's key (all of them
-/// today; apart so that a new backend can be brought up without keys first).
-#[macro_export]
-macro_rules! flow_key_suite {
-    ($make:expr) => {
-        $crate::suite!(@in flow $make; a_busy_key_does_not_hold_back_others);
     };
 }
 

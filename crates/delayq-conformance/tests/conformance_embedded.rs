@@ -3,7 +3,6 @@
 
 delayq_conformance::suite!(start);
 delayq_conformance::flow_suite!(start);
-delayq_conformance::flow_key_suite!(start);
 
 async fn start(
     ctx: delayq::StorageContext,

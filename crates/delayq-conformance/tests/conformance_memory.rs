@@ -2,4 +2,3 @@
 
 delayq_conformance::suite!(|ctx| async move { delayq::storage::memory::start(ctx, 4) });
 delayq_conformance::flow_suite!(|ctx| async move { delayq::storage::memory::start(ctx, 4) });
-delayq_conformance::flow_key_suite!(|ctx| async move { delayq::storage::memory::start(ctx, 4) });

@@ -15,4 +15,3 @@ async fn served(ctx: StorageContext) -> Backend {
 
 delayq_conformance::suite!(|ctx| async move { served(ctx).await });
 delayq_conformance::flow_suite!(|ctx| async move { served(ctx).await });
-delayq_conformance::flow_key_suite!(|ctx| async move { served(ctx).await });

@@ -35,10 +35,6 @@ mod flow {
             .topic_partitions("other", 1);
         support::served_with(ctx, options).await
     });
-    delayq_conformance::flow_key_suite!(|ctx| async move {
-        let options = options(&support::unique_prefix("k")).topic_partitions("limited", 1);
-        support::served_with(ctx, options).await
-    });
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,7 +6,6 @@ mod support;
 
 delayq_conformance::suite!(|ctx| async move { support::served(ctx).await });
 delayq_conformance::flow_suite!(|ctx| async move { support::served(ctx).await });
-delayq_conformance::flow_key_suite!(|ctx| async move { support::served(ctx).await });
 
 mod partitioned {
     use super::support;
