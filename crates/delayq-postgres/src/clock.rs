@@ -9,7 +9,7 @@
 
 pub use delayq::clock::ReferenceClockOptions as PostgresClockOptions;
 use delayq::clock::{ReferenceClock, WeakReferenceClock};
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
 
 use crate::options::PostgresOptions;
 
@@ -30,20 +30,20 @@ pub fn new_clock(options: PostgresClockOptions) -> PostgresClock {
 /// need not be reachable yet: the clock refuses until a probe succeeds. A bad URL is an
 /// [`delayq::Error::Invalid`] naming it. Must be called inside a tokio runtime.
 pub fn connect(clock: &PostgresClock, options: &PostgresOptions) -> Result<(), delayq::Error> {
-    let config = crate::connection_config(options)?;
-    tokio::spawn(probe_loop(clock.downgrade(), config));
+    let connector = crate::connector(options)?;
+    tokio::spawn(probe_loop(clock.downgrade(), connector));
     Ok(())
 }
 
 /// Probes until the clock is gone, reconnecting after a failure.
-async fn probe_loop(clock: WeakReferenceClock, config: tokio_postgres::Config) {
+async fn probe_loop(clock: WeakReferenceClock, connector: crate::Connector) {
     let mut client: Option<Client> = None;
     loop {
         let Some(strong) = clock.upgrade() else {
             return;
         };
         if client.as_ref().is_none_or(Client::is_closed) {
-            client = match config.connect(NoTls).await {
+            client = match connector.connect().await {
                 Ok((c, conn)) => {
                     tokio::spawn(conn);
                     Some(c)

@@ -21,14 +21,14 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use tokio::sync::{mpsc, watch};
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::AsyncMessage;
 
 use crate::storage::Inner;
 
 /// The listener's loop, until `stop`.
 pub(crate) async fn listen(
     inner: Arc<Inner>,
-    config: tokio_postgres::Config,
+    connector: crate::Connector,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut failures: u32 = 0;
@@ -37,7 +37,7 @@ pub(crate) async fn listen(
         if *stop.borrow() {
             return;
         }
-        match session(&inner, &config, first, &mut stop).await {
+        match session(&inner, &connector, first, &mut stop).await {
             Ok(()) => return, // stopped
             Err(e) => {
                 failures = failures.saturating_add(1);
@@ -58,11 +58,11 @@ pub(crate) async fn listen(
 /// One LISTEN connection, until it fails (`Err`) or `stop` (`Ok`).
 async fn session(
     inner: &Inner,
-    config: &tokio_postgres::Config,
+    connector: &crate::Connector,
     first: bool,
     stop: &mut watch::Receiver<bool>,
 ) -> Result<(), String> {
-    let (client, mut conn) = config.connect(NoTls).await.map_err(|e| e.to_string())?;
+    let (client, mut conn) = connector.connect().await.map_err(|e| e.to_string())?;
     let (tx, mut rx) = mpsc::unbounded_channel::<Result<String, String>>();
     let pump = tokio::spawn(async move {
         let mut messages = futures_util::stream::poll_fn(move |cx| conn.poll_message(cx));

@@ -49,6 +49,7 @@ pub mod options;
 pub mod schema;
 mod storage;
 mod task;
+pub mod tls;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -57,7 +58,6 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use delayq::{Error, Outcome, Result, StorageContext};
 use parking_lot::Mutex;
 use tokio::sync::watch;
-use tokio_postgres::NoTls;
 
 pub use clock::{PostgresClock, PostgresClockOptions};
 pub use driver::IDLE_LOOK;
@@ -67,10 +67,42 @@ pub use storage::PostgresStorage;
 /// The PostgreSQL client this backend uses (for a URL's check, or a test's own queries).
 pub use tokio_postgres;
 
-/// The connection settings every connection of the backend uses: the options' URL with
-/// `search_path` set to the schema, a connect timeout and an application name unless given.
-pub fn connection_config(options: &PostgresOptions) -> Result<tokio_postgres::Config> {
-    let mut config = options.check()?;
+/// How every connection of the backend is made: the options' URL with `search_path` set to
+/// the schema, a connect timeout and an application name unless given, and the TLS its
+/// `sslmode` and `sslrootcert` ask for ([`tls`]).
+#[derive(Clone)]
+pub struct Connector {
+    /// The connection settings.
+    pub config: tokio_postgres::Config,
+    /// The TLS connector (unused with `sslmode=disable`).
+    pub tls: tokio_postgres_rustls::MakeRustlsConnect,
+}
+
+impl Connector {
+    /// Opens one connection; its connection future must be spawned.
+    pub async fn connect(
+        &self,
+    ) -> std::result::Result<
+        (
+            tokio_postgres::Client,
+            tokio_postgres::Connection<
+                tokio_postgres::Socket,
+                <tokio_postgres_rustls::MakeRustlsConnect as tokio_postgres::tls::MakeTlsConnect<
+                    tokio_postgres::Socket,
+                >>::Stream,
+            >,
+        ),
+        tokio_postgres::Error,
+    > {
+        self.config.connect(self.tls.clone()).await
+    }
+}
+
+/// The [`Connector`] of `options`.
+pub fn connector(options: &PostgresOptions) -> Result<Connector> {
+    options.check()?;
+    let (mut config, tls) = options.connection()?;
+    let tls = tls::connector(&tls)?;
     let search = format!("-c search_path={}", options.schema);
     let all = match config.get_options() {
         Some(o) if !o.trim().is_empty() => format!("{o} {search}"),
@@ -83,15 +115,15 @@ pub fn connection_config(options: &PostgresOptions) -> Result<tokio_postgres::Co
     if config.get_application_name().is_none() {
         config.application_name("delayq");
     }
-    Ok(config)
+    Ok(Connector { config, tls })
 }
 
 /// Connects, creates or migrates the schema, and starts this instance's driver and listener.
 pub async fn start(ctx: StorageContext, options: PostgresOptions) -> Result<PostgresStorage> {
-    let config = connection_config(&options)?;
+    let connector = connector(&options)?;
     {
-        let (mut client, conn) = config
-            .connect(NoTls)
+        let (mut client, conn) = connector
+            .connect()
             .await
             .map_err(|e| error::pg("connecting", Outcome::NotApplied, e))?;
         let conn = tokio::spawn(conn);
@@ -101,8 +133,8 @@ pub async fn start(ctx: StorageContext, options: PostgresOptions) -> Result<Post
         migrated?;
     }
     let manager = Manager::from_config(
-        config.clone(),
-        NoTls,
+        connector.config.clone(),
+        connector.tls.clone(),
         ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         },
@@ -128,7 +160,7 @@ pub async fn start(ctx: StorageContext, options: PostgresOptions) -> Result<Post
     let (stop, stopped) = watch::channel(false);
     let tasks = vec![
         tokio::spawn(driver::run(Arc::clone(&inner), stopped.clone())),
-        tokio::spawn(events::listen(Arc::clone(&inner), config, stopped)),
+        tokio::spawn(events::listen(Arc::clone(&inner), connector, stopped)),
     ];
     Ok(PostgresStorage {
         inner,

@@ -71,9 +71,20 @@ impl PostgresOptions {
             )
             .into());
         }
-        self.url.parse::<tokio_postgres::Config>().map_err(|e| {
-            InvalidField::new("postgres", format!("is not a PostgreSQL URL: {e}")).into()
-        })
+        self.connection().map(|(config, _)| config)
+    }
+
+    /// The URL parsed, and the TLS settings it names (libpq's `sslmode` and `sslrootcert`,
+    /// [`crate::tls`]).
+    pub fn connection(&self) -> Result<(tokio_postgres::Config, crate::tls::TlsSettings), Error> {
+        let (rest, tls) = crate::tls::split(&self.url)?;
+        let config = rest.parse::<tokio_postgres::Config>().map_err(|e| {
+            Error::from(InvalidField::new(
+                "postgres",
+                format!("is not a PostgreSQL URL: {e}"),
+            ))
+        })?;
+        Ok((config, tls))
     }
 
     /// The LISTEN/NOTIFY channel of this schema.

@@ -18,6 +18,7 @@
 mod cluster;
 mod fault_proxy;
 pub mod history;
+pub mod pki;
 mod postgres;
 mod proxied_cluster;
 mod receiver;

@@ -224,6 +224,11 @@ impl PostgresServer {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }
 
+    /// The directory of its Unix socket (`psql -h`).
+    pub fn socket_dir(&self) -> &Path {
+        self.dir.path()
+    }
+
     /// The process id of the postmaster, while it runs.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
@@ -257,6 +262,21 @@ impl PostgresServer {
         }
         let _ = child.kill();
         let _ = child.wait();
+    }
+}
+
+impl PostgresServer {
+    /// Writes `contents` to `name` in the server's data directory, readable by the server
+    /// alone (mode 0600, owned by the server's user): how a test hands it a TLS key, a
+    /// certificate or a `pg_hba.conf`, which then take effect on `SELECT pg_reload_conf()`.
+    pub fn write_data_file(&self, name: &str, contents: &[u8]) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let path = self.dir.path().join("data").join(name);
+        std::fs::write(&path, contents).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+            .unwrap_or_else(|e| panic!("chmod {}: {e}", path.display()));
+        give_to_postgres(&path, is_root());
+        path
     }
 }
 

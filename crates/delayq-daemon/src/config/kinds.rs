@@ -343,7 +343,9 @@ impl Kind for PostgresUrl {
     type Value = String;
 
     fn accepts(&self) -> String {
-        "a URL starting with postgres:// or postgresql://".into()
+        "a URL starting with postgres:// or postgresql:// (TLS: sslmode=disable, prefer, \
+         require, verify-ca or verify-full, and sslrootcert=FILE)"
+            .into()
     }
 
     fn value_name(&self) -> String {
@@ -355,8 +357,9 @@ impl Kind for PostgresUrl {
         let ok = ["postgres://", "postgresql://"]
             .iter()
             .any(|s| trimmed.starts_with(s) && trimmed.len() > s.len())
-            && trimmed
-                .parse::<delayq_postgres::tokio_postgres::Config>()
+            // Parsed as the backend will (libpq's sslmode and sslrootcert included).
+            && delayq_postgres::PostgresOptions::new(trimmed)
+                .connection()
                 .is_ok();
         if ok {
             Ok(trimmed.to_owned())

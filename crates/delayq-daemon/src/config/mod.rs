@@ -1093,7 +1093,7 @@ mod tests {
 
     #[test]
     fn storage_selection() {
-        let table: [(&[&str], Result<&str, &str>); 15] = [
+        let table: [(&[&str], Result<&str, &str>); 17] = [
             (&["--storage", "memory"], Ok("Memory")),
             (&["--redis", "redis://localhost:6379"], Ok("Redis")),
             (&["--storage", "redis", "--redis", "redis://x"], Ok("Redis")),
@@ -1133,6 +1133,17 @@ mod tests {
                 Err("both give a storage URL"),
             ),
             (&["--postgres", "mysql://h/db"], Err("postgres://")),
+            (
+                &[
+                    "--postgres",
+                    "postgres://h/db?sslmode=verify-full&sslrootcert=/etc/ca.pem",
+                ],
+                Ok("sslmode=verify-full&sslrootcert=/etc/ca.pem"),
+            ),
+            (
+                &["--postgres", "postgres://h/db?sslmode=strict"],
+                Err("sslmode=disable, prefer"),
+            ),
             (
                 &[
                     "--postgres",

@@ -1,39 +1,10 @@
-//! A CA and a server certificate generated at test time (rcgen), for the TLS tests.
+//! The test PKI (the testkit's), written to files, and a client that trusts it.
 
 use std::path::{Path, PathBuf};
 
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
-
-/// A test CA and a certificate it signed for `localhost` and `127.0.0.1`, as PEM.
-pub struct Pki {
-    /// The CA's certificate.
-    pub ca: String,
-    /// The server's certificate.
-    pub cert: String,
-    /// The server's private key.
-    pub key: String,
-}
-
-/// Generates a fresh CA and a certificate for `localhost` and `127.0.0.1` it signed.
-pub fn generate() -> Pki {
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "delayq test CA");
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = Issuer::new(ca_params, ca_key);
-    let key = KeyPair::generate().unwrap();
-    let params =
-        CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()]).unwrap();
-    let cert = params.signed_by(&key, &issuer).unwrap();
-    Pki {
-        ca: ca.pem(),
-        cert: cert.pem(),
-        key: key.serialize_pem(),
-    }
-}
+// Not every test binary that shares this module uses the TLS tests' PKI.
+#[allow(unused_imports)]
+pub use delayq_testkit::pki::{Pki, generate};
 
 /// Writes `text` to `dir/name` and returns the path.
 pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
