@@ -188,10 +188,10 @@ pub async fn publish_config(
         .execute(
             &format!(
                 "INSERT INTO {schema}.sql_config (one, max_body_bytes, max_delay_ms, max_ttr_ms, \
-                 default_ttr_ms, default_max_retries, retention_ms) \
-                 VALUES (true, $1, $2, $3, $4, $5, $6) ON CONFLICT (one) DO UPDATE SET \
+                 default_ttr_ms, default_max_retries, retention_ms, max_schedule_len) \
+                 VALUES (true, $1, $2, $3, $4, $5, $6, $7) ON CONFLICT (one) DO UPDATE SET \
                  max_body_bytes = $1, max_delay_ms = $2, max_ttr_ms = $3, default_ttr_ms = $4, \
-                 default_max_retries = $5, retention_ms = $6"
+                 default_max_retries = $5, retention_ms = $6, max_schedule_len = $7"
             ),
             &[
                 &big(limits.max_body_bytes as u64),
@@ -200,6 +200,7 @@ pub async fn publish_config(
                 &big(defaults.ttr_ms),
                 &defaults.max_retries.as_i64(),
                 &big(defaults.retention_ms),
+                &big(limits.max_schedule_len as u64),
             ],
         )
         .await

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use delayq::{
-    AddOutcome, Clock, Error, FlowLimits, Limits, MaxRetries, NewTask, PopOptions, Queue, State,
-    StorageContext, SystemClock,
+    AddOutcome, Backoff, Clock, Error, FlowLimits, Limits, MaxRetries, NewTask, PopOptions, Queue,
+    State, StorageContext, SystemClock,
 };
 use delayq_postgres::PostgresOptions;
 use delayq_postgres::tokio_postgres::types::ToSql;
@@ -285,7 +285,10 @@ async fn the_rows_of_a_sql_add_are_the_rows_of_the_instances_add() {
             .max_retries(MaxRetries::Unlimited)
             .key("merchant-1")
             .expires_in_ms(120_000)
-            .on_expire(delayq::OnExpire::Drop),
+            .on_expire(delayq::OnExpire::Drop)
+            .backoff(Backoff::Schedule {
+                ms: vec![120_000, 600_000],
+            }),
     )
     .await
     .unwrap();
@@ -293,7 +296,8 @@ async fn the_rows_of_a_sql_add_are_the_rows_of_the_instances_add() {
         .execute(
             "SELECT delayq.add('shape', 'sql', 'hello'::bytea, delay_ms => 60000, priority => 7, \
              ttr_ms => 5000, max_retries => -1, key => 'merchant-1', expires_in_ms => 120000, \
-             on_expire => 'drop')",
+             on_expire => 'drop', \
+             backoff => '{\"kind\": \"schedule\", \"ms\": [120000, 600000]}')",
             &[],
         )
         .await
@@ -340,6 +344,27 @@ async fn the_rows_of_a_sql_add_are_the_rows_of_the_instances_add() {
         (a.state, a.priority, a.ttr_ms, a.max_retries, a.delay_ms),
         (b.state, b.priority, b.ttr_ms, b.max_retries, b.delay_ms)
     );
+
+    // A backoff given in SQL is applied on a failure (rule 6).
+    client
+        .execute(
+            "SELECT delayq.add('retry', 'r', 'x', backoff => '{\"kind\":\"fixed\",\"ms\":60000}')",
+            &[],
+        )
+        .await
+        .unwrap();
+    let got = q.pop("retry", PopOptions::default()).await.unwrap();
+    let released_at = SystemClock::new().now_ms();
+    let state = q
+        .release(
+            "retry",
+            "r",
+            delayq::ReleaseOptions::default().receipt(got[0].receipt.clone()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(state, State::Delayed);
+    assert!(q.get("retry", "r").await.unwrap().due_ms >= released_at + 59_000);
 
     // Duplicates per rule 9: reject raises 23505, keep reports it existed, replace replaces.
     let err = client
@@ -484,6 +509,72 @@ async fn bad_input_raises_naming_the_field_with_the_librarys_limits() {
             "'v', 'p1', 'x', priority => 4294967295",
             t("p1").priority(u32::MAX),
         ),
+        case(
+            &format!("'v', 'f1', 'x', backoff => '{{\"kind\":\"fixed\",\"ms\":{max_delay}}}'"),
+            t("f1").backoff(Backoff::Fixed { ms: max_delay }),
+        ),
+        case(
+            &format!(
+                "'v', 'f2', 'x', backoff => '{{\"kind\":\"fixed\",\"ms\":{}}}'",
+                max_delay + 1
+            ),
+            t("f2").backoff(Backoff::Fixed { ms: max_delay + 1 }),
+        ),
+        case(
+            "'v', 'x1', 'x', backoff => '{\"kind\":\"exponential\",\"base_ms\":0,\"max_ms\":5}'",
+            t("x1").backoff(Backoff::Exponential {
+                base_ms: 0,
+                max_ms: 5,
+            }),
+        ),
+        case(
+            "'v', 'x2', 'x', backoff => '{\"kind\":\"exponential\",\"base_ms\":6,\"max_ms\":5}'",
+            t("x2").backoff(Backoff::Exponential {
+                base_ms: 6,
+                max_ms: 5,
+            }),
+        ),
+        case(
+            &format!(
+                "'v', 'x3', 'x', backoff => '{{\"kind\":\"exponential\",\"base_ms\":1,\"max_ms\":{}}}'",
+                max_delay + 1
+            ),
+            t("x3").backoff(Backoff::Exponential {
+                base_ms: 1,
+                max_ms: max_delay + 1,
+            }),
+        ),
+        case(
+            "'v', 's1', 'x', backoff => '{\"kind\":\"schedule\",\"ms\":[]}'",
+            t("s1").backoff(Backoff::Schedule { ms: vec![] }),
+        ),
+        case(
+            &format!(
+                "'v', 's2', 'x', backoff => '{{\"kind\":\"schedule\",\"ms\":{:?}}}'",
+                vec![1u64; l.max_schedule_len]
+            ),
+            t("s2").backoff(Backoff::Schedule {
+                ms: vec![1; l.max_schedule_len],
+            }),
+        ),
+        case(
+            &format!(
+                "'v', 's3', 'x', backoff => '{{\"kind\":\"schedule\",\"ms\":{:?}}}'",
+                vec![1u64; l.max_schedule_len + 1]
+            ),
+            t("s3").backoff(Backoff::Schedule {
+                ms: vec![1; l.max_schedule_len + 1],
+            }),
+        ),
+        case(
+            &format!(
+                "'v', 's4', 'x', backoff => '{{\"kind\":\"schedule\",\"ms\":[1, {}]}}'",
+                max_delay + 1
+            ),
+            t("s4").backoff(Backoff::Schedule {
+                ms: vec![1, max_delay + 1],
+            }),
+        ),
     ];
     for c in cases {
         let (topic, id) = (c.task.topic.clone(), c.task.id.clone());
@@ -554,6 +645,22 @@ async fn bad_input_raises_naming_the_field_with_the_librarys_limits() {
             "on_expire",
             "'later'",
         ),
+        (
+            "'v', 'n13', 'x', backoff => '{\"kind\":\"linear\"}'",
+            "backoff.kind",
+            "'linear'",
+        ),
+        (
+            "'v', 'n14', 'x', backoff => '{\"kind\":\"fixed\",\"ms\":-1}'",
+            "backoff.ms",
+            "got -1",
+        ),
+        (
+            "'v', 'n15', 'x', backoff => '{\"kind\":\"fixed\",\"ms\":1.5}'",
+            "backoff.ms",
+            "got 1.5",
+        ),
+        ("'v', 'n16', 'x', backoff => '[1]'", "backoff", "[1]"),
     ];
     for (args, field, says) in refused {
         let sql = format!("SELECT delayq.add({args})");

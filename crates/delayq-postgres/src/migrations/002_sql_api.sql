@@ -12,9 +12,10 @@ CREATE TABLE {s}.sql_config (
     max_ttr_ms bigint NOT NULL,
     default_ttr_ms bigint NOT NULL,
     default_max_retries bigint NOT NULL,
-    retention_ms bigint NOT NULL
+    retention_ms bigint NOT NULL,
+    max_schedule_len bigint NOT NULL
 );
-INSERT INTO {s}.sql_config VALUES (true, 1048576, 315576000000, 86400000, 30000, 3, 60000);
+INSERT INTO {s}.sql_config VALUES (true, 1048576, 315576000000, 86400000, 30000, 3, 60000, 64);
 
 -- The database's clock in epoch ms, rounded up: a due counted from it is never early.
 CREATE FUNCTION {s}.now_ms() RETURNS bigint LANGUAGE sql VOLATILE
@@ -90,6 +91,77 @@ BEGIN
     END IF;
     PERFORM {s}.check_ms(func, 'delay_ms', coalesce(delay_ms, 0), 0, max_delay_ms);
     RETURN now_ms + coalesce(delay_ms, 0);
+END $$;
+
+-- A JSON number of whole milliseconds (>= 0, within bigint).
+CREATE FUNCTION {s}.json_ms(func text, field text, v jsonb) RETURNS bigint
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF v IS NULL OR jsonb_typeof(v) <> 'number' OR v::numeric <> trunc(v::numeric)
+            OR v::numeric < 0 OR v::numeric > 9223372036854775807 THEN
+        PERFORM {s}.invalid(func, field, format('must be a whole number of ms >= 0 (got %s)',
+                                                  coalesce(v::text, 'nothing')));
+    END IF;
+    RETURN v::numeric::bigint;
+END $$;
+
+-- A retry schedule as the JSON API writes it (`{"kind":"fixed","ms":N}`,
+-- `{"kind":"exponential","base_ms":N,"max_ms":M}`, `{"kind":"schedule","ms":[...]}`), checked
+-- as the library's `validate::check_backoff`; returns the form the backend stores.
+CREATE FUNCTION {s}.check_backoff(func text, b jsonb, max_delay_ms bigint, max_len bigint)
+RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+    kind text;
+    base bigint;
+    cap bigint;
+    n int;
+    waits bigint[] := '{}';
+    field text;
+BEGIN
+    IF jsonb_typeof(b) IS DISTINCT FROM 'object' THEN
+        PERFORM {s}.invalid(func, 'backoff', format(
+            'is %s; give an object of kind ''fixed'', ''exponential'' or ''schedule''', b));
+    END IF;
+    kind := b->>'kind';
+    IF kind = 'fixed' THEN
+        base := {s}.json_ms(func, 'backoff.ms', b->'ms');
+        PERFORM {s}.check_ms(func, 'backoff.ms', base, 0, max_delay_ms);
+        RETURN jsonb_build_object('kind', kind, 'ms', base);
+    ELSIF kind = 'exponential' THEN
+        base := {s}.json_ms(func, 'backoff.base_ms', b->'base_ms');
+        cap := {s}.json_ms(func, 'backoff.max_ms', b->'max_ms');
+        IF base = 0 THEN
+            PERFORM {s}.invalid(func, 'backoff.base_ms', 'must be at least 1 ms');
+        END IF;
+        IF cap < base THEN
+            PERFORM {s}.invalid(func, 'backoff.max_ms',
+                format('is %s ms, less than base_ms (%s ms)', cap, base));
+        END IF;
+        PERFORM {s}.check_ms(func, 'backoff.max_ms', cap, 0, max_delay_ms);
+        RETURN jsonb_build_object('kind', kind, 'base_ms', base, 'max_ms', cap);
+    ELSIF kind = 'schedule' THEN
+        IF jsonb_typeof(b->'ms') IS DISTINCT FROM 'array' THEN
+            PERFORM {s}.invalid(func, 'backoff.ms', 'must be a list of waits in ms');
+        END IF;
+        n := jsonb_array_length(b->'ms');
+        IF n = 0 THEN
+            PERFORM {s}.invalid(func, 'backoff.ms', 'must list at least one wait');
+        ELSIF n > max_len THEN
+            PERFORM {s}.invalid(func, 'backoff.ms',
+                format('lists %s waits, the limit is %s', n, max_len));
+        END IF;
+        FOR i IN 0 .. n - 1 LOOP
+            field := format('backoff.ms[%s]', i);
+            base := {s}.json_ms(func, field, b->'ms'->i);
+            PERFORM {s}.check_ms(func, field, base, 0, max_delay_ms);
+            waits := waits || base;
+        END LOOP;
+        RETURN jsonb_build_object('kind', kind, 'ms', to_jsonb(waits));
+    END IF;
+    PERFORM {s}.invalid(func, 'backoff.kind', format(
+        'is %s; accepted are ''fixed'', ''exponential'' and ''schedule''',
+        coalesce(quote_literal(kind), 'missing')));
+    RETURN NULL;
 END $$;
 
 -- The core of every add (the backend's and delayq.add): inserts the task, READY if its due
@@ -219,7 +291,7 @@ CREATE FUNCTION {s}.add(
     delay_ms bigint DEFAULT NULL, run_at_ms bigint DEFAULT NULL,
     priority bigint DEFAULT NULL, ttr_ms bigint DEFAULT NULL, max_retries bigint DEFAULT NULL,
     key text DEFAULT NULL, expires_in_ms bigint DEFAULT NULL, expires_at_ms bigint DEFAULT NULL,
-    on_expire text DEFAULT NULL, on_duplicate text DEFAULT NULL,
+    on_expire text DEFAULT NULL, on_duplicate text DEFAULT NULL, backoff jsonb DEFAULT NULL,
     OUT outcome text, OUT due_ms bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -234,6 +306,7 @@ DECLARE
     t_priority bigint;
     t_on_expire smallint;
     t_policy smallint;
+    t_extra jsonb;
     r record;
 BEGIN
     SELECT * INTO STRICT cfg FROM {s}.sql_config;
@@ -271,6 +344,10 @@ BEGIN
     END IF;
     t_ttr := coalesce(ttr_ms, cfg.default_ttr_ms);
     PERFORM {s}.check_ms(f, 'ttr_ms', t_ttr, 1, cfg.max_ttr_ms);
+    IF backoff IS NOT NULL THEN
+        t_extra := jsonb_build_object('backoff', {s}.check_backoff(f, backoff, cfg.max_delay_ms,
+                                                                   cfg.max_schedule_len));
+    END IF;
     t_priority := coalesce(priority, 1024);
     IF t_priority < 0 OR t_priority > 4294967295 THEN
         PERFORM {s}.invalid(f, 'priority',
@@ -293,7 +370,7 @@ BEGIN
             format('is %L; accepted are ''reject'', ''replace'' and ''keep''', on_duplicate));
     END IF;
     SELECT * INTO STRICT r FROM {s}.enqueue(t_now, NULL, t_policy, topic, id, body,
-        t_priority, t_due, t_now, t_ttr, t_retries, t_expires, t_on_expire, key, NULL, NULL);
+        t_priority, t_due, t_now, t_ttr, t_retries, t_expires, t_on_expire, key, NULL, t_extra);
     IF r.outcome = 3 THEN
         RAISE EXCEPTION '%: the task % of topic % exists', f, quote_literal(id),
             quote_literal(topic)
@@ -311,22 +388,22 @@ CREATE FUNCTION {s}.add(
     delay_ms bigint DEFAULT NULL, run_at_ms bigint DEFAULT NULL,
     priority bigint DEFAULT NULL, ttr_ms bigint DEFAULT NULL, max_retries bigint DEFAULT NULL,
     key text DEFAULT NULL, expires_in_ms bigint DEFAULT NULL, expires_at_ms bigint DEFAULT NULL,
-    on_expire text DEFAULT NULL, on_duplicate text DEFAULT NULL,
+    on_expire text DEFAULT NULL, on_duplicate text DEFAULT NULL, backoff jsonb DEFAULT NULL,
     OUT outcome text, OUT due_ms bigint)
 LANGUAGE sql AS $$
     SELECT * FROM {s}.add($1, $2, convert_to($3, 'UTF8'), $4, $5, $6, $7, $8, $9, $10, $11,
-                          $12, $13)
+                          $12, $13, $14)
 $$;
 CREATE FUNCTION {s}.add(
     topic text, id text, body jsonb,
     delay_ms bigint DEFAULT NULL, run_at_ms bigint DEFAULT NULL,
     priority bigint DEFAULT NULL, ttr_ms bigint DEFAULT NULL, max_retries bigint DEFAULT NULL,
     key text DEFAULT NULL, expires_in_ms bigint DEFAULT NULL, expires_at_ms bigint DEFAULT NULL,
-    on_expire text DEFAULT NULL, on_duplicate text DEFAULT NULL,
+    on_expire text DEFAULT NULL, on_duplicate text DEFAULT NULL, backoff jsonb DEFAULT NULL,
     OUT outcome text, OUT due_ms bigint)
 LANGUAGE sql AS $$
     SELECT * FROM {s}.add($1, $2, convert_to($3::text, 'UTF8'), $4, $5, $6, $7, $8, $9, $10,
-                          $11, $12, $13)
+                          $11, $12, $13, $14)
 $$;
 
 -- delayq.cancel: true when this call cancelled the task (it will never be delivered again),
