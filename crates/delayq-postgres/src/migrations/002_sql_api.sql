@@ -390,10 +390,15 @@ CREATE FUNCTION {s}.add(
     key text DEFAULT NULL, expires_in_ms bigint DEFAULT NULL, expires_at_ms bigint DEFAULT NULL,
     on_expire text DEFAULT NULL, on_duplicate text DEFAULT NULL, backoff jsonb DEFAULT NULL,
     OUT outcome text, OUT due_ms bigint)
-LANGUAGE sql AS $$
-    SELECT * FROM {s}.add($1, $2, convert_to($3, 'UTF8'), $4, $5, $6, $7, $8, $9, $10, $11,
-                          $12, $13, $14)
-$$;
+LANGUAGE plpgsql AS $$
+BEGIN
+    -- plpgsql, not sql: its plan is kept for the session, where a sql function's call from
+    -- a plpgsql caller is planned again at each call.
+    SELECT a.outcome, a.due_ms INTO outcome, due_ms
+        FROM {s}.add(topic, id, convert_to(body, 'UTF8'), delay_ms, run_at_ms, priority,
+                     ttr_ms, max_retries, key, expires_in_ms, expires_at_ms, on_expire,
+                     on_duplicate, backoff) a;
+END $$;
 CREATE FUNCTION {s}.add(
     topic text, id text, body jsonb,
     delay_ms bigint DEFAULT NULL, run_at_ms bigint DEFAULT NULL,
@@ -401,10 +406,13 @@ CREATE FUNCTION {s}.add(
     key text DEFAULT NULL, expires_in_ms bigint DEFAULT NULL, expires_at_ms bigint DEFAULT NULL,
     on_expire text DEFAULT NULL, on_duplicate text DEFAULT NULL, backoff jsonb DEFAULT NULL,
     OUT outcome text, OUT due_ms bigint)
-LANGUAGE sql AS $$
-    SELECT * FROM {s}.add($1, $2, convert_to($3::text, 'UTF8'), $4, $5, $6, $7, $8, $9, $10,
-                          $11, $12, $13, $14)
-$$;
+LANGUAGE plpgsql AS $$
+BEGIN
+    SELECT a.outcome, a.due_ms INTO outcome, due_ms
+        FROM {s}.add(topic, id, convert_to(body::text, 'UTF8'), delay_ms, run_at_ms, priority,
+                     ttr_ms, max_retries, key, expires_in_ms, expires_at_ms, on_expire,
+                     on_duplicate, backoff) a;
+END $$;
 
 -- delayq.cancel: true when this call cancelled the task (it will never be delivered again),
 -- false when there is nothing to cancel: no such task, or it already ended (finished,
