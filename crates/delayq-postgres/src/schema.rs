@@ -204,6 +204,13 @@ pub async fn publish_config(
             ],
         )
         .await
-        .map_err(|e| pg(op, Outcome::Unknown, e))?;
+        .map_err(|e| {
+            // The server refused the statement: nothing was written.
+            let outcome = match e.as_db_error() {
+                Some(_) => Outcome::NotApplied,
+                None => Outcome::Unknown,
+            };
+            pg(op, outcome, e)
+        })?;
     Ok(())
 }
