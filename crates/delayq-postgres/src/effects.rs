@@ -35,6 +35,10 @@ pub(crate) struct TimeDead {
 pub(crate) struct Effects {
     /// Topics that got READY tasks (or a freed slot, or an ended pause): wake their consumers.
     pub ready: Vec<String>,
+    /// The same, for topics whose other instances a core SQL function of the schema notified
+    /// already (`enqueue`, `cancel_task`, `reschedule_task`): only this instance's consumers
+    /// are left to wake.
+    pub notified: Vec<String>,
     /// The earliest new timer (due, ttr deadline, end of a retention, pause or rate hold).
     pub timer: Option<Millis>,
     /// Promotions.
@@ -54,6 +58,13 @@ impl Effects {
     pub fn ready(&mut self, topic: &str) {
         if !self.ready.iter().any(|t| t == topic) {
             self.ready.push(topic.to_owned());
+        }
+    }
+
+    /// Notes that `topic` got ready tasks and that a SQL function notified the others.
+    pub fn notified(&mut self, topic: &str) {
+        if !self.notified.iter().any(|t| t == topic) {
+            self.notified.push(topic.to_owned());
         }
     }
 
@@ -110,7 +121,7 @@ impl Effects {
                 .spans()
                 .dead(&d.topic, &d.id, d.trace.as_ref(), now, d.reason);
         }
-        for topic in &self.ready {
+        for topic in self.ready.iter().chain(&self.notified) {
             ctx.waiters.notify(topic, usize::MAX);
         }
         for ns in &self.settings {

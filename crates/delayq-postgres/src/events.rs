@@ -9,10 +9,11 @@
 //! |------|----------|--------------|
 //! | `r`  | a topic  | wakes the consumers parked on the topic (tasks became ready, a slot freed, a pause ended) |
 //! | `s`  | a namespace | tells the settings readers that the namespace changed |
-//! | `t`  | a due time | wakes the driver (an add from an application's own transaction) |
+//! | `t`  | a due time | wakes the driver if it sleeps past it (a timer an application's own transaction made: `delayq.add`, `.cancel`, `.reschedule`) |
 //!
-//! Notices an instance sent are skipped when they come back to it (it applied them locally
-//! already). When the connection breaks, the listener reconnects with backoff; notices sent
+//! The sender is an instance's id, or `sql` for the SQL API called by an application (no
+//! instance applies its effects locally, so every instance hears of its timers). Notices an
+//! instance sent are skipped when they come back to it (it applied them locally already). When the connection breaks, the listener reconnects with backoff; notices sent
 //! meanwhile are lost, so after reconnecting it wakes the driver and tells every settings
 //! reader to read again (parked consumers wake at their timeout or on the next notice).
 

@@ -33,6 +33,16 @@
 //! Task time comes from the queue's clock as a parameter (the conformance suite drives a
 //! manual clock); a server's clock is [`PostgresClock`], the database's `clock_timestamp()`.
 //!
+//! # The SQL API
+//!
+//! An application adds, cancels and reschedules tasks inside its own transaction with SQL
+//! functions of the schema (`delayq.add(...)`, `delayq.cancel(...)`, `delayq.reschedule(...)`,
+//! migration 2 of [`schema`]): a rolled-back transaction leaves no task, a committed one
+//! wakes the consumers of every instance (its `NOTIFY` is delivered on commit). They validate
+//! with the limits and defaults each instance publishes at start and read the database's clock.
+//! Under them are the core functions `enqueue`, `cancel_task` and `reschedule_task`, which
+//! this backend's own add, cancel and reschedule call too: one logic for both paths.
+//!
 //! # Time-driven work and wake-ups
 //!
 //! Every instance runs a [`driver`] that sleeps until the earliest timer in the database and
@@ -127,7 +137,12 @@ pub async fn start(ctx: StorageContext, options: PostgresOptions) -> Result<Post
             .await
             .map_err(|e| error::pg("connecting", Outcome::NotApplied, e))?;
         let conn = tokio::spawn(conn);
-        let migrated = schema::migrate(&mut client, &options.schema).await;
+        let mut migrated = schema::migrate(&mut client, &options.schema).await;
+        if migrated.is_ok() {
+            let published =
+                schema::publish_config(&client, &options.schema, &ctx.limits, &ctx.defaults).await;
+            migrated = published.and(migrated);
+        }
         drop(client);
         let _ = conn.await;
         migrated?;

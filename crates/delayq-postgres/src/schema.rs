@@ -9,8 +9,16 @@
 //! build does not understand.
 //!
 //! Every connection of the backend runs with `search_path` set to the schema, so the
-//! statements name tables unqualified; the migrations qualify every name they create.
+//! statements name tables unqualified; the migrations qualify every name they create (and
+//! every name the SQL functions use: an application calls them under its own `search_path`).
+//!
+//! Migration 2 adds the SQL API an application calls inside its own transaction
+//! (`<schema>.add`, `.cancel`, `.reschedule`) and the core functions under it (`enqueue`,
+//! `cancel_task`, `reschedule_task`), which the backend's own add, cancel and reschedule call
+//! too: one logic for both paths. The SQL API validates with the limits and defaults of
+//! `<schema>.sql_config`, which [`publish_config`] writes at each instance's start.
 
+use delayq_core::validate::{Limits, TaskDefaults};
 use tokio_postgres::Client;
 
 use crate::error::{BackendError, pg};
@@ -82,6 +90,9 @@ CREATE TABLE {s}.settings (
     PRIMARY KEY (namespace, key)
 );
 "#,
+    // 2: the SQL API (`delayq.add`, `delayq.cancel`, `delayq.reschedule`) and the core
+    // functions the backend's own add, cancel and reschedule call as well.
+    include_str!("migrations/002_sql_api.sql"),
 ];
 
 /// The newest schema version this build knows.
@@ -89,9 +100,17 @@ pub fn known_version() -> i32 {
     MIGRATIONS.len() as i32
 }
 
-/// Creates or migrates `schema` (see the module doc). Returns the version it is at.
+/// Creates or migrates `schema` to the newest version (see the module doc). Returns the
+/// version it is at.
 pub async fn migrate(client: &mut Client, schema: &str) -> Result<i32> {
+    migrate_to(client, schema, known_version()).await
+}
+
+/// Creates or migrates `schema` up to version `target` (at most [`known_version`]): what
+/// [`migrate`] does, stopping early. An upgrade test lays out an older schema with it.
+pub async fn migrate_to(client: &mut Client, schema: &str, target: i32) -> Result<i32> {
     let op = "migrating the schema";
+    let target = target.clamp(0, known_version());
     let e = |e| pg(op, Outcome::NotApplied, e);
     let tx = client.transaction().await.map_err(e)?;
     tx.execute(
@@ -126,19 +145,24 @@ pub async fn migrate(client: &mut Client, schema: &str) -> Result<i32> {
             },
         ));
     }
-    for (i, migration) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+    for (i, migration) in MIGRATIONS
+        .iter()
+        .enumerate()
+        .take(target as usize)
+        .skip(found as usize)
+    {
         tracing::info!(schema, version = i + 1, "applying a schema migration");
         tx.batch_execute(&migration.replace("{s}", schema))
             .await
             .map_err(e)?;
     }
-    if found < known {
+    if found < target {
         tx.execute(
             &format!(
                 "INSERT INTO {schema}.schema_version (version) VALUES ($1)
                  ON CONFLICT (one) DO UPDATE SET version = EXCLUDED.version"
             ),
-            &[&known],
+            &[&target],
         )
         .await
         .map_err(e)?;
@@ -146,5 +170,47 @@ pub async fn migrate(client: &mut Client, schema: &str) -> Result<i32> {
     tx.commit()
         .await
         .map_err(|err| pg(op, Outcome::Unknown, err))?;
-    Ok(known)
+    Ok(found.max(target))
+}
+
+/// Writes the limits and defaults the SQL API applies (`<schema>.sql_config`): this instance's,
+/// so `delayq.add` refuses and fills in what this instance's `/add` would. Instances with
+/// different settings overwrite each other's at start (the last one started wins).
+pub async fn publish_config(
+    client: &Client,
+    schema: &str,
+    limits: &Limits,
+    defaults: &TaskDefaults,
+) -> Result<()> {
+    let op = "writing the SQL API's limits";
+    let big = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    client
+        .execute(
+            &format!(
+                "INSERT INTO {schema}.sql_config (one, max_body_bytes, max_delay_ms, max_ttr_ms, \
+                 default_ttr_ms, default_max_retries, retention_ms, max_schedule_len) \
+                 VALUES (true, $1, $2, $3, $4, $5, $6, $7) ON CONFLICT (one) DO UPDATE SET \
+                 max_body_bytes = $1, max_delay_ms = $2, max_ttr_ms = $3, default_ttr_ms = $4, \
+                 default_max_retries = $5, retention_ms = $6, max_schedule_len = $7"
+            ),
+            &[
+                &big(limits.max_body_bytes as u64),
+                &big(limits.max_delay_ms),
+                &big(limits.max_ttr_ms),
+                &big(defaults.ttr_ms),
+                &defaults.max_retries.as_i64(),
+                &big(defaults.retention_ms),
+                &big(limits.max_schedule_len as u64),
+            ],
+        )
+        .await
+        .map_err(|e| {
+            // The server refused the statement: nothing was written.
+            let outcome = match e.as_db_error() {
+                Some(_) => Outcome::NotApplied,
+                None => Outcome::Unknown,
+            };
+            pg(op, outcome, e)
+        })?;
+    Ok(())
 }

@@ -1,7 +1,11 @@
 //! The storage traits on PostgreSQL. Every transition is one transaction: the task's row is
 //! read `FOR UPDATE`, the transition decided in Rust by [`crate::task`] (the engine's rules,
 //! asked of `delayq_core::lifecycle`), the row written back, the wake-ups notified, and the
-//! whole committed at once. Pops lock the READY rows they take with `FOR UPDATE SKIP LOCKED`,
+//! whole committed at once. Add, cancel and reschedule are the exception: they call the
+//! schema's core SQL functions (`enqueue`, `cancel_task`, `reschedule_task`), the same ones
+//! under the SQL API an application calls in its own transaction, so the two paths cannot
+//! drift; the refusals are still `lifecycle`'s, and a table test holds the states the
+//! functions change equal to `lifecycle::check_op`. Pops lock the READY rows they take with `FOR UPDATE SKIP LOCKED`,
 //! so pops on any number of instances never wait for each other nor hand a task out twice;
 //! a topic with flow limits is locked (its `topics` row) for the pop's transaction, so the
 //! ACTIVE count and the rate's state read there are exact across instances.
@@ -181,77 +185,63 @@ impl Inner {
 
     // ---- add --------------------------------------------------------------------------
 
+    /// Adds tasks through `enqueue`, the SQL function under `delayq.add` too (migration 2):
+    /// one logic for the instance's add and the application's. The function notifies the
+    /// topic's consumers on other instances; this instance wakes its own after the commit.
     async fn add(&self, specs: Vec<TaskSpec>) -> Result<Vec<AddResult>> {
         let op = "adding tasks";
         self.transact(op, async |tx, effects, now| {
-            let insert = tx
+            let enqueue = tx
                 .prepare_cached(
-                    "INSERT INTO tasks (topic, id, state, priority, due_ms, deadline_ms, \
-                     updated_at_ms, created_at_ms, receipt, retries, ttr_ms, max_retries, \
-                     expires_at_ms, on_expire, key, body, trace, extra) \
-                     VALUES ($1, $2, $3, $4, $5, 0, $6, $7, NULL, 0, $8, $9, $10, $11, $12, $13, \
-                     $14, $15) ON CONFLICT (topic, id) DO NOTHING",
-                )
-                .await?;
-            let replace = tx
-                .prepare_cached(
-                    "INSERT INTO tasks (topic, id, state, priority, due_ms, deadline_ms, \
-                     updated_at_ms, created_at_ms, receipt, retries, ttr_ms, max_retries, \
-                     expires_at_ms, on_expire, key, body, trace, extra) \
-                     VALUES ($1, $2, $3, $4, $5, 0, $6, $7, NULL, 0, $8, $9, $10, $11, $12, $13, \
-                     $14, $15) ON CONFLICT (topic, id) DO UPDATE SET state = EXCLUDED.state, \
-                     priority = EXCLUDED.priority, due_ms = EXCLUDED.due_ms, deadline_ms = 0, \
-                     updated_at_ms = EXCLUDED.updated_at_ms, created_at_ms = EXCLUDED.created_at_ms, \
-                     receipt = NULL, retries = 0, ttr_ms = EXCLUDED.ttr_ms, \
-                     max_retries = EXCLUDED.max_retries, expires_at_ms = EXCLUDED.expires_at_ms, \
-                     on_expire = EXCLUDED.on_expire, key = EXCLUDED.key, body = EXCLUDED.body, \
-                     trace = EXCLUDED.trace, extra = EXCLUDED.extra, seq = nextval('task_seq') \
-                     RETURNING (xmax = 0) AS inserted",
+                    "SELECT outcome, new_state, due FROM enqueue($1, $2, $3, $4, $5, $6, $7, \
+                     $8, $9, $10, $11, $12, $13, $14, $15, $16)",
                 )
                 .await?;
             let mut results = Vec::with_capacity(specs.len());
             for spec in specs {
-                let policy = spec.on_duplicate;
+                let policy: i16 = match spec.on_duplicate {
+                    OnDuplicate::Reject => 0,
+                    OnDuplicate::Replace => 1,
+                    OnDuplicate::Keep => 2,
+                };
                 let task = Task::new(spec, now);
                 let (trace, extra) = (task.trace_json(), task.extra_json());
-                let params: [&(dyn ToSql + Sync); 15] = [
+                let params: [&(dyn ToSql + Sync); 16] = [
+                    &db(now),
+                    &self.instance,
+                    &policy,
                     &task.topic,
                     &task.id,
-                    &(task.state.code() as i16),
+                    &task.body,
                     &i64::from(task.priority),
                     &db(task.due_ms),
-                    &db(task.updated_at_ms),
                     &db(task.created_at_ms),
                     &db(task.ttr_ms),
                     &task.max_retries_db(),
                     &task.expires_at_ms.map(db),
                     &task.on_expire_code(),
                     &task.key,
-                    &task.body,
                     &trace,
                     &extra,
                 ];
-                let outcome = if policy == OnDuplicate::Replace {
-                    let row = tx.query_one(&replace, &params).await?;
-                    if row.get::<_, bool>(0) {
-                        AddOutcome::Added
-                    } else {
-                        AddOutcome::Replaced
+                let row = tx.query_one(&enqueue, &params).await?;
+                let outcome = match row.get::<_, i16>(0) {
+                    0 => AddOutcome::Added,
+                    1 => AddOutcome::Replaced,
+                    2 => {
+                        results.push(Ok(AddOutcome::Existed));
+                        continue;
                     }
-                } else if tx.execute(&insert, &params).await? == 1 {
-                    AddOutcome::Added
-                } else if policy == OnDuplicate::Keep {
-                    results.push(Ok(AddOutcome::Existed));
-                    continue;
-                } else {
-                    results.push(Err(Error::Duplicate {
-                        topic: task.topic,
-                        id: task.id,
-                    }));
-                    continue;
+                    _ => {
+                        results.push(Err(Error::Duplicate {
+                            topic: task.topic,
+                            id: task.id,
+                        }));
+                        continue;
+                    }
                 };
-                match task.state {
-                    State::Ready => effects.ready(&task.topic),
+                match state_of(row.get(1))? {
+                    State::Ready => effects.notified(&task.topic),
                     _ => effects.timer(task.due_ms),
                 }
                 if let Some(at) = task.expires_at_ms {
@@ -260,6 +250,66 @@ impl Inner {
                 results.push(Ok(outcome));
             }
             Ok(results)
+        })
+        .await
+    }
+
+    /// Cancels through `cancel_task`, the SQL function under `delayq.cancel` too. It decides
+    /// by the state it found; the refusal is [`lifecycle::check_op`]'s (a table test in
+    /// `tests/pg_sql_api.rs` holds the two equal).
+    async fn cancel(&self, topic: &str, id: &str) -> Result<()> {
+        let retention = db(self.ctx.defaults.retention_ms);
+        self.transact("cancelling a task", async |tx, effects, now| {
+            let st = tx
+                .prepare_cached("SELECT prior, woke FROM cancel_task($1, $2, $3, $4, $5)")
+                .await?;
+            let row = tx
+                .query_one(&st, &[&db(now), &retention, &self.instance, &topic, &id])
+                .await?;
+            let prior = found(row.get(0), topic, id)?;
+            lifecycle::check_op(prior, Op::Cancel)
+                .map_err(|refusal| Error::conflict(topic, id, refusal))?;
+            if row.get::<_, bool>(1) {
+                // A slot freed: a consumer held back by max_active may go on.
+                effects.notified(topic);
+            }
+            effects.timer(now.saturating_add(self.ctx.defaults.retention_ms));
+            Ok(())
+        })
+        .await
+    }
+
+    /// Reschedules through `reschedule_task`, the SQL function under `delayq.reschedule` too.
+    async fn reschedule(&self, topic: &str, id: &str, due_ms: Millis) -> Result<State> {
+        self.transact("rescheduling a task", async |tx, effects, now| {
+            let st = tx
+                .prepare_cached(
+                    "SELECT prior, new_state, expires_at FROM reschedule_task($1, $2, $3, $4, $5)",
+                )
+                .await?;
+            let row = tx
+                .query_one(&st, &[&db(now), &self.instance, &topic, &id, &db(due_ms)])
+                .await?;
+            let prior = found(row.get(0), topic, id)?;
+            let refuse = |refusal| Error::conflict(topic, id, refusal);
+            lifecycle::check_op(prior, Op::Reschedule).map_err(refuse)?;
+            let expires: Option<i64> = row.get(2);
+            lifecycle::check_due_before_expiry(due_ms, expires.map(ms)).map_err(refuse)?;
+            let state = match row.get::<_, Option<i16>>(1) {
+                Some(code) => state_of(code)?,
+                None => {
+                    return Err(crate::error::corrupt(format!(
+                        "reschedule_task left {topic}/{id} ({prior:?}) unchanged where the \
+                         rules allow the change"
+                    ))
+                    .into());
+                }
+            };
+            match state {
+                State::Ready => effects.notified(topic),
+                _ => effects.timer(due_ms),
+            }
+            Ok(state)
         })
         .await
     }
@@ -586,6 +636,14 @@ impl Inner {
     pub(crate) fn close(&self) {
         self.closed.store(true, Ordering::Release);
     }
+}
+
+/// The state a core SQL function found the task in, or not-found for its `-1`.
+fn found(code: i16, topic: &str, id: &str) -> Result<State> {
+    if code < 0 {
+        return Err(Error::not_found(topic, id));
+    }
+    state_of(code)
 }
 
 /// How many due tasks one promotion statement moves.
@@ -978,16 +1036,7 @@ impl TaskStore for PostgresStorage {
     }
 
     async fn cancel(&self, topic: &str, id: &str) -> Result<()> {
-        let retention = self.inner.ctx.defaults.retention_ms;
-        self.inner
-            .with_task("cancelling a task", topic, id, |t, fx, _, now| {
-                t.check(Op::Cancel, None)?;
-                let due = t.due_ms;
-                t.enter(State::Cancelled, due, now, retention);
-                fx.timer(t.deadline_ms);
-                Ok(((), Write::Save))
-            })
-            .await
+        self.inner.cancel(topic, id).await
     }
 
     async fn requeue(&self, topic: &str, id: &str) -> Result<()> {
@@ -1050,20 +1099,7 @@ impl TaskStore for PostgresStorage {
     }
 
     async fn reschedule(&self, topic: &str, id: &str, due_ms: Millis) -> Result<State> {
-        self.inner
-            .with_task("rescheduling a task", topic, id, |t, fx, _, now| {
-                t.check(Op::Reschedule, None)?;
-                lifecycle::check_due_before_expiry(due_ms, t.expires_at_ms)
-                    .map_err(|refusal| Error::conflict(&t.topic, &t.id, refusal))?;
-                let state = lifecycle::scheduled_state(due_ms, now);
-                t.enter(state, due_ms, now, 0);
-                match state {
-                    State::Ready => fx.ready(&t.topic),
-                    _ => fx.timer(due_ms),
-                }
-                Ok((state, Write::Save))
-            })
-            .await
+        self.inner.reschedule(topic, id, due_ms).await
     }
 
     async fn pause(&self, topic: &str, until_ms: Option<Millis>) -> Result<()> {
