@@ -417,3 +417,114 @@ async fn a_finish_batch_answers_each_task_and_what_it_finished_survives_a_restar
     assert!(err.to_string().contains(&max.to_string()), "{err}");
     q.shutdown().await.unwrap();
 }
+
+/// A snapshot reads a shard's records a piece at a time while requests go on between the
+/// pieces (docs/storage.md): whatever changed meanwhile, a restart from that snapshot and
+/// the log after it brings back every task exactly as it stood at the shutdown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_taken_while_tasks_change_restores_their_final_state() {
+    const TASKS: usize = 100_000;
+    let dir = scratch();
+    let clock = ManualClock::new(START);
+    let start = |dir: PathBuf, clock: ManualClock| async move {
+        let ctx = StorageContext::new(Arc::new(clock));
+        let options = EmbeddedOptions::new(dir)
+            .fsync(FsyncPolicy::Never)
+            .shards(1);
+        let (storage, summary) = embedded::start(ctx.clone(), options).await.expect("start");
+        (Queue::new(storage.clone(), ctx), storage, summary)
+    };
+    let (q, storage, _) = start(dir.clone(), clock.clone()).await;
+    for chunk in 0..TASKS / 1000 {
+        let tasks = (chunk * 1000..(chunk + 1) * 1000)
+            .map(|i| {
+                let task = NewTask::new(T, format!("t-{i:06}")).body(format!("b{i}"));
+                // Every third is delayed, the rest ready.
+                if i % 3 == 0 {
+                    task.delay_ms(60_000)
+                } else {
+                    task
+                }
+            })
+            .collect();
+        for r in q.add_batch(tasks).await.unwrap() {
+            r.unwrap();
+        }
+    }
+
+    // Change tasks all over the shard (early slots, late slots, new ones that may take freed
+    // slots) until the snapshot is written.
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let changer = {
+        let (q, done) = (q.clone(), Arc::clone(&done));
+        tokio::spawn(async move {
+            let mut changes = 0u64;
+            let mut i = 0usize;
+            while !done.load(std::sync::atomic::Ordering::Acquire) || changes < 200 {
+                // Spread over the whole range: 7919 is prime, so the steps visit every id.
+                let id = format!("t-{:06}", (i * 7919) % TASKS);
+                match i % 5 {
+                    0 => drop(q.cancel(T, &id).await),
+                    1 => drop(q.delete(T, &id).await),
+                    2 => {
+                        let popped = q.pop(T, PopOptions::default()).await.unwrap();
+                        if let Some(d) = popped.first() {
+                            q.finish(T, &d.id, Some(&d.receipt)).await.unwrap();
+                        }
+                    }
+                    3 => drop(q.pop(T, PopOptions::default()).await.unwrap()),
+                    _ => {
+                        q.add(NewTask::new(T, format!("new-{i:06}")).body("n"))
+                            .await
+                            .unwrap();
+                    }
+                }
+                changes += 1;
+                i += 1;
+            }
+            changes
+        })
+    };
+    let during = {
+        let storage = Arc::clone(&storage);
+        tokio::spawn(async move { embedded::snapshot_shard(&storage, 0, true).await })
+    };
+    assert!(
+        during.await.unwrap().unwrap(),
+        "a forced snapshot is written"
+    );
+    done.store(true, std::sync::atomic::Ordering::Release);
+    let changes = changer.await.unwrap();
+
+    let listing = |q: Queue| async move {
+        let mut all = Vec::new();
+        for page in 1.. {
+            let items = q.list(T, None, page, 1000).await.unwrap().items;
+            if items.is_empty() {
+                return all;
+            }
+            all.extend(items);
+        }
+        unreachable!()
+    };
+    let before = listing(q.clone()).await;
+    q.shutdown().await.unwrap();
+    drop((q, storage));
+
+    let (q, _storage, summary) = start(dir, clock).await;
+    assert!(summary.snapshot_records > 0, "{summary:?}");
+    assert!(
+        summary.log_records > 0,
+        "the changes after the snapshot's position: {summary:?}"
+    );
+    let after = listing(q.clone()).await;
+    assert_eq!(
+        after.len(),
+        before.len(),
+        "{changes} changes ran beside the snapshot"
+    );
+    for (a, b) in after.iter().zip(&before) {
+        assert_eq!(a, b, "{changes} changes ran beside the snapshot");
+    }
+    q.shutdown().await.unwrap();
+}

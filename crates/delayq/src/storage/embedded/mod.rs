@@ -23,10 +23,11 @@
 //! retained record whose retention passed goes.
 //!
 //! Snapshots: when a shard has logged more than `snapshot_min_bytes` since its last snapshot,
-//! a background task locks that shard, encodes its live records, notes the log position they
-//! cover, unlocks, and writes the snapshot from a blocking thread; the log then deletes the
+//! a background task notes the log position, then a blocking thread reads the shard's live
+//! records a piece at a time under its lock and writes each piece out ([`snapshot_shard`]
+//! says why records newer than the position are harmless); the log then deletes the
 //! segments the snapshot covers. Disk use therefore stays proportional to the live tasks plus
-//! the threshold. The shard is locked while its records are encoded (about 100 ns a task).
+//! the threshold. The shard's lock is held for one piece at a time (4096 records).
 //!
 //! The settings' log is snapshotted the same way, after the same threshold.
 //!
@@ -726,27 +727,59 @@ fn ask_again(journal: &mut LogJournal) {
     journal.since_snapshot = journal.since_snapshot.max(journal.snapshot_min_bytes);
 }
 
+/// How many records a snapshot encodes per hold of a shard's lock: a few hundred
+/// microseconds, so the shard's requests wait no longer than that for a snapshot.
+const SNAPSHOT_PIECE: usize = 4096;
+
 /// Writes a snapshot of shard `index` if it asked for one (or always, with `force`). Returns
 /// whether one was written.
+///
+/// The snapshot covers the log up to where it stood when this started, but its records are
+/// read later, [`SNAPSHOT_PIECE`] at a time under the shard's lock, on a blocking thread that
+/// writes each piece before it reads the next (so neither the lock nor a tokio worker is held
+/// for the whole shard, and the encoded snapshot is never all in memory). A record read after
+/// it changed is newer than the log position the snapshot covers; that is harmless because
+/// every log record is a task's whole record or its removal: replaying the log after that
+/// position over the snapshot sets each changed task to its final state again (a record
+/// that came and went meanwhile is removed again, one that was removed before it was read is
+/// simply not in the snapshot). Slots do not move while a record lives, so reading by slot
+/// misses no record that stayed put.
 pub async fn snapshot_shard(engine: &EmbeddedStorage, index: usize, force: bool) -> Result<bool> {
-    let taken = engine.with_shard_at(index, |shard| {
+    let shard = engine.shard_handle(index);
+    let taken = shard.with(|shard| {
         if !shard.journal.wants_snapshot(force) {
             return None;
         }
-        let mut records = SnapshotRecords::default();
-        for (topic, record) in shard.records() {
-            records.push(|buf| codec::encode_put(buf, topic, record));
-        }
+        // Pauses and the job-id reservation are a few records: read with the position.
+        let mut tail = SnapshotRecords::default();
         for (topic, pause) in shard.pauses() {
-            records.push(|buf| codec::encode_pause(buf, topic, pause));
+            tail.push(|buf| codec::encode_pause(buf, topic, pause));
         }
         let reserved = shard.job_ids_reserved();
         if reserved > 0 {
-            records.push(|buf| codec::encode_job_ids(buf, reserved));
+            tail.push(|buf| codec::encode_job_ids(buf, reserved));
         }
-        Some(shard.journal.snapshot_of(records))
+        Some(shard.journal.snapshot_of(tail))
     });
-    write_snapshot(taken).await
+    let Some(pending) = taken else {
+        return Ok(false);
+    };
+    let records = move || {
+        let mut next = 0;
+        let pieces = std::iter::from_fn(move || {
+            let piece = shard.with(|shard| {
+                let mut piece = SnapshotRecords::default();
+                for (slot, topic, record) in shard.records_from(next).take(SNAPSHOT_PIECE) {
+                    piece.push(|buf| codec::encode_put(buf, topic, record));
+                    next = slot + 1;
+                }
+                piece
+            });
+            (!piece.ends.is_empty()).then_some(piece)
+        });
+        pieces.flat_map(SnapshotRecords::into_records)
+    };
+    write_snapshot(pending, records).await
 }
 
 /// Writes a snapshot of the settings if their log asked for one (or always, with `force`).
@@ -762,7 +795,10 @@ pub async fn snapshot_settings(engine: &EmbeddedStorage, force: bool) -> Result<
         }
         Some(s.journal.snapshot_of(records))
     });
-    write_snapshot(taken).await
+    match taken {
+        Some(pending) => write_snapshot(pending, std::iter::empty::<EncodedRecord>).await,
+        None => Ok(false),
+    }
 }
 
 /// The records of a snapshot being encoded: one buffer, and where each record ends.
@@ -777,6 +813,31 @@ impl SnapshotRecords {
     fn push(&mut self, encode: impl FnOnce(&mut Vec<u8>)) {
         encode(&mut self.buf);
         self.ends.push(self.buf.len());
+    }
+
+    /// Each record, as the snapshot writer takes them.
+    fn into_records(self) -> impl Iterator<Item = EncodedRecord> {
+        let records = std::rc::Rc::new(self);
+        (0..records.ends.len()).map(move |i| EncodedRecord {
+            records: std::rc::Rc::clone(&records),
+            i,
+        })
+    }
+}
+
+/// Record `i` of a [`SnapshotRecords`].
+struct EncodedRecord {
+    records: std::rc::Rc<SnapshotRecords>,
+    i: usize,
+}
+
+impl AsRef<[u8]> for EncodedRecord {
+    fn as_ref(&self) -> &[u8] {
+        let start = match self.i {
+            0 => 0,
+            i => self.records.ends[i - 1],
+        };
+        &self.records.buf[start..self.records.ends[self.i]]
     }
 }
 
@@ -805,30 +866,45 @@ impl LogJournal {
     }
 }
 
-/// Writes `pending` (if any) from a blocking thread. Returns whether a snapshot was written.
-async fn write_snapshot(pending: Option<PendingSnapshot>) -> Result<bool> {
-    let Some(PendingSnapshot {
+/// Writes `pending` from a blocking thread: first the records `first` makes there (a
+/// shard's, read a piece at a time), then `pending`'s own. Returns `Ok(true)`.
+async fn write_snapshot<I, F>(pending: PendingSnapshot, first: F) -> Result<bool>
+where
+    F: FnOnce() -> I + Send + 'static,
+    I: Iterator,
+    I::Item: AsRef<[u8]>,
+{
+    let PendingSnapshot {
         log,
         covers,
         records,
-    }) = pending
-    else {
-        return Ok(false);
-    };
+    } = pending;
     let dir = log.dir().to_path_buf();
     tokio::task::spawn_blocking(move || {
-        let mut start = 0;
-        let parts = records.ends.iter().map(|&end| {
-            let r = &records.buf[start..end];
-            start = end;
-            r
-        });
-        log.write_snapshot(covers, parts)
+        let records = first()
+            .map(Either::Left)
+            .chain(records.into_records().map(Either::Right));
+        log.write_snapshot(covers, records)
     })
     .await
     .map_err(|e| storage_error("writing a snapshot", &dir, e))?
     .map_err(|e| storage_error("writing a snapshot", &dir, e))?;
     Ok(true)
+}
+
+/// One of two kinds of record bytes.
+enum Either<A, B> {
+    Left(A),
+    Right(B),
+}
+
+impl<A: AsRef<[u8]>, B: AsRef<[u8]>> AsRef<[u8]> for Either<A, B> {
+    fn as_ref(&self) -> &[u8] {
+        match self {
+            Either::Left(a) => a.as_ref(),
+            Either::Right(b) => b.as_ref(),
+        }
+    }
 }
 
 /// The shard log directories of a data directory, per its `delayq.meta`, without opening

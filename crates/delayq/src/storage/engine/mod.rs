@@ -336,6 +336,23 @@ impl<J: Journal> Engine<J> {
     pub(crate) fn with_shard_at<R>(&self, index: usize, f: impl FnOnce(&mut Shard<J>) -> R) -> R {
         f(&mut self.shards[index].state.lock())
     }
+
+    /// Shard `index`, to lock from another thread without the engine (a snapshot's pieces,
+    /// encoded on a blocking thread).
+    pub(crate) fn shard_handle(&self, index: usize) -> ShardHandle<J> {
+        ShardHandle(Arc::clone(&self.shards[index]))
+    }
+}
+
+/// One shard of an engine, held apart from it ([`Engine::shard_handle`]).
+pub(crate) struct ShardHandle<J>(Arc<ShardCell<J>>);
+
+impl<J> ShardHandle<J> {
+    /// Runs `f` on the shard with it locked. Blocks while another holds the lock: call it from
+    /// a thread that may block, or briefly.
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut Shard<J>) -> R) -> R {
+        f(&mut self.0.state.lock())
+    }
 }
 
 /// Sleeping tasks that wake a topic's parked consumers at an instant, at most one per topic.

@@ -1415,11 +1415,12 @@ impl<J: Journal> Shard<J> {
         }
     }
 
-    /// Every record with its topic name, for a snapshot.
-    pub fn records(&self) -> impl Iterator<Item = (&str, &Record)> {
+    /// The records in slots `start` and after, with their slot and topic name, in slot order:
+    /// a snapshot reads them a piece at a time. A record's slot does not change while it lives.
+    pub fn records_from(&self, start: usize) -> impl Iterator<Item = (usize, &str, &Record)> {
         self.records
-            .iter()
-            .map(|(_, r)| (&*self.topics[r.topic as usize].name, r))
+            .iter_from(start)
+            .map(|(slot, r)| (slot, &*self.topics[r.topic as usize].name, r))
     }
 }
 

@@ -104,13 +104,24 @@ impl<T> ChunkedSlab<T> {
         value
     }
 
-    /// Every stored value with its index, in index order.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (usize, &T)> {
+    /// Every stored value from index `start` on, with its index, in index order (reaching
+    /// `start` costs nothing: a reader may resume where it stopped).
+    pub(crate) fn iter_from(&self, start: usize) -> impl Iterator<Item = (usize, &T)> {
+        let (first, offset) = split(start);
+        let high = self.high;
         self.chunks
             .iter()
-            .flat_map(|chunk| chunk.iter())
-            .take(self.high)
             .enumerate()
+            .skip(first)
+            .flat_map(move |(c, chunk)| {
+                let skip = if c == first { offset } else { 0 };
+                chunk
+                    .iter()
+                    .enumerate()
+                    .skip(skip)
+                    .map(move |(i, v)| (c * CHUNK + i, v))
+            })
+            .take_while(move |&(i, _)| i < high)
             .filter_map(|(i, v)| v.as_ref().map(|v| (i, v)))
     }
 }
@@ -217,9 +228,13 @@ mod tests {
                 }
                 prop_assert_eq!(slab.len(), model.len());
             }
-            let all: Vec<(usize, u16)> = slab.iter().map(|(i, v)| (i, *v)).collect();
-            let want: Vec<(usize, u16)> = model.into_iter().collect();
-            prop_assert_eq!(all, want);
+            // Read from any index on, as a snapshot resumes: what the map holds from there.
+            let high = model.keys().next_back().map_or(0, |&i| i + 2);
+            for start in [0, 1, CHUNK - 1, CHUNK, CHUNK + 1, high / 2, high] {
+                let all: Vec<(usize, u16)> = slab.iter_from(start).map(|(i, v)| (i, *v)).collect();
+                let want: Vec<(usize, u16)> = model.range(start..).map(|(&i, &v)| (i, v)).collect();
+                prop_assert_eq!(all, want, "from {}", start);
+            }
         }
     }
 }
