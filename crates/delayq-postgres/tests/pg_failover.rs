@@ -9,6 +9,12 @@
 //!   themselves; once the load stops the topics drain (ttr expiries included, so every
 //!   instance's driver came back) and the history checker finds nothing acknowledged lost,
 //!   no task with two holders, nothing early.
+//! - `a_replica_that_fell_behind_loses_nothing_acknowledged_when_promoted`: the replica
+//!   streams through a fault proxy; adds run, the stream is blackholed (the replica falls
+//!   behind), the primary is SIGKILLed and the replica promoted. Under synchronous
+//!   replication the adds made while the replica could not confirm were never acknowledged
+//!   (their outcome is unknown), so every acknowledged add is on the new primary. With
+//!   `synchronous_commit = local` the same run loses acknowledged adds and fails.
 //! - `every_instance_s_driver_and_listener_work_after_a_failover`: after the failover, a
 //!   long-poll parked on each instance wakes for a delayed task added through another (the
 //!   driver promotes it, the listener carries the wake-up), and a task whose ttr runs out is
@@ -17,12 +23,13 @@
 mod support;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use delayq::{Clock, NewTask, PopOptions, Queue, SystemClock};
-use delayq_conformance::recorded::{Load, seed};
-use delayq_testkit::PostgresPair;
-use delayq_testkit::history::Outcome;
+use delayq_conformance::recorded::{Client, Load, check, seed};
+use delayq_testkit::history::{Op, Outcome, Recorder, TaskKey, now_us};
+use delayq_testkit::{FaultProxy, Faults, PostgresPair, PostgresServer};
 use support::{eventually, instance_of};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -101,6 +108,89 @@ async fn a_failover_loses_nothing_acknowledged_under_synchronous_replication() {
     for q in queues.iter() {
         q.shutdown().await.ok();
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_fell_behind_loses_nothing_acknowledged_when_promoted() {
+    let primary = tokio::task::block_in_place(PostgresServer::start);
+    let stream = FaultProxy::start(([127, 0, 0, 1], primary.port()).into()).await;
+    let port = stream.addr().port();
+    let mut pair = tokio::task::block_in_place(|| PostgresPair::with_primary(primary, "on", port));
+    let queue = instance_of(&pair.url(), 8).await;
+    let rec = Arc::new(Recorder::new());
+    let stop = Arc::new(AtomicBool::new(false));
+    let next = Arc::new(AtomicU64::new(0));
+    let mut adders = Vec::new();
+    for n in 0..4 {
+        let mut client = Client::new(n, Arc::clone(&rec), Arc::new(vec![queue.clone()]), 1);
+        let (stop, next) = (Arc::clone(&stop), Arc::clone(&next));
+        adders.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let id = format!("a{}", next.fetch_add(1, Ordering::Relaxed));
+                client.add(TaskKey::new("lag", id), 60_000, 30_000).await;
+            }
+            client
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The replica stops hearing from the primary: it falls behind.
+    let behind_us = now_us();
+    stream.set(Faults::blackhole());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let killed_us = now_us();
+    tokio::task::block_in_place(|| pair.fail_over());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut added = Vec::new();
+    let mut reader = None;
+    for a in adders {
+        let client = a.await.expect("an adder");
+        added.extend(client.added.iter().cloned());
+        reader = Some(client);
+    }
+    let mut reader = reader.expect("a client");
+    reader.n = 99;
+    for key in added {
+        let mut tries = 0;
+        while reader.get(key.clone()).await.is_none() {
+            tries += 1;
+            assert!(tries < 50, "cannot read {key} back after the failover");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let history = rec.history();
+    let adds = |from: u64, to: u64, ok: bool| {
+        history
+            .events
+            .iter()
+            .filter(|e| {
+                matches!(e.op, Op::Add { .. })
+                    && e.invoked_us >= from
+                    && e.invoked_us < to
+                    && matches!(e.outcome, Outcome::Ok(_)) == ok
+            })
+            .count()
+    };
+    eprintln!(
+        "adds acknowledged before the lag {}, while behind {} (not {}), after the failover {}; {:?}",
+        adds(0, behind_us, true),
+        adds(behind_us, killed_us, true),
+        adds(behind_us, killed_us, false),
+        adds(killed_us, u64::MAX, true),
+        history.counts()
+    );
+    assert!(adds(0, behind_us, true) > 0, "adds before the lag");
+    assert_eq!(
+        adds(behind_us, killed_us, true),
+        0,
+        "no add made while the replica could not confirm it is acknowledged"
+    );
+    assert!(
+        adds(killed_us, u64::MAX, true) > 0,
+        "adds after the failover"
+    );
+    check(&history, false);
+    queue.shutdown().await.ok();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

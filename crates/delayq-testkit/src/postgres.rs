@@ -147,6 +147,13 @@ impl PostgresServer {
     /// the primary's WAL from the moment it starts. It accepts reads (hot standby) and
     /// refuses writes until [`PostgresServer::promote`].
     pub fn start_replica_of(primary: &PostgresServer) -> Self {
+        Self::start_replica_streaming_from(primary, primary.port)
+    }
+
+    /// A replica of `primary` that streams its WAL from `port` on the loopback instead of
+    /// the primary's own port: a [`crate::FaultProxy`] in front of the primary, so that a
+    /// test can make the replica fall behind.
+    pub fn start_replica_streaming_from(primary: &PostgresServer, port: u16) -> Self {
         let root = is_root();
         let dir = new_dir();
         give_to_postgres(dir.path(), root);
@@ -164,6 +171,16 @@ impl PostgresServer {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
+        // `pg_basebackup -R` wrote the primary's port into primary_conninfo.
+        let auto = dir.path().join("data").join("postgresql.auto.conf");
+        let text = std::fs::read_to_string(&auto).expect("read postgresql.auto.conf");
+        let from = format!("port={}", primary.port);
+        assert!(
+            text.contains(&from),
+            "primary_conninfo names {from}: {text}"
+        );
+        std::fs::write(&auto, text.replace(&from, &format!("port={port}")))
+            .expect("write postgresql.auto.conf");
         // A standby whose primary is gone retries the WAL source every
         // `wal_retrieve_retry_interval` (5 s), and a promotion waits for that retry.
         let conf = dir.path().join("data").join("postgresql.conf");
@@ -370,15 +387,27 @@ pub struct PostgresPair {
 }
 
 impl PostgresPair {
-    /// Starts the pair with `synchronous_commit` (`on`, `remote_write` or `remote_apply`) and
-    /// waits until the replica streams synchronously.
+    /// Starts the pair with `synchronous_commit` (`on`, `remote_write` or `remote_apply`
+    /// wait for the replica; `local` and `off` do not, to show what is lost then) and waits
+    /// until the replica streams as the synchronous standby.
     pub fn start(synchronous_commit: &str) -> Self {
-        assert!(
-            matches!(synchronous_commit, "on" | "remote_write" | "remote_apply"),
-            "synchronous_commit {synchronous_commit:?} does not wait for the replica"
-        );
         let primary = PostgresServer::start();
-        let replica = PostgresServer::start_replica_of(&primary);
+        let port = primary.port;
+        Self::with_primary(primary, synchronous_commit, port)
+    }
+
+    /// The same over a primary already started, the replica streaming from `port` (the
+    /// primary's, or a proxy's in front of it; see
+    /// [`PostgresServer::start_replica_streaming_from`]).
+    pub fn with_primary(primary: PostgresServer, synchronous_commit: &str, port: u16) -> Self {
+        assert!(
+            matches!(
+                synchronous_commit,
+                "on" | "remote_write" | "remote_apply" | "local" | "off"
+            ),
+            "synchronous_commit {synchronous_commit:?} is not a setting"
+        );
+        let replica = PostgresServer::start_replica_streaming_from(&primary, port);
         primary.psql("ALTER SYSTEM SET synchronous_standby_names = '*'");
         primary.psql(&format!(
             "ALTER SYSTEM SET synchronous_commit = '{synchronous_commit}'"
