@@ -268,6 +268,19 @@ impl Client {
         }
     }
 
+    /// Reads every one of `keys` back (recorded), trying each for up to 5 s while the read
+    /// fails; panics when one cannot be read.
+    pub async fn read_back(&mut self, keys: &[TaskKey]) {
+        for key in keys {
+            let mut tries = 0;
+            while self.get(key.clone()).await.is_none() {
+                tries += 1;
+                assert!(tries < 50, "cannot read {key} back");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+
     /// Pops and finishes until the topics hold nothing delayed, ready or active, for at most
     /// `limit`. Returns whether they emptied.
     pub async fn drain(&mut self, limit: Duration) -> bool {
@@ -358,14 +371,7 @@ impl Load {
         let mut drainer = last.expect("a client");
         drainer.n = 99;
         let drained = drainer.drain(Duration::from_secs(40)).await;
-        for key in added {
-            let mut tries = 0;
-            while drainer.get(key.clone()).await.is_none() {
-                tries += 1;
-                assert!(tries < 50, "cannot read {key} back once the faults ended");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
+        drainer.read_back(&added).await;
         let history = self.rec.history();
         eprintln!("{report}; history {:?}", history.counts());
         assert!(drained, "the topics did not drain once the faults ended");

@@ -150,14 +150,7 @@ async fn a_replica_that_fell_behind_loses_nothing_acknowledged_when_promoted() {
     }
     let mut reader = reader.expect("a client");
     reader.n = 99;
-    for key in added {
-        let mut tries = 0;
-        while reader.get(key.clone()).await.is_none() {
-            tries += 1;
-            assert!(tries < 50, "cannot read {key} back after the failover");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
+    reader.read_back(&added).await;
     let history = rec.history();
     let adds = |from: u64, to: u64, ok: bool| {
         history
