@@ -15,6 +15,10 @@
 //! - [`flow`]: flow limits of topics and keys (docs/flow-control.md), run by [`flow_suite!`]
 //!   on every backend.
 //!
+//! Beside the suite, [`recorded`] is the recorded mixed load that the chaos and failover
+//! tests of the shared backends run over several instances and check with the history
+//! checker.
+//!
 //! A backend crate adds one line to an integration test file:
 //!
 //! ```text
@@ -34,6 +38,7 @@ pub mod flow;
 mod guard;
 pub mod job_ids;
 pub mod priority_pause_bury;
+pub mod recorded;
 pub mod schedules;
 pub mod settings;
 pub mod spans;

@@ -13,9 +13,19 @@
 //!
 //! The sender is an instance's id, or `sql` for the SQL API called by an application (no
 //! instance applies its effects locally, so every instance hears of its timers). Notices an
-//! instance sent are skipped when they come back to it (it applied them locally already). When the connection breaks, the listener reconnects with backoff; notices sent
-//! meanwhile are lost, so after reconnecting it wakes the driver and tells every settings
-//! reader to read again (parked consumers wake at their timeout or on the next notice).
+//! instance sent are skipped when they come back to it (it applied them locally already).
+//!
+//! # Reconnecting
+//!
+//! When the connection breaks (the server restarted, a failover, a network fault, its
+//! backend terminated), the listener reconnects with backoff (100 ms doubling to 3.2 s, back
+//! to 100 ms once a connection listened). With a multi-host URL and
+//! `target_session_attrs=read-write` the new connection goes to whichever server accepts
+//! writes now, the promoted replica after a failover. Notices sent while it was away are
+//! lost, so once it listens again it makes up for all of them at once: every parked consumer
+//! of every topic wakes and looks again, the driver re-reads its next timer, and every
+//! settings reader reads again. A connection that was lost silently (half-open) is not seen
+//! until TCP says so; parked consumers still wake at their timeout meanwhile.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,21 +43,25 @@ pub(crate) async fn listen(
     mut stop: watch::Receiver<bool>,
 ) {
     let mut failures: u32 = 0;
-    let mut first = true;
+    let mut listened_before = false;
     loop {
         if *stop.borrow() {
             return;
         }
-        match session(&inner, &connector, first, &mut stop).await {
+        let mut listened = false;
+        match session(&inner, &connector, listened_before, &mut listened, &mut stop).await {
             Ok(()) => return, // stopped
             Err(e) => {
+                if listened {
+                    failures = 0;
+                    listened_before = true;
+                }
                 failures = failures.saturating_add(1);
                 if failures == 1 || failures.is_power_of_two() {
                     tracing::warn!(error = %e, failures, "the LISTEN connection failed; reconnecting");
                 }
             }
         }
-        first = false;
         let pause = Duration::from_millis(50u64 << failures.min(6));
         tokio::select! {
             _ = tokio::time::sleep(pause) => {}
@@ -56,11 +70,14 @@ pub(crate) async fn listen(
     }
 }
 
-/// One LISTEN connection, until it fails (`Err`) or `stop` (`Ok`).
+/// One LISTEN connection, until it fails (`Err`) or `stop` (`Ok`). `listened` becomes true
+/// once it listens; `listened_before`: a connection listened before this one (so there was a
+/// gap).
 async fn session(
     inner: &Inner,
     connector: &crate::Connector,
-    first: bool,
+    listened_before: bool,
+    listened: &mut bool,
     stop: &mut watch::Receiver<bool>,
 ) -> Result<(), String> {
     let (client, mut conn) = connector.connect().await.map_err(|e| e.to_string())?;
@@ -88,9 +105,14 @@ async fn session(
             .batch_execute(&format!("LISTEN {}", inner.channel))
             .await
             .map_err(|e| e.to_string())?;
-        if !first {
-            // Notices may have been lost while disconnected.
-            inner.driver.wake();
+        *listened = true;
+        // Notices may have been lost while no connection listened (before the first one too:
+        // consumers may park as soon as the backend started): make up for all of them.
+        // Settings readers read at their start, so only a gap between two connections can
+        // hide a change from them.
+        inner.driver.wake();
+        inner.ctx.waiters.notify_all();
+        if listened_before {
             inner.ctx.settings.notify_all();
         }
         loop {

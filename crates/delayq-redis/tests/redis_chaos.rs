@@ -31,20 +31,17 @@
 
 mod support;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use delayq::{AddOutcome, Error, ErrorKind, NewTask, Outcome as LibOutcome, PopOptions, Queue};
-use delayq_redis::RedisOptions;
-use delayq_testkit::history::{
-    Answer, CheckOptions, Delivery, History, Op, Outcome, Recorder, TaskKey, TaskState,
+use delayq::{ErrorKind, NewTask, Outcome as LibOutcome, PopOptions, Queue};
+use delayq_conformance::recorded::{
+    Chaos, Client, Load, TOPICS, adds_with_lost_replies, chaos_secs, check, seed,
 };
-use delayq_testkit::{FaultProxy, Faults, ProxiedCluster, cli, random_faults};
+use delayq_redis::RedisOptions;
+use delayq_testkit::history::{Answer, Outcome, Recorder, TaskKey, TaskState};
+use delayq_testkit::{FaultProxy, Faults, ProxiedCluster, cli};
 use support::{Instance, RedisServer, eventually, lease_owners};
-
-const TOPICS: [&str; 2] = ["chaos-a", "chaos-b"];
 
 /// One instance and the proxy it reaches Redis through.
 struct Node {
@@ -62,329 +59,6 @@ async fn node(server: &RedisServer, lease_ms: u64) -> Node {
     Node { proxy, instance }
 }
 
-/// A small deterministic random source (xorshift), seeded per run.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n.max(1)
-    }
-}
-
-fn seed() -> u64 {
-    std::env::var("DELAYQ_CHAOS_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        })
-        | 1
-}
-
-/// The recorded outcome of a library call.
-fn outcome<T>(result: &delayq::Result<T>, answer: impl FnOnce(&T) -> Answer) -> Outcome {
-    match result {
-        Ok(value) => Outcome::Ok(answer(value)),
-        Err(e) if e.outcome() == LibOutcome::Unknown => Outcome::Unknown(e.to_string()),
-        Err(e) => Outcome::Failed(e.to_string()),
-    }
-}
-
-fn state(s: delayq::State) -> TaskState {
-    TaskState::from_name(s.name()).unwrap_or_else(|| panic!("state {s:?}"))
-}
-
-/// A client of the load: calls through a random queue and records everything.
-struct Client {
-    n: usize,
-    rec: Arc<Recorder>,
-    queues: Arc<Vec<Queue>>,
-    rng: Rng,
-    added: Vec<TaskKey>,
-}
-
-impl Client {
-    fn queue(&mut self) -> Queue {
-        let i = self.rng.below(self.queues.len() as u64) as usize;
-        self.queues[i].clone()
-    }
-
-    async fn add(&mut self, key: TaskKey, delay_ms: u64, ttr_ms: u64) {
-        let q = self.queue();
-        let call = self.rec.invoke(
-            self.n,
-            Op::Add {
-                key: key.clone(),
-                delay_ms: Some(delay_ms),
-                due_ms: None,
-                ttr_ms: Some(ttr_ms),
-            },
-        );
-        let task = NewTask::new(&key.topic, &key.id)
-            .delay_ms(delay_ms)
-            .ttr_ms(ttr_ms)
-            .body("chaos");
-        let result = q.add(task).await;
-        self.rec.complete(
-            call,
-            outcome(&result, |o| Answer::Added {
-                existed: *o == AddOutcome::Existed,
-            }),
-        );
-        self.added.push(key);
-    }
-
-    async fn pop(&mut self, topic: &str, count: usize, timeout_ms: u64) -> Vec<Delivery> {
-        let q = self.queue();
-        let call = self.rec.invoke(
-            self.n,
-            Op::Pop {
-                topic: topic.to_owned(),
-            },
-        );
-        let result = q
-            .pop(
-                topic,
-                PopOptions::default().count(count).timeout_ms(timeout_ms),
-            )
-            .await;
-        let deliveries: Vec<Delivery> = match &result {
-            Ok(ds) => ds
-                .iter()
-                .map(|d| Delivery {
-                    key: TaskKey::new(&d.topic, &d.id),
-                    due_ms: d.due_ms,
-                    ttr_ms: d.ttr_ms,
-                    receipt: d.receipt.clone(),
-                    retries: d.retries,
-                })
-                .collect(),
-            Err(_) => Vec::new(),
-        };
-        self.rec.complete(
-            call,
-            outcome(&result, |_| Answer::Delivered(deliveries.clone())),
-        );
-        deliveries
-    }
-
-    async fn finish(&mut self, d: &Delivery) {
-        let q = self.queue();
-        let call = self.rec.invoke(
-            self.n,
-            Op::Finish {
-                key: d.key.clone(),
-                receipt: Some(d.receipt.clone()),
-            },
-        );
-        let result = q.finish(&d.key.topic, &d.key.id, Some(&d.receipt)).await;
-        self.rec.complete(call, outcome(&result, |_| Answer::Done));
-    }
-
-    async fn release(&mut self, d: &Delivery, delay_ms: u64) {
-        let q = self.queue();
-        let call = self.rec.invoke(
-            self.n,
-            Op::Release {
-                key: d.key.clone(),
-                receipt: Some(d.receipt.clone()),
-                delay_ms: Some(delay_ms),
-            },
-        );
-        let options = delayq::ReleaseOptions::default()
-            .receipt(d.receipt.clone())
-            .delay_ms(delay_ms);
-        let result = q.release(&d.key.topic, &d.key.id, options).await;
-        self.rec.complete(call, outcome(&result, |_| Answer::Done));
-    }
-
-    async fn touch(&mut self, d: &Delivery) {
-        let q = self.queue();
-        let call = self.rec.invoke(
-            self.n,
-            Op::Touch {
-                key: d.key.clone(),
-                receipt: Some(d.receipt.clone()),
-            },
-        );
-        let result = q.touch(&d.key.topic, &d.key.id, Some(&d.receipt)).await;
-        self.rec.complete(call, outcome(&result, |_| Answer::Done));
-    }
-
-    async fn cancel(&mut self, key: TaskKey) {
-        let q = self.queue();
-        let call = self.rec.invoke(self.n, Op::Cancel { key: key.clone() });
-        let result = q.cancel(&key.topic, &key.id).await;
-        self.rec.complete(call, outcome(&result, |_| Answer::Done));
-    }
-
-    /// Reads a task back; `None` when the read failed.
-    async fn get(&mut self, key: TaskKey) -> Option<Answer> {
-        let q = self.queue();
-        let call = self.rec.invoke(self.n, Op::Get { key: key.clone() });
-        let result = match q.get(&key.topic, &key.id).await {
-            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
-            Ok(info) => Ok(Some(state(info.state))),
-            Err(e) => Err(e),
-        };
-        let recorded = outcome(&result, |found| match found {
-            Some(state) => Answer::Found { state: *state },
-            None => Answer::Missing,
-        });
-        let answer = match &recorded {
-            Outcome::Ok(a) => Some(a.clone()),
-            _ => None,
-        };
-        self.rec.complete(call, recorded);
-        answer
-    }
-
-    /// The mixed load, until `stop`.
-    async fn load(&mut self, stop: &AtomicBool, next_id: &AtomicU64) {
-        while !stop.load(Ordering::Relaxed) {
-            let topic = TOPICS[self.rng.below(2) as usize];
-            let roll = self.rng.below(100);
-            if roll < 35 {
-                let id = format!("t{}", next_id.fetch_add(1, Ordering::Relaxed));
-                let delay = self.rng.below(1_500);
-                let ttr = 1_000 + self.rng.below(2_000);
-                self.add(TaskKey::new(topic, id), delay, ttr).await;
-            } else if roll < 75 {
-                for d in self.pop(topic, 4, 200).await {
-                    match self.rng.below(10) {
-                        0..=4 => self.finish(&d).await,
-                        5..=6 => {
-                            let delay = self.rng.below(500);
-                            self.release(&d, delay).await;
-                        }
-                        7 => {
-                            self.touch(&d).await;
-                            self.finish(&d).await;
-                        }
-                        // Abandoned: its ttr runs out and it comes back.
-                        _ => {}
-                    }
-                }
-            } else if roll < 85 && !self.added.is_empty() {
-                let i = self.rng.below(self.added.len() as u64) as usize;
-                let key = self.added[i].clone();
-                self.cancel(key).await;
-            } else if !self.added.is_empty() {
-                let i = self.rng.below(self.added.len() as u64) as usize;
-                let key = self.added[i].clone();
-                self.get(key).await;
-            }
-        }
-    }
-
-    /// Pops and finishes until the topics hold nothing delayed, ready or active, for at most
-    /// `limit`. Returns whether they emptied.
-    async fn drain(&mut self, limit: Duration) -> bool {
-        let started = Instant::now();
-        while started.elapsed() < limit {
-            let mut busy = false;
-            for topic in TOPICS {
-                for d in self.pop(topic, 50, 300).await {
-                    self.finish(&d).await;
-                }
-                let q = self.queue();
-                if let Ok(stats) = q.stats(topic).await
-                    && stats.delayed + stats.ready + stats.active > 0
-                {
-                    busy = true;
-                }
-            }
-            if !busy {
-                return true;
-            }
-        }
-        false
-    }
-}
-
-fn check(history: &History, settled: bool) {
-    let options = CheckOptions {
-        require_settled: settled,
-        ..CheckOptions::default()
-    };
-    let violations = history.check(&options);
-    assert!(violations.is_empty(), "{violations:#?}");
-}
-
-/// How long a random-fault run lasts: `DELAYQ_CHAOS_SECS`, 20 s by default.
-fn chaos_secs() -> u64 {
-    std::env::var("DELAYQ_CHAOS_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(20)
-}
-
-/// Four clients of the mixed load over `queues`, all recorded in one history.
-struct Load {
-    rec: Arc<Recorder>,
-    stop: Arc<AtomicBool>,
-    clients: Vec<tokio::task::JoinHandle<Client>>,
-}
-
-impl Load {
-    fn start(queues: Arc<Vec<Queue>>, seed: u64) -> Load {
-        let rec = Arc::new(Recorder::new());
-        let stop = Arc::new(AtomicBool::new(false));
-        let next_id = Arc::new(AtomicU64::new(0));
-        let mut clients = Vec::new();
-        for n in 0..4 {
-            let mut client = Client {
-                n,
-                rec: Arc::clone(&rec),
-                queues: Arc::clone(&queues),
-                rng: Rng(seed.wrapping_mul(n as u64 + 3) | 1),
-                added: Vec::new(),
-            };
-            let stop = Arc::clone(&stop);
-            let next_id = Arc::clone(&next_id);
-            clients.push(tokio::spawn(async move {
-                client.load(&stop, &next_id).await;
-                client
-            }));
-        }
-        Load { rec, stop, clients }
-    }
-
-    /// Stops the load (the faults must have ended), drains the topics, reads every task
-    /// back and checks the whole history, every task settled.
-    async fn stop_and_check(self, report: &str) {
-        self.stop.store(true, Ordering::Relaxed);
-        let mut added = Vec::new();
-        let mut last = None;
-        for c in self.clients {
-            let c = c.await.expect("a client");
-            added.extend(c.added.iter().cloned());
-            last = Some(c);
-        }
-        let mut drainer = last.expect("a client");
-        drainer.n = 99;
-        let drained = drainer.drain(Duration::from_secs(40)).await;
-        for key in added {
-            let mut tries = 0;
-            while drainer.get(key.clone()).await.is_none() {
-                tries += 1;
-                assert!(tries < 50, "cannot read {key} back once the faults ended");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-        let history = self.rec.history();
-        eprintln!("{report}; history {:?}", history.counts());
-        assert!(drained, "the topics did not drain once the faults ended");
-        check(&history, true);
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_faults_under_mixed_load() {
     let secs = chaos_secs();
@@ -398,19 +72,9 @@ async fn random_faults_under_mixed_load() {
     let queues: Arc<Vec<Queue>> =
         Arc::new(nodes.iter().map(|n| n.instance.queue.clone()).collect());
     let load = Load::start(queues, seed);
-    let mut rng = Rng(seed);
-    let proxies: Vec<&FaultProxy> = nodes.iter().map(|n| &n.proxy).collect();
-    let mut injected = BTreeMap::new();
-    let until = Instant::now() + Duration::from_secs(secs);
-    random_faults(&proxies, until, &mut rng.0, &mut injected).await;
-    for node in &nodes {
-        node.proxy.heal();
-    }
-    let resets: u64 = nodes.iter().map(|n| n.proxy.resets()).sum();
-    load.stop_and_check(&format!(
-        "faults injected {injected:?}; proxy resets {resets}"
-    ))
-    .await;
+    let mut chaos = Chaos::new(nodes.iter().map(|n| &n.proxy).collect(), seed);
+    chaos.run_for(Duration::from_secs(secs)).await;
+    load.stop_and_check(&chaos.heal()).await;
     for n in nodes {
         n.instance.queue.shutdown().await.ok();
     }
@@ -531,26 +195,19 @@ async fn random_faults_on_a_proxied_cluster_with_a_failover() {
     }
     let queues: Arc<Vec<Queue>> = Arc::new(instances.iter().map(|i| i.queue.clone()).collect());
     let load = Load::start(queues, seed);
-    let mut rng = Rng(seed);
-    let proxies: Vec<&FaultProxy> = cluster.proxies().iter().collect();
-    let mut injected = BTreeMap::new();
+    let mut chaos = Chaos::new(cluster.proxies().iter().collect(), seed);
     let half = Duration::from_secs(secs) / 2;
-    random_faults(&proxies, Instant::now() + half, &mut rng.0, &mut injected).await;
+    chaos.run_for(half).await;
     // Half-way, a master hands over to its replica (the faults pause meanwhile; the load
     // goes on): the clients must follow the redirects, through the proxies.
     let masters = cluster.cluster().masters();
-    let old = masters[rng.below(masters.len() as u64) as usize];
+    let old = masters[chaos.rng.below(masters.len() as u64) as usize];
     let new = tokio::task::block_in_place(|| cluster.fail_over(old));
     eprintln!("failed over the master on {old} to {new}");
-    random_faults(&proxies, Instant::now() + half, &mut rng.0, &mut injected).await;
-    for proxy in cluster.proxies() {
-        proxy.heal();
-    }
-    let resets: u64 = cluster.proxies().iter().map(FaultProxy::resets).sum();
-    load.stop_and_check(&format!(
-        "faults injected {injected:?}; proxy resets {resets}; failover {old} -> {new}"
-    ))
-    .await;
+    chaos.run_for(half).await;
+    let report = chaos.heal();
+    load.stop_and_check(&format!("{report}; failover {old} -> {new}"))
+        .await;
     for i in instances {
         i.queue.shutdown().await.ok();
     }
@@ -571,13 +228,12 @@ async fn a_lease_holder_cut_off_from_redis_is_fenced_while_another_takes_over() 
     // Tasks come due while the holder is cut off: only a lease holder can make them ready.
     let rec = Arc::new(Recorder::new());
     let b = node(&server, 1_000).await;
-    let mut client = Client {
-        n: 0,
-        rec: Arc::clone(&rec),
-        queues: Arc::new(vec![b.instance.queue.clone()]),
-        rng: Rng(seed()),
-        added: Vec::new(),
-    };
+    let mut client = Client::new(
+        0,
+        Arc::clone(&rec),
+        Arc::new(vec![b.instance.queue.clone()]),
+        seed(),
+    );
     a.proxy.set(Faults::blackhole());
     for i in 0..40 {
         let topic = TOPICS[i % 2];
@@ -649,13 +305,12 @@ async fn a_reply_lost_after_the_write_is_outcome_unknown() {
     let a = node(&server, 1_000).await;
     let b = node(&server, 1_000).await;
     let rec = Arc::new(Recorder::new());
-    let mut client = Client {
-        n: 0,
-        rec: Arc::clone(&rec),
-        queues: Arc::new(vec![a.instance.queue.clone()]),
-        rng: Rng(seed()),
-        added: Vec::new(),
-    };
+    let mut client = Client::new(
+        0,
+        Arc::clone(&rec),
+        Arc::new(vec![a.instance.queue.clone()]),
+        seed(),
+    );
 
     // Adds whose write reaches Redis and whose reply is lost (the proxy loses replies once a
     // request naming the task went through): each must say its outcome is unknown, and the
@@ -667,34 +322,16 @@ async fn a_reply_lost_after_the_write_is_outcome_unknown() {
         .add(NewTask::new("lost", "warm-up"))
         .await
         .expect("a healthy add");
-    let mut unknown_and_written = 0;
-    let mut attempts = Vec::new();
-    for k in 0..5 {
-        let id = format!("one-{k}");
-        a.proxy.set(Faults::lose_replies_after(id.clone()));
-        let err: Error = a
-            .instance
-            .queue
-            .add(NewTask::new("lost", &id).delay_ms(60_000))
-            .await
-            .expect_err("the reply is lost");
-        assert!(err.is_retryable(), "{err}");
-        a.proxy.heal();
-        let found = b.instance.queue.get("lost", &id).await;
-        match (err.outcome(), &found) {
-            (LibOutcome::NotApplied, Ok(_)) => {
-                panic!("{id}: a failure that says nothing happened, yet the task is there: {err}")
-            }
-            (LibOutcome::Unknown, Ok(info)) => {
-                assert_eq!(info.state, delayq::State::Delayed);
-                unknown_and_written += 1;
-            }
-            _ => {}
-        }
-        attempts.push(format!("{id}: {err} / found: {found:?}"));
-        // Let the connection come back before the next try.
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let ids: Vec<String> = (0..5).map(|k| format!("one-{k}")).collect();
+    let (unknown_and_written, attempts) = adds_with_lost_replies(
+        &a.instance.queue,
+        &b.instance.queue,
+        "lost",
+        &ids,
+        |id| a.proxy.set(Faults::lose_replies_after(id)),
+        || a.proxy.heal(),
+    )
+    .await;
     eprintln!("adds with lost replies: {attempts:#?}");
     assert!(
         unknown_and_written >= 3,

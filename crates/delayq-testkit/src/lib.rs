@@ -13,7 +13,8 @@
 //! that a cluster client reaches every node only through the faults. [`Receiver`] is a
 //! webhook receiver for push tests that records requests and answers as told.
 //! [`PostgresServer`] runs a PostgreSQL server of the test's own (Debian's postgresql-15), never
-//! the machine's on 5432.
+//! the machine's on 5432; [`PostgresPair`] a primary and its synchronous streaming replica,
+//! for failover tests.
 
 mod cluster;
 mod fault_proxy;
@@ -27,7 +28,7 @@ mod small_fs;
 
 pub use cluster::RedisCluster;
 pub use fault_proxy::{FaultProxy, Faults, random_faults};
-pub use postgres::{PG_BIN, PostgresServer};
+pub use postgres::{PG_BIN, PostgresPair, PostgresServer};
 pub use proxied_cluster::ProxiedCluster;
 pub use receiver::{Call, Receiver, Reply};
 pub use sentinel::RedisSentinel;
@@ -314,6 +315,23 @@ pub fn wait_until(within: Duration, mut check: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(50));
     }
     check()
+}
+
+/// Polls `check` every 10 ms until it returns true, for at most `limit` (the async twin of
+/// [`wait_until`]).
+pub async fn eventually<F, Fut>(limit: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if check().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    false
 }
 
 /// Whether a buffer holds one complete RESP reply (enough for INFO and simple replies).

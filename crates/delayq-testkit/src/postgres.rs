@@ -8,7 +8,8 @@
 //!
 //! `initdb` costs a second or two; it runs once per machine and user into a template
 //! directory (`$TMPDIR/delayq-pg15-template-v1-<uid>`, made whole by a rename), and each
-//! server starts from a copy of it.
+//! server starts from a copy of it. A replica ([`PostgresServer::start_replica_of`],
+//! [`PostgresPair`]) starts from a `pg_basebackup` of its primary instead.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -30,6 +31,8 @@ pub struct PostgresServer {
     child: Option<Child>,
     port: u16,
     dir: TempDir,
+    /// Whether the binaries run as the postgres user (the test runs as root).
+    root: bool,
 }
 
 fn is_root() -> bool {
@@ -71,6 +74,14 @@ fn give_to_postgres(path: &Path, root: bool) {
             .expect("run chown");
         assert!(status.success(), "chown {} to {PG_USER}", path.display());
     }
+}
+
+/// A fresh temporary directory for one server.
+fn new_dir() -> TempDir {
+    tempfile::Builder::new()
+        .prefix("delayq-pg-test")
+        .tempdir()
+        .expect("create a temp dir")
 }
 
 /// The initdb'd template directory, made once (see the module doc).
@@ -120,10 +131,7 @@ impl PostgresServer {
     pub fn start() -> Self {
         let root = is_root();
         let template = template(root);
-        let dir = tempfile::Builder::new()
-            .prefix("delayq-pg-test")
-            .tempdir()
-            .expect("create a temp dir");
+        let dir = new_dir();
         let status = Command::new("cp")
             .arg("-a")
             .arg(&template)
@@ -131,11 +139,65 @@ impl PostgresServer {
             .status()
             .expect("run cp");
         assert!(status.success(), "copy the initdb template");
+        Self::launch(dir, root)
+    }
+
+    /// Starts a streaming replica of `primary`: its data directory is a `pg_basebackup -R` of
+    /// the primary's (which writes `primary_conninfo` and `standby.signal`), so it follows
+    /// the primary's WAL from the moment it starts. It accepts reads (hot standby) and
+    /// refuses writes until [`PostgresServer::promote`].
+    pub fn start_replica_of(primary: &PostgresServer) -> Self {
+        Self::start_replica_streaming_from(primary, primary.port)
+    }
+
+    /// A replica of `primary` that streams its WAL from `port` on the loopback instead of
+    /// the primary's own port: a [`crate::FaultProxy`] in front of the primary, so that a
+    /// test can make the replica fall behind.
+    pub fn start_replica_streaming_from(primary: &PostgresServer, port: u16) -> Self {
+        let root = is_root();
+        let dir = new_dir();
+        give_to_postgres(dir.path(), root);
+        let out = pg_command("pg_basebackup", root)
+            .args(["-h", "127.0.0.1", "-U", "postgres", "-p"])
+            .arg(primary.port.to_string())
+            .arg("-D")
+            .arg(dir.path().join("data"))
+            .args(["-R", "-X", "stream", "--checkpoint=fast", "--no-sync"])
+            .output()
+            .expect("run pg_basebackup");
+        assert!(
+            out.status.success(),
+            "pg_basebackup failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // `pg_basebackup -R` wrote the primary's port into primary_conninfo.
+        let auto = dir.path().join("data").join("postgresql.auto.conf");
+        let text = std::fs::read_to_string(&auto).expect("read postgresql.auto.conf");
+        let from = format!("port={}", primary.port);
+        assert!(
+            text.contains(&from),
+            "primary_conninfo names {from}: {text}"
+        );
+        std::fs::write(&auto, text.replace(&from, &format!("port={port}")))
+            .expect("write postgresql.auto.conf");
+        // A standby whose primary is gone retries the WAL source every
+        // `wal_retrieve_retry_interval` (5 s), and a promotion waits for that retry.
+        let conf = dir.path().join("data").join("postgresql.conf");
+        let mut text = std::fs::read_to_string(&conf).expect("read postgresql.conf");
+        text.push_str("\nwal_retrieve_retry_interval = '100ms'\n");
+        std::fs::write(&conf, text).expect("write postgresql.conf");
+        Self::launch(dir, root)
+    }
+
+    /// Starts `postgres` over the data directory in `dir` on a free port.
+    fn launch(dir: TempDir, root: bool) -> Self {
         give_to_postgres(dir.path(), root);
         let mut server = PostgresServer {
             child: None,
             port: 0,
             dir,
+            root,
         };
         for _ in 0..10 {
             server.port = free_port();
@@ -145,7 +207,52 @@ impl PostgresServer {
         }
         panic!(
             "could not start postgres on a free port; its log:\n{}",
-            std::fs::read_to_string(server.dir.path().join("postgres.log")).unwrap_or_default()
+            server.log()
+        );
+    }
+
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("postgres.log")).unwrap_or_default()
+    }
+
+    /// Runs `sql` with `psql` as the superuser and returns what it printed (unaligned,
+    /// tuples only: one row a line, columns separated by `|`). Panics when psql fails.
+    pub fn psql(&self, sql: &str) -> String {
+        self.try_psql(sql)
+            .unwrap_or_else(|e| panic!("psql on {}: {sql}: {e}", self.port))
+    }
+
+    /// Runs `sql` with `psql`; the error is what psql wrote.
+    pub fn try_psql(&self, sql: &str) -> Result<String, String> {
+        let out = Command::new(Path::new(PG_BIN).join("psql"))
+            .args(["-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1"])
+            .args(["-U", "postgres", "-d", "postgres", "-p"])
+            .arg(self.port.to_string())
+            .arg("-c")
+            .arg(sql)
+            .output()
+            .map_err(|e| format!("run psql: {e}"))?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    }
+
+    /// Promotes a replica to a primary (`pg_ctl promote`, waiting until it accepts writes).
+    pub fn promote(&self) {
+        let out = pg_command("pg_ctl", self.root)
+            .args(["promote", "-w", "-t", "30", "-D"])
+            .arg(self.dir.path().join("data"))
+            .output()
+            .expect("run pg_ctl promote");
+        assert!(
+            out.status.success(),
+            "pg_ctl promote failed: {}{}\nthe server's log:\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            self.log()
         );
     }
 
@@ -283,5 +390,100 @@ impl PostgresServer {
 impl Drop for PostgresServer {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// A primary and its synchronous streaming replica, for failover tests.
+///
+/// The replica is a `pg_basebackup -R` of the primary; then the primary is told to wait for
+/// it on every commit (`synchronous_standby_names = '*'` and the `synchronous_commit` asked
+/// for, by `ALTER SYSTEM`, so the replica's copy of the configuration has neither and, once
+/// promoted, commits without waiting for a standby it no longer has). [`PostgresPair::url`]
+/// names both servers with `target_session_attrs=read-write`, so a client connects to
+/// whichever of them accepts writes.
+pub struct PostgresPair {
+    primary: PostgresServer,
+    replica: PostgresServer,
+}
+
+impl PostgresPair {
+    /// Starts the pair with `synchronous_commit` (`on`, `remote_write` or `remote_apply`
+    /// wait for the replica; `local` and `off` do not, to show what is lost then) and waits
+    /// until the replica streams as the synchronous standby.
+    pub fn start(synchronous_commit: &str) -> Self {
+        let primary = PostgresServer::start();
+        let port = primary.port;
+        Self::with_primary(primary, synchronous_commit, port)
+    }
+
+    /// The same over a primary already started, the replica streaming from `port` (the
+    /// primary's, or a proxy's in front of it; see
+    /// [`PostgresServer::start_replica_streaming_from`]).
+    pub fn with_primary(primary: PostgresServer, synchronous_commit: &str, port: u16) -> Self {
+        assert!(
+            matches!(
+                synchronous_commit,
+                "on" | "remote_write" | "remote_apply" | "local" | "off"
+            ),
+            "synchronous_commit {synchronous_commit:?} is not a setting"
+        );
+        let replica = PostgresServer::start_replica_streaming_from(&primary, port);
+        primary.psql("ALTER SYSTEM SET synchronous_standby_names = '*'");
+        primary.psql(&format!(
+            "ALTER SYSTEM SET synchronous_commit = '{synchronous_commit}'"
+        ));
+        primary.psql("SELECT pg_reload_conf()");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let state = primary.psql("SELECT sync_state FROM pg_stat_replication");
+            if state == "sync" {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the replica does not stream synchronously ({state:?}); its log:\n{}",
+                replica.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        PostgresPair { primary, replica }
+    }
+
+    /// The primary (until a failover, the one that accepts writes).
+    pub fn primary(&self) -> &PostgresServer {
+        &self.primary
+    }
+
+    /// The replica.
+    pub fn replica(&self) -> &PostgresServer {
+        &self.replica
+    }
+
+    /// A URL naming both servers, primary first, that connects to the one accepting writes.
+    pub fn url(&self) -> String {
+        format!(
+            "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/postgres?target_session_attrs=read-write",
+            self.primary.port, self.replica.port
+        )
+    }
+
+    /// SIGKILLs the primary: its postmaster at once, its backends as they notice (within
+    /// moments); commits waiting for the replica's confirmation are never acknowledged.
+    pub fn kill_primary(&mut self) {
+        self.primary.kill();
+    }
+
+    /// Promotes the replica to a primary and waits until it accepts writes.
+    pub fn promote_replica(&self) {
+        self.replica.promote();
+    }
+
+    /// Fails over as a cluster manager would when the primary dies: SIGKILL of the primary,
+    /// then the replica promoted. Killing first means no moment with two servers accepting
+    /// writes (a client that still reached the old primary could read a state the new one
+    /// has moved on from).
+    pub fn fail_over(&mut self) {
+        self.kill_primary();
+        self.promote_replica();
     }
 }

@@ -32,6 +32,17 @@ struct TopicWaiters {
     parked: AtomicUsize,
 }
 
+impl TopicWaiters {
+    /// One wake per ready task, but no more than are parked (plus one stored permit, which
+    /// covers a consumer that is between its check and its wait).
+    fn wake(&self, count: usize) {
+        let wakes = count.min(self.parked.load(Ordering::Acquire) + 1);
+        for _ in 0..wakes {
+            self.notify.notify_one();
+        }
+    }
+}
+
 /// One parked consumer; dropping it unregisters it.
 #[derive(Debug)]
 pub struct Parked {
@@ -120,11 +131,17 @@ impl Waiters {
         let Some(t) = self.topics.read().get(topic).cloned() else {
             return; // nobody is parked on this topic
         };
-        // One wake per ready task, but no more than are parked (plus one stored permit, which
-        // covers a consumer that is between its check and its wait).
-        let wakes = count.min(t.parked.load(Ordering::Acquire) + 1);
-        for _ in 0..wakes {
-            t.notify.notify_one();
+        t.wake(count);
+    }
+
+    /// Wakes every parked consumer of every topic, to look again: for when notices may have
+    /// been lost (a backend's event connection came back after a gap), so nobody sleeps until
+    /// its timeout past a task that became ready meanwhile. A consumer that finds nothing
+    /// parks again.
+    pub fn notify_all(&self) {
+        let topics: Vec<Arc<TopicWaiters>> = self.topics.read().values().cloned().collect();
+        for t in topics {
+            t.wake(usize::MAX);
         }
     }
 
@@ -186,5 +203,21 @@ mod tests {
             .expect("woken");
         w.notify("nobody", 3); // no entry, no effect
         assert_eq!(w.topics(), 1);
+    }
+
+    #[tokio::test]
+    async fn notify_all_wakes_every_parked_consumer_of_every_topic() {
+        let w = Arc::new(Waiters::new());
+        let guards = [w.park("a"), w.park("a"), w.park("b")];
+        let mut waits: Vec<_> = guards.iter().map(|g| Box::pin(g.notified())).collect();
+        for n in &mut waits {
+            n.as_mut().enable();
+        }
+        w.notify_all();
+        for n in waits {
+            tokio::time::timeout(std::time::Duration::from_secs(5), n)
+                .await
+                .expect("every parked consumer woken");
+        }
     }
 }

@@ -3,12 +3,13 @@
 #![allow(dead_code)]
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use delayq::{Backend, Clock, ManualClock, Queue, StorageContext, SystemClock};
 use delayq_redis::{RedisOptions, RedisStorage};
 
-pub use delayq_testkit::RedisServer;
+#[allow(unused_imports)] // not every test polls
+pub use delayq_testkit::{RedisServer, eventually};
 
 /// Options for tests: short timeouts so that fault tests fail fast.
 pub fn options(server: &RedisServer) -> RedisOptions {
@@ -43,22 +44,6 @@ impl Instance {
         let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
         Self::start(StorageContext::new(clock), options).await
     }
-}
-
-/// Polls `check` every 10 ms until it returns true, for at most `limit`.
-pub async fn eventually<F, Fut>(limit: Duration, mut check: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if check().await {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    false
 }
 
 /// How many lease buckets each instance holds, read from Redis (`dq` prefix).
