@@ -49,7 +49,15 @@ pub(crate) async fn listen(
             return;
         }
         let mut listened = false;
-        match session(&inner, &connector, listened_before, &mut listened, &mut stop).await {
+        match session(
+            &inner,
+            &connector,
+            listened_before,
+            &mut listened,
+            &mut stop,
+        )
+        .await
+        {
             Ok(()) => return, // stopped
             Err(e) => {
                 if listened {
