@@ -571,7 +571,8 @@ async function figureLateness(o) {
   await Promise.all(sends);
   await close();
   const seen = await result;
-  child.disconnect();
+  // The consumer may have exited already, once its report was sent.
+  if (child.connected) child.disconnect();
   return {
     rate: o.rate,
     jobs: total,
