@@ -172,85 +172,136 @@ FLOW_RATE = 2000
 PEER_SOURCE = "scripts/support/peers/bench.mjs (one Node client for both)"
 
 
-def peers(J):
-    """delayq in Redis mode against BullMQ, both measured by scripts/support/peers/bench.mjs in
-    this run, each on a redis-server of its own: the targets (ratio = delayq / BullMQ), and
-    delayq's Redis bytes per task beyond the body with the number of tasks it was measured at."""
-    got = lambda system, name: J(f"peer-{system}-{name}.json")
-    versions = next((r["versions"] for r in (got(s, n) for s in ("bullmq", "delayq")
-                                               for n in ("add", "batch")) if r), {}) or {}
-    bullmq = f"BullMQ {versions.get('bullmq') or '?'}"
-    out = []
+class PeerRun:
+    """One delayq mode against one peer system, both measured by scripts/support/peers/bench.mjs
+    in this run, each figure on a store of its own: raw/peer-{delayq,SYSTEM}-{INFIX}FIGURE.json."""
 
-    def ratio_of(d, b):
-        return round(d / b, 2) if d is not None and b else None
+    def __init__(self, J, system, package, infix, mode, store):
+        self.J, self.system, self.infix, self.mode, self.store = J, system, infix, mode, store
+        files = [J(f"peer-{s}-{infix}{n}.json") for s in (system, "delayq") for n in ("add", "batch")]
+        versions = next((r["versions"] for r in files if r), {}) or {}
+        self.peer = f"{package} {versions.get(package.lower()) or '?'}"
+        self.out = []
 
-    def compare(what, name, key, unit, op, value, target_unit, *, against_what, judge_ratio, note=None):
-        d, b = got("delayq", name), got("bullmq", name)
+    def got(self, system, name):
+        return self.J(f"peer-{system}-{self.infix}{name}.json")
+
+    def pair(self, name):
+        return self.got("delayq", name), self.got(self.system, name)
+
+    def notes(self, d, b):
+        return [f"{label} not measured in this run (step failed?)"
+                for label, r in (("delayq", d), (self.peer, b)) if not r]
+
+    def compare(self, what, name, key, unit, op, value, target_unit, *, against_what, judge_ratio, note=None):
+        """A figure of both; ratio = delayq / peer."""
+        d, b = self.pair(name)
         fd = d.get(key) if d else None
         fb = b.get(key) if b else None
-        notes = []
-        for system, r in (("delayq", d), ("BullMQ", b)):
-            if not r:
-                notes.append(f"{system} not measured in this run (step failed?)")
-            elif r.get("errors"):
-                notes.append(f"{system}: {r['errors']} errors; first: {r.get('first_error')}")
+        notes = self.notes(d, b)
+        for label, r in (("delayq", d), (self.peer, b)):
+            if r and r.get("errors"):
+                notes.append(f"{label}: {r['errors']} errors; first: {r.get('first_error')}")
+            if r and r.get("finished") is not None and r["finished"] < r["jobs"]:
+                notes.append(f"{label} finished {r['finished']} of {r['jobs']} jobs")
         if note:
             notes.append(note)
-        ratio = ratio_of(fd, fb)
+        ratio = round(fd / fb, 2) if fd is not None and fb else None
         measured = fd is not None and fb is not None
-        t = entry(what, fd, unit, op, value, target_unit,
-                  against={"what": against_what.format(bullmq=bullmq), "value": fb} if fb is not None else None,
+        t = entry(f"{self.mode} vs {self.peer.split()[0]}: {what}", fd, unit, op, value, target_unit,
+                  against={"what": against_what.format(peer=self.peer, store=self.store), "value": fb}
+                  if fb is not None else None,
                   ratio=ratio, ratio_unit="x", source=PEER_SOURCE + (f": {d['measured']}" if d else ""),
                   judged=measured if judge_ratio else fd is not None, notes=notes,
-                  detail={"delayq": d, "bullmq": b})
-        out.append(t)
-        return t, d, b
+                  detail={"delayq": d, self.system: b})
+        self.out.append(t)
+        return t
 
-    compare("Redis mode vs BullMQ: one delayed job per call, 50 in flight, 100-byte body",
-            "add", "jobs_per_s", "jobs/s", ">=", 1.0, "x",
-            against_what="{bullmq} queue.add in process, same client, own redis-server", judge_ratio=True)
-    _t, d, _b = compare("Redis mode vs BullMQ: delayed jobs in batches of 1 000 (POST /add tasks vs addBulk)",
-                        "batch", "jobs_per_s", "jobs/s", ">=", 1.0, "x",
-                        against_what="{bullmq} queue.addBulk, same client, own redis-server", judge_ratio=True)
-    compare("Redis used_memory per delayed job, 100-byte body, vs BullMQ", "batch", "bytes_per_job", "B/job",
-            "<=", 1.0, "x", against_what="{bullmq}, own redis-server", judge_ratio=True)
-    b = got("bullmq", "batch")
-    beyond = (d["bytes_per_job_beyond_body"], d["jobs"], b["bytes_per_job_beyond_body"] if b else None,
-              bullmq) if d else None
+    def adds(self, single, batch):
+        """The two add rates, ≥ 1.0× the peer's `single` call and its `batch` call."""
+        self.compare("one delayed job per call, 50 in flight, 100-byte body", "add", "jobs_per_s", "jobs/s",
+                     ">=", 1.0, "x", against_what=f"{{peer}} {single} in process, same client, {{store}}",
+                     judge_ratio=True)
+        self.compare(f"delayed jobs in batches of 1 000 (POST /add tasks vs {batch})", "batch", "jobs_per_s",
+                     "jobs/s", ">=", 1.0, "x", against_what=f"{{peer}} {batch}, same client, {{store}}",
+                     judge_ratio=True)
 
-    for rate in (2000, 10000):
-        name = f"lateness-{rate}"
-        d, b = got("delayq", name), got("bullmq", name)
+    def lateness(self, rate, consumer, *, better=None):
+        """p50 and p99 against DESIGN §6 (≤ 2 ms, ≤ 5 ms); with `better`, also the peer's p99
+        over delayq's against that many times."""
+        d, b = self.pair(f"lateness-{rate}")
+        notes = self.notes(d, b)
+        for label, r in (("delayq", d), (self.peer, b)):
+            if not r:
+                continue
+            if r["received"] < r["jobs"]:
+                notes.append(f"{label} received {r['received']} of {r['jobs']} jobs")
+            errors = r.get("errors", 0) + r.get("producer_errors", 0) + r.get("producer_refused", 0)
+            if errors:
+                notes.append(f"{label}: {errors} errors; first: "
+                             f"{r.get('first_error') or r.get('producer_first_error')}")
+            if r.get("early"):
+                notes.append(f"{label}: {r['early']} received before their due time")
+        # Percentiles of what arrived say nothing about what did not: missing jobs fail.
+        whole = bool(d) and d["received"] == d["jobs"] and not d.get("early")
+        rate_words = f"{rate:,}".replace(",", " ")
+        q_of = lambda r, q: (r or {}).get("lateness_ms", {}).get(q)
         for q, target in (("p50", 2), ("p99", 5)):
-            fd = (d or {}).get("lateness_ms", {}).get(q)
-            fb = (b or {}).get("lateness_ms", {}).get(q)
-            notes = []
-            for system, r in (("delayq", d), ("BullMQ", b)):
-                if not r:
-                    notes.append(f"{system} not measured in this run (step failed?)")
-                    continue
-                if r["received"] < r["jobs"]:
-                    notes.append(f"{system} received {r['received']} of {r['jobs']} jobs")
-                errors = r.get("errors", 0) + r.get("producer_errors", 0) + r.get("producer_refused", 0)
-                if errors:
-                    notes.append(f"{system}: {errors} errors; first: "
-                                 f"{r.get('first_error') or r.get('producer_first_error')}")
-                if r.get("early"):
-                    notes.append(f"{system}: {r['early']} received before their due time")
-            met = None
-            if fd is not None:
-                # Percentiles of what arrived say nothing about what did not: missing jobs fail.
-                met = fd <= target and d["received"] == d["jobs"] and not d.get("early")
-            out.append(entry(
-                f"lateness {q}, {rate:,} jobs/s due, 50 consumers, Redis mode (consumers on another instance) vs BullMQ"
-                .replace(f"{rate:,}", f"{rate:,}".replace(",", " ")), fd, "ms", "<=", target, "ms",
-                against={"what": f"{bullmq} Worker (concurrency 50, own process), same producer client", "value": fb}
+            fd, fb = q_of(d, q), q_of(b, q)
+            self.out.append(entry(
+                f"lateness {q}, {rate_words} jobs/s due, 50 consumers, {self.mode} (consumers on another "
+                f"instance) vs {self.peer.split()[0]}", fd, "ms", "<=", target, "ms",
+                against={"what": f"{self.peer} {consumer}, same producer client", "value": fb}
                 if fb is not None else None,
-                ratio=ratio_of(fd, fb), ratio_unit="x", source=PEER_SOURCE + (f": {d['measured']}" if d else ""),
-                met=met, judged=fd is not None, notes=notes,
-                detail={"delayq": d, "bullmq": b}))
-    return out, beyond
+                ratio=round(fd / fb, 2) if fd is not None and fb else None, ratio_unit="x",
+                source=PEER_SOURCE + (f": {d['measured']}" if d else ""),
+                met=(fd <= target and whole) if fd is not None else None, judged=fd is not None,
+                notes=notes, detail={"delayq": d, self.system: b}))
+        if better:
+            fd, fb = q_of(d, "p99"), q_of(b, "p99")
+            ratio = round(fb / fd, 1) if fd and fb is not None else None
+            self.out.append(entry(
+                f"lateness p99 {self.peer.split()[0]} / delayq ({self.mode}), {rate_words} jobs/s due, "
+                "50 consumers (how many times later the peer is)", fd, "ms", ">=", better, "× lower p99 than the peer",
+                against={"what": f"{self.peer} {consumer}", "value": fb} if fb is not None else None,
+                ratio=ratio, ratio_unit="x", source=PEER_SOURCE + (f": {d['measured']}" if d else ""),
+                met=(ratio >= better and whole) if ratio is not None else None, judged=ratio is not None,
+                notes=notes + ([f"{self.peer}'s p99 is of the jobs it received in time, a bound from below"]
+                               if b and b["received"] < b["jobs"] else []),
+                detail={"delayq": d, self.system: b}))
+
+
+def peers(J):
+    """delayq in Redis mode against BullMQ (ratio = delayq / BullMQ), and delayq's Redis bytes
+    per task beyond the body with the number of tasks it was measured at."""
+    run = PeerRun(J, "bullmq", "BullMQ", "", "Redis mode", "own redis-server")
+    run.adds("queue.add", "queue.addBulk")
+    run.compare("Redis used_memory per delayed job, 100-byte body", "batch", "bytes_per_job", "B/job",
+                "<=", 1.0, "x", against_what="{peer}, {store}", judge_ratio=True)
+    d, b = run.pair("batch")
+    beyond = (d["bytes_per_job_beyond_body"], d["jobs"], b["bytes_per_job_beyond_body"] if b else None,
+              run.peer) if d else None
+    for rate in (2000, 10000):
+        run.lateness(rate, "Worker (concurrency 50, own process)")
+    return run.out, beyond
+
+
+def pg_peers(J):
+    """delayq in PostgreSQL mode against pg-boss, issue 28 item 5: ≥ 1.0× pg-boss on every rate,
+    ≥ 10× better lateness p99, and DESIGN §6's p99 ≤ 5 ms; bytes on disk per job beside them."""
+    run = PeerRun(J, "pgboss", "pg-boss", "pg-", "PostgreSQL mode", "own PostgreSQL server")
+    run.adds("boss.send", "boss.insert")
+    run.compare("bytes on disk per delayed job (table + indexes, pg_total_relation_size), 100-byte body",
+                "batch", "bytes_per_job", "B/job", None, None, None,
+                against_what="{peer}'s job table and partitions, {store}", judge_ratio=False,
+                note="no target (issue 28 sets none); below 1 = smaller than pg-boss")
+    run.compare("pop + finish, 50 loops, jobs ready (POST /pop carrying the finish vs fetch + complete)",
+                "pop", "jobs_per_s", "jobs/s", ">=", 1.0, "x",
+                against_what="{peer} boss.fetch + boss.complete, same client, {store}", judge_ratio=True)
+    for rate in (2000, 10000):
+        run.lateness(rate, "50 boss.work loops polling every 0.5 s (its smallest interval, own process)",
+                     better=10)
+    return run.out
 
 
 def main():
@@ -506,6 +557,7 @@ def main():
     targets[-1]["target"] = {"op": "<=", "value": 1, "unit": "s first view; ≤ 50 ms find by id"}
 
     targets.extend(peer_targets)
+    targets.extend(pg_peers(J))
 
     extra = {
         "criterion": crit,

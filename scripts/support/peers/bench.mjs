@@ -1,30 +1,48 @@
-// One Node client that measures delayq (Redis mode, over HTTP with undici) and BullMQ (in
-// process, straight to Redis) the same way, so that scripts/bench can put the two side by side
-// (docs/design.md §6: a peer measured in the same run with the same client). scripts/bench
-// copies this file beside the node_modules it installs from package.json / package-lock.json
-// (under the target dir), because ES modules resolve their imports next to the file.
+// One Node client that measures delayq (over HTTP with undici, in Redis or PostgreSQL mode),
+// BullMQ (in process, straight to Redis) and pg-boss (in process, straight to PostgreSQL) the
+// same way, so that scripts/bench can put them side by side (docs/design.md §6: a peer
+// measured in the same run with the same client). scripts/bench copies this file beside the
+// node_modules it installs from package.json / package-lock.json (under the target dir),
+// because ES modules resolve their imports next to the file.
 //
-//   node bench.mjs add      --system delayq|bullmq --redis URL [--server URL] --duration MS
-//   node bench.mjs batch    --system delayq|bullmq --redis URL [--server URL] --jobs N
-//   node bench.mjs lateness --system delayq|bullmq --redis URL [--server URL --consumer-server URL]
+//   node bench.mjs add      --system delayq|bullmq|pgboss STORE [--server URL] --duration MS
+//   node bench.mjs batch    --system delayq|bullmq|pgboss STORE [--server URL] --jobs N
+//   node bench.mjs lateness --system delayq|bullmq|pgboss STORE [--server URL --consumer-server URL]
 //                           --rate N --duration MS
+//   node bench.mjs pop      --system delayq|pgboss STORE [--server URL] --jobs N --consumers N
+//                           --duration MS
+//
+// STORE is `--redis URL` (BullMQ; delayq in Redis mode) or `--postgres URL` (pg-boss; delayq
+// in PostgreSQL mode): the store the system keeps its jobs in, which the batch figure measures.
 //
 // add: one delayed job per call (100-byte body, due in 1 h), --clients calls in flight, for
 //   --duration after a --warmup. delayq: POST /add through an undici keep-alive pool of
-//   --clients connections; BullMQ: queue.add(name, data, {delay}).
+//   --clients connections; BullMQ: queue.add(name, data, {delay}); pg-boss:
+//   boss.send(name, data, {startAfter}).
 // batch: --jobs delayed jobs in batches of --batch, one batch in flight (delayq POST /add
-//   {"tasks": [...]}, BullMQ queue.addBulk), and Redis's `INFO memory` used_memory before and
-//   after, so jobs/s and bytes per delayed job come from one run on a fresh redis-server.
+//   {"tasks": [...]}, BullMQ queue.addBulk, pg-boss boss.insert), and the store's size before
+//   and after (Redis: `INFO memory` used_memory; PostgreSQL: pg_total_relation_size, table +
+//   indexes + TOAST, of delayq's `tasks` or of pg-boss's job table and its partitions), so
+//   jobs/s and bytes per delayed job come from one run on a fresh store.
 // lateness: a producer adds --rate jobs per second for --duration, each --ahead ms before its
 //   due time (in batches every 5 ms, as `delayq bench lateness` does), while a consumer process
 //   of its own (forked from this one) takes them with --consumers in parallel: delayq on the
 //   --consumer-server instance, each consumer a loop of long-polling POST /pop that carries
-//   the finish of the task it held; BullMQ a Worker of concurrency --consumers. Lateness =
-//   the time the consumer has the job − its due time (delayq: due_ms; BullMQ: job.timestamp +
-//   job.opts.delay), on the machine's one clock.
+//   the finish of the task it held; BullMQ a Worker of concurrency --consumers; pg-boss
+//   --consumers boss.work loops (batchSize 1) polling every 0.5 s, the smallest interval
+//   pg-boss 10 allows (it has no wake-up for a job that becomes due). Lateness = the time the
+//   consumer has the job − its due time (delayq: due_ms; BullMQ: job.timestamp +
+//   job.opts.delay; pg-boss: the due time the producer put in the job's data, which is also
+//   its startAfter), on the machine's one clock.
+// pop: --jobs jobs ready now are added first (in batches of --batch, not measured), then
+//   --consumers loops take and finish them until none is left or --duration has passed:
+//   delayq a POST /pop that carries the finish of the task before (one call per task), pg-boss
+//   boss.fetch + boss.complete (two calls per job, as its API has no other way). jobs/s =
+//   jobs finished / the time it took.
 //
 // The BullMQ job's data is a 98-character string, 100 bytes once BullMQ stores it as JSON;
-// delayq's body is 100 bytes of text. Prints one JSON object on stdout.
+// pg-boss's is {"b": "x…"}, 100 bytes of JSON text (jsonb in the table); delayq's body is 100
+// bytes of text. Prints one JSON object on stdout.
 
 import { fork } from 'node:child_process';
 import { readFileSync } from 'node:fs';
@@ -32,11 +50,19 @@ import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Queue, Worker } from 'bullmq';
 import IORedis from 'ioredis';
+import pg from 'pg';
+import PgBoss from 'pg-boss';
 import { Pool } from 'undici';
 
 const HOUR_MS = 3_600_000;
 const BODY = 'x'.repeat(100);
 const DATA = 'x'.repeat(98);
+// {"b":"…"} is 8 characters around the 92: 100 bytes of JSON, as BODY and DATA.
+const PG_DATA = { b: 'x'.repeat(92) };
+// pg-boss 10's smallest polling interval (its POLICY.MIN_POLLING_INTERVAL_MS).
+const PGBOSS_POLL_S = 0.5;
+// The connections of a pg-boss instance: delayq's default pool size (docs/postgres.md).
+const PG_POOL = 16;
 const NAME = 'bench';
 const PRODUCER_TICK_MS = 5;
 const PRODUCER_IN_FLIGHT = 16;
@@ -48,6 +74,7 @@ function parseArgs(argv) {
     figure,
     system: null,
     redis: null,
+    postgres: null,
     server: null,
     consumerServer: null,
     clients: 50,
@@ -76,10 +103,15 @@ function parseArgs(argv) {
       opts[key] = value;
     }
   }
-  if (!['add', 'batch', 'lateness', 'consume'].includes(figure)) fail(`unknown figure ${figure}`);
-  if (!['delayq', 'bullmq'].includes(opts.system)) fail('--system must be delayq or bullmq');
-  if (!opts.redis) fail('--redis URL is needed (the redis-server of this system)');
+  if (!['add', 'batch', 'lateness', 'pop', 'consume'].includes(figure)) fail(`unknown figure ${figure}`);
+  if (!['delayq', 'bullmq', 'pgboss'].includes(opts.system)) fail('--system must be delayq, bullmq or pgboss');
+  if (opts.system === 'bullmq' && !opts.redis) fail('--redis URL is needed for bullmq (its redis-server)');
+  if (opts.system === 'pgboss' && !opts.postgres) fail('--postgres URL is needed for pgboss (its database)');
   if (opts.system === 'delayq' && !opts.server) fail('--server URL is needed for delayq');
+  if (opts.system === 'delayq' && !opts.redis === !opts.postgres) {
+    fail('delayq needs one of --redis URL or --postgres URL (the store its server uses)');
+  }
+  if (figure === 'pop' && opts.system === 'bullmq') fail('the pop figure is measured for delayq and pgboss');
   if (opts.clients < 1 || opts.consumers < 1 || opts.batch < 1 || opts.rate < 1) {
     fail('--clients, --consumers, --batch and --rate must be at least 1');
   }
@@ -94,7 +126,7 @@ function fail(message) {
 /** The versions this run used, read from the node_modules beside this file. */
 function versions() {
   const v = { node: process.version };
-  for (const name of ['bullmq', 'ioredis', 'undici']) {
+  for (const name of ['bullmq', 'ioredis', 'pg-boss', 'pg', 'undici']) {
     try {
       v[name] = JSON.parse(readFileSync(new URL(`./node_modules/${name}/package.json`, import.meta.url))).version;
     } catch {
@@ -113,11 +145,42 @@ function redisOptions(url) {
   return { host: u.hostname, port: Number(u.port || 6379), maxRetriesPerRequest: null };
 }
 
-async function usedMemory(redis) {
-  const info = await redis.info('memory');
-  const m = /^used_memory:(\d+)/m.exec(info);
-  if (!m) throw new Error('INFO memory has no used_memory');
-  return Number(m[1]);
+/** A started pg-boss instance on --postgres, with the bench's queue created. */
+async function pgBoss(o) {
+  const boss = new PgBoss({ connectionString: o.postgres, max: PG_POOL });
+  boss.on('error', (err) => process.stderr.write(`bench.mjs: pg-boss: ${err.message || err}\n`));
+  await boss.start();
+  await boss.createQueue(o.queue);
+  return boss;
+}
+
+/** What the batch figure weighs: the store's bytes now, and what they are. */
+async function storeMeter(o) {
+  if (o.postgres) {
+    const client = new pg.Client({ connectionString: o.postgres });
+    await client.connect();
+    // pg-boss 10 keeps jobs in a table partitioned by queue: its partitions hold the rows.
+    const [sql, what] = o.system === 'delayq'
+      ? ["SELECT pg_total_relation_size('delayq.tasks') AS b", 'pg_total_relation_size(delayq.tasks)']
+      : ["SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) AS b FROM pg_class c WHERE c.oid = 'pgboss.job'::regclass " +
+         "OR c.oid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = 'pgboss.job'::regclass)",
+         'pg_total_relation_size of pgboss.job and its partitions'];
+    return {
+      what: `${what} (table + indexes + TOAST)`,
+      bytes: async () => Number((await client.query(sql)).rows[0].b),
+      close: () => client.end(),
+    };
+  }
+  const redis = new IORedis(redisOptions(o.redis));
+  return {
+    what: 'Redis INFO memory used_memory',
+    bytes: async () => {
+      const m = /^used_memory:(\d+)/m.exec(await redis.info('memory'));
+      if (!m) throw new Error('INFO memory has no used_memory');
+      return Number(m[1]);
+    },
+    close: () => redis.disconnect(),
+  };
 }
 
 /** p50/p99/max of a list of milliseconds, rounded to 0.01 ms. */
@@ -201,6 +264,13 @@ async function figureAdd(o) {
     await c.close();
     return { ...r, measured: `HTTP POST /add (undici pool of ${o.clients} keep-alive connections), ${measured}` };
   }
+  if (o.system === 'pgboss') {
+    const boss = await pgBoss(o);
+    const r = await closedLoop(o.clients, o.warmup, o.duration,
+      () => boss.send(o.queue, PG_DATA, { startAfter: HOUR_MS / 1000 }));
+    await boss.stop({ graceful: false });
+    return { ...r, measured: `boss.send(name, data, {startAfter}) in process (pool of ${PG_POOL}), ${measured}` };
+  }
   const queue = new Queue(o.queue, { connection: redisOptions(o.redis) });
   await queue.waitUntilReady();
   const r = await closedLoop(o.clients, o.warmup, o.duration,
@@ -209,51 +279,149 @@ async function figureAdd(o) {
   return { ...r, measured: `queue.add(name, data, {delay}) in process, ${measured}` };
 }
 
-async function figureBatch(o) {
-  const redis = new IORedis(redisOptions(o.redis));
-  let addBatch;
-  let close;
+/** Adds jobs in batches, each due `delayMs` from now (delayq's ids `${prefix}N`):
+ * {addBatch(first, count), close, how}. */
+async function batchAdder(o, delayMs, prefix) {
   if (o.system === 'delayq') {
     const c = delayqClient(o.server, 1);
-    addBatch = async (first, count) => {
-      const tasks = Array.from({ length: count }, (_, k) => task(`b${first + k}`, { delay_ms: HOUR_MS }));
-      const items = await c.post('/add', { tasks });
-      const refused = items.filter((item) => item.code !== 0);
-      if (refused.length) throw new Error(`${refused.length} tasks refused; first: ${refused[0].message}`);
+    return {
+      addBatch: async (first, count) => {
+        const tasks = Array.from({ length: count }, (_, k) => task(`${prefix}${first + k}`, { delay_ms: delayMs }));
+        const items = await c.post('/add', { tasks });
+        const refused = items.filter((item) => item.code !== 0);
+        if (refused.length) throw new Error(`${refused.length} tasks refused; first: ${refused[0].message}`);
+      },
+      close: () => c.close(),
+      how: 'HTTP POST /add {"tasks": [...]}',
     };
-    close = () => c.close();
-  } else {
-    const queue = new Queue(o.queue, { connection: redisOptions(o.redis) });
-    await queue.waitUntilReady();
-    addBatch = (_first, count) =>
-      queue.addBulk(Array.from({ length: count }, () => ({ name: NAME, data: DATA, opts: { delay: HOUR_MS } })));
-    close = () => queue.close();
   }
-  // One job first, so that the scripts both sides load into Redis are not counted as jobs.
+  if (o.system === 'pgboss') {
+    const boss = await pgBoss(o);
+    const startAfter = delayMs > 0 ? String(delayMs / 1000) : undefined;
+    return {
+      addBatch: (_first, count) =>
+        boss.insert(Array.from({ length: count }, () => ({ name: o.queue, data: PG_DATA, startAfter }))),
+      close: () => boss.stop({ graceful: false }),
+      how: 'boss.insert([...])',
+    };
+  }
+  const queue = new Queue(o.queue, { connection: redisOptions(o.redis) });
+  await queue.waitUntilReady();
+  return {
+    addBatch: (_first, count) =>
+      queue.addBulk(Array.from({ length: count }, () => ({ name: NAME, data: DATA, opts: { delay: delayMs } }))),
+    close: () => queue.close(),
+    how: 'queue.addBulk',
+  };
+}
+
+async function figureBatch(o) {
+  const meter = await storeMeter(o);
+  const { addBatch, close, how } = await batchAdder(o, HOUR_MS, 'b');
+  // One job first, so that the scripts both sides load into Redis, or the first pages of the
+  // tables, are not counted as jobs.
   await addBatch(o.jobs, 1);
   await sleep(200);
-  const before = await usedMemory(redis);
+  const before = await meter.bytes();
   const t0 = nowMs();
   for (let first = 0; first < o.jobs; first += o.batch) {
     await addBatch(first, Math.min(o.batch, o.jobs - first));
   }
   const seconds = (nowMs() - t0) / 1000;
   await sleep(200);
-  const after = await usedMemory(redis);
+  const after = await meter.bytes();
   await close();
-  redis.disconnect();
+  await meter.close();
   const perJob = (after - before) / o.jobs;
   return {
     jobs: o.jobs,
     seconds: Math.round(seconds * 1000) / 1000,
     jobs_per_s: Math.round(o.jobs / seconds),
-    used_memory_before: before,
-    used_memory_after: after,
+    bytes_before: before,
+    bytes_after: after,
     bytes_per_job: Math.round(perJob * 10) / 10,
     bytes_per_job_beyond_body: Math.round((perJob - 100) * 10) / 10,
     measured: `${o.jobs} delayed jobs (100-byte body, due in 1 h) in batches of ${o.batch}, one batch in flight, ` +
-      (o.system === 'delayq' ? 'HTTP POST /add {"tasks": [...]}' : 'queue.addBulk') +
-      '; Redis INFO memory used_memory before and after (one job added first)',
+      `${how}; ${meter.what} before and after (one job added first)`,
+  };
+}
+
+async function figurePop(o) {
+  const { addBatch, close, how } = await batchAdder(o, 0, 'p');
+  for (let first = 0; first < o.jobs; first += o.batch) {
+    await addBatch(first, Math.min(o.batch, o.jobs - first));
+  }
+  await close();
+  let done = 0;
+  let errors = 0;
+  let firstError = null;
+  const failed = async (err) => {
+    errors++;
+    firstError ??= String(err.message || err);
+    await sleep(10);
+  };
+  // A loop stops when the store has none left for it (an empty pop or fetch: the jobs were all
+  // ready before the clock started), or at the deadline, so that a slow system costs a bound.
+  let loop;
+  let deadline;
+  let stop;
+  if (o.system === 'delayq') {
+    const c = delayqClient(o.server, o.consumers);
+    loop = async () => {
+      let held = null;
+      while (nowMs() < deadline) {
+        const req = { topic: NAME, timeout_ms: 0 };
+        if (held) req.finish = { topic: NAME, id: held.id, receipt: held.receipt };
+        try {
+          const t = await c.post('/pop', req);
+          if (held) done++;
+          held = t;
+          if (!t) return;
+        } catch (err) {
+          held = null;
+          await failed(err);
+        }
+      }
+      if (held) {
+        await c.post('/finish', { topic: NAME, id: held.id, receipt: held.receipt });
+        done++;
+      }
+    };
+    stop = () => c.close();
+  } else {
+    const boss = await pgBoss(o);
+    loop = async () => {
+      while (nowMs() < deadline) {
+        try {
+          const [job] = await boss.fetch(o.queue);
+          if (!job) return;
+          await boss.complete(o.queue, job.id);
+          done++;
+        } catch (err) {
+          await failed(err);
+        }
+      }
+    };
+    stop = () => boss.stop({ graceful: false });
+  }
+  const t0 = nowMs();
+  deadline = t0 + o.duration;
+  await Promise.all(Array.from({ length: o.consumers }, loop));
+  const seconds = (nowMs() - t0) / 1000;
+  await stop();
+  return {
+    jobs: o.jobs,
+    finished: done,
+    seconds: Math.round(seconds * 1000) / 1000,
+    jobs_per_s: Math.round(done / seconds),
+    consumers: o.consumers,
+    errors,
+    first_error: firstError,
+    measured: `${o.jobs} jobs ready before the clock starts (added by ${how}, not measured), ${o.consumers} loops ` +
+      (o.system === 'delayq'
+        ? 'of POST /pop carrying the finish of the task before (one call per task)'
+        : `of boss.fetch + boss.complete (two calls per job; pool of ${PG_POOL})`) +
+      ` until none is left or ${o.duration / 1000} s have passed`,
   };
 }
 
@@ -294,6 +462,20 @@ async function consume(o, total, deadline) {
     process.send({ ready: true });
     await Promise.all(loops);
     stop = () => c.close();
+  } else if (o.system === 'pgboss') {
+    let finished;
+    const all = new Promise((resolve) => { finished = resolve; });
+    const boss = await pgBoss(o);
+    boss.on('error', (err) => { errors++; firstError ??= String(err.message || err); });
+    for (let i = 0; i < o.consumers; i++) {
+      await boss.work(o.queue, { pollingIntervalSeconds: PGBOSS_POLL_S, batchSize: 1 }, async ([job]) => {
+        seen(nowMs() - job.data.d);
+        if (lateness.length >= total) finished();
+      });
+    }
+    process.send({ ready: true });
+    await Promise.race([all, sleep(Math.max(0, deadline - nowMs()))]);
+    stop = () => boss.stop({ graceful: false, wait: false });
   } else {
     let finished;
     const all = new Promise((resolve) => { finished = resolve; });
@@ -339,6 +521,16 @@ async function figureLateness(o) {
       return items.filter((item) => item.code !== 0).length;
     };
     close = () => c.close();
+  } else if (o.system === 'pgboss') {
+    const boss = await pgBoss(o);
+    addBatch = async (dues) => {
+      // An ISO time ending in Z is the job's startAfter as it is (pg-boss reads it so).
+      await boss.insert(dues.map((due) => ({
+        name: o.queue, data: { d: due, ...PG_DATA }, startAfter: new Date(due).toISOString(),
+      })));
+      return 0;
+    };
+    close = () => boss.stop({ graceful: false });
   } else {
     const queue = new Queue(o.queue, { connection: redisOptions(o.redis) });
     await queue.waitUntilReady();
@@ -379,7 +571,8 @@ async function figureLateness(o) {
   await Promise.all(sends);
   await close();
   const seen = await result;
-  child.disconnect();
+  // The consumer may have exited already, once its report was sent.
+  if (child.connected) child.disconnect();
   return {
     rate: o.rate,
     jobs: total,
@@ -394,7 +587,9 @@ async function figureLateness(o) {
       (o.system === 'delayq'
         ? `each a loop of POST /pop (long-poll ${POP_TIMEOUT_MS} ms) carrying the previous task's finish` +
           (o.consumerServer && o.consumerServer !== o.server ? ', on another delayq instance than the producer' : '')
-        : 'a BullMQ Worker (concurrency ' + o.consumers + ')') +
+        : o.system === 'pgboss'
+          ? `${o.consumers} boss.work loops (batchSize 1, pollingIntervalSeconds ${PGBOSS_POLL_S}, pg-boss's smallest)`
+          : 'a BullMQ Worker (concurrency ' + o.consumers + ')') +
       `; waited up to ${o.grace / 1000} s after the last due`,
   };
 }
@@ -409,7 +604,7 @@ async function main() {
     await new Promise((resolve) => process.send(report, resolve));
     return;
   }
-  const run = { add: figureAdd, batch: figureBatch, lateness: figureLateness }[o.figure];
+  const run = { add: figureAdd, batch: figureBatch, lateness: figureLateness, pop: figurePop }[o.figure];
   const r = await run(o);
   process.stdout.write(JSON.stringify({ figure: o.figure, system: o.system, ...r, versions: versions() }) + '\n');
 }
