@@ -197,34 +197,64 @@ impl Inner {
                      $8, $9, $10, $11, $12, $13, $14, $15, $16)",
                 )
                 .await?;
-            let mut results = Vec::with_capacity(specs.len());
-            for spec in specs {
-                let policy: i16 = match spec.on_duplicate {
-                    OnDuplicate::Reject => 0,
-                    OnDuplicate::Replace => 1,
-                    OnDuplicate::Keep => 2,
-                };
-                let task = Task::new(spec, now);
-                let (trace, extra) = (task.trace_json(), task.extra_json());
-                let params: [&(dyn ToSql + Sync); 16] = [
-                    &db(now),
-                    &self.instance,
-                    &policy,
-                    &task.topic,
-                    &task.id,
-                    &task.body,
-                    &i64::from(task.priority),
-                    &db(task.due_ms),
-                    &db(task.created_at_ms),
-                    &db(task.ttr_ms),
-                    &task.max_retries_db(),
-                    &task.expires_at_ms.map(db),
-                    &task.on_expire_code(),
-                    &task.key,
-                    &trace,
-                    &extra,
-                ];
-                let row = tx.query_one(&enqueue, &params).await?;
+            // Every task's call is sent before the first answer is read: tokio-postgres
+            // pipelines the queries of futures polled together, so a batch costs about one
+            // round trip rather than one a task. They run in order, so duplicates within a
+            // batch resolve as one after the other.
+            let now_db = db(now);
+            let prepared: Vec<_> = specs
+                .into_iter()
+                .map(|spec| {
+                    let policy: i16 = match spec.on_duplicate {
+                        OnDuplicate::Reject => 0,
+                        OnDuplicate::Replace => 1,
+                        OnDuplicate::Keep => 2,
+                    };
+                    let task = Task::new(spec, now);
+                    let values = (
+                        i64::from(task.priority),
+                        db(task.due_ms),
+                        db(task.created_at_ms),
+                        db(task.ttr_ms),
+                        task.max_retries_db(),
+                        task.expires_at_ms.map(db),
+                        task.on_expire_code(),
+                        task.trace_json(),
+                        task.extra_json(),
+                    );
+                    (task, policy, values)
+                })
+                .collect();
+            let params: Vec<[&(dyn ToSql + Sync); 16]> = prepared
+                .iter()
+                .map(|(task, policy, v)| {
+                    [
+                        &now_db as &(dyn ToSql + Sync),
+                        &self.instance,
+                        policy,
+                        &task.topic,
+                        &task.id,
+                        &task.body,
+                        &v.0,
+                        &v.1,
+                        &v.2,
+                        &v.3,
+                        &v.4,
+                        &v.5,
+                        &v.6,
+                        &task.key,
+                        &v.7,
+                        &v.8,
+                    ]
+                })
+                .collect();
+            let rows = futures_util::future::try_join_all(
+                params.iter().map(|p| tx.query_one(&enqueue, p)),
+            )
+            .await?;
+            drop(params);
+            let mut results = Vec::with_capacity(rows.len());
+            for ((task, _, _), row) in prepared.into_iter().zip(rows) {
                 let outcome = match row.get::<_, i16>(0) {
                     0 => AddOutcome::Added,
                     1 => AddOutcome::Replaced,
