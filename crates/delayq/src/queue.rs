@@ -407,9 +407,10 @@ impl Queue {
                 // A long-poll that began rides out a storage outage until its timeout; the first
                 // look reports it, so a caller learns at once that storage is down.
                 Err(e) if !first && e.kind() == ErrorKind::Unavailable => Some(OUTAGE_RETRY_MS),
-                // A shutdown that began while this consumer looked (woken just before it):
-                // a parked long-poll returns empty at shutdown, whichever it sees first.
-                Err(e) if !first && e.kind() == ErrorKind::ShuttingDown => return Ok(Vec::new()),
+                // The caller was admitted, so a shutdown seen here began after it parked (even
+                // during its first look): a parked long-poll returns empty at shutdown,
+                // whichever it sees first.
+                Err(e) if e.kind() == ErrorKind::ShuttingDown => return Ok(Vec::new()),
                 Err(e) => return Err(e),
             };
             first = false;
