@@ -39,7 +39,7 @@ use std::collections::VecDeque;
 
 use delayq_core::{Attempt, Backoff, MaxRetries, OnExpire, Pause, State, TraceContext};
 
-use crate::storage::engine::record::{Extra, Record};
+use crate::storage::engine::record::{Extra, Record, RecordFields};
 
 const PUT_V1: u8 = 1;
 const REMOVE: u8 = 2;
@@ -179,14 +179,14 @@ pub fn encode_put(out: &mut Vec<u8>, topic: &str, r: &Record) {
     put_str(out, r.id());
     put_bytes(out, r.body());
     out.push(r.state.code());
-    put_varint(out, u64::from(r.retries));
-    put_varint(out, r.ttr_ms);
-    put_varint(out, zigzag(r.max_retries.get().as_i64()));
+    put_varint(out, u64::from(r.retries()));
+    put_varint(out, r.ttr_ms());
+    put_varint(out, zigzag(r.max_retries().as_i64()));
     put_varint(out, r.due_ms);
-    put_varint(out, r.created_at_ms);
-    put_varint(out, r.updated_at_ms);
-    put_varint(out, r.deadline_ms);
-    out.extend_from_slice(&r.receipt.to_le_bytes());
+    put_varint(out, r.created_at_ms());
+    put_varint(out, r.updated_at_ms());
+    put_varint(out, r.deadline_ms());
+    out.extend_from_slice(&r.receipt().to_le_bytes());
     put_varint(out, u64::from(r.priority));
     put_varint(out, r.seq());
     if let Some(key) = key {
@@ -202,7 +202,7 @@ pub fn encode_put(out: &mut Vec<u8>, topic: &str, r: &Record) {
     } else {
         put_unkeyed_tail(out, expiry, trace, r.on_expire());
     }
-    put_extra(out, r.extra.as_deref());
+    put_extra(out, r.extra());
 }
 
 /// A trace context behind a flag byte (`Put v4` and `v5`).
@@ -511,26 +511,23 @@ fn decode_put<'a>(r: &mut Reader<'a>, kind: u8) -> Result<Change<'a>, CodecError
         extra.on_expire = on_expire;
     }
     let (data, id_last) = Record::pack(id, body).map_err(|_| r.err("id"))?;
-    let mut record = Record {
+    let record = Record::new(RecordFields {
         topic: 0,
         data,
         id_last,
         priority,
-        seq_lo: 0,
-        seq_hi: 0,
+        seq,
         state,
         retries,
         ttr_ms,
-        max_retries: max_retries.into(),
+        max_retries,
         due_ms,
         created_at_ms,
         updated_at_ms,
         deadline_ms,
         receipt,
-        timer: None,
         extra,
-    };
-    record.set_seq(seq);
+    });
     Ok(Change::Put { topic, record })
 }
 
@@ -589,25 +586,57 @@ mod tests {
 
     fn record(extra: Option<Extra>) -> Record {
         let (data, id_last) = Record::pack("order-1", "{\"x\":\"é\"}".as_bytes()).unwrap();
-        Record {
+        Record::new(RecordFields {
             topic: 0,
             data,
             id_last,
             priority: 7,
-            seq_lo: 0x1234_5678,
-            seq_hi: 0x9a,
+            seq: 0x9a_1234_5678,
             state: State::Active,
             retries: 2,
             ttr_ms: 30_000,
-            max_retries: MaxRetries::Unlimited.into(),
+            max_retries: MaxRetries::Unlimited,
             due_ms: 1_800_000_000_000,
             created_at_ms: 1_799_999_000_000,
             updated_at_ms: 1_800_000_000_005,
             deadline_ms: 1_800_000_030_005,
             receipt: u64::MAX - 3,
-            timer: None,
             extra: extra.map(Box::new),
-        }
+        })
+    }
+
+    fn wide_ttr(mut r: Record, ttr_ms: u64) -> Record {
+        r.set_ttr_ms(ttr_ms);
+        r
+    }
+
+    fn wide_counts(mut r: Record, retries: u32, max_retries: MaxRetries, updated: u64) -> Record {
+        let (data, id_last) = Record::pack(r.id(), r.body()).unwrap();
+        r = Record::new(RecordFields {
+            topic: 0,
+            data,
+            id_last,
+            priority: r.priority,
+            seq: r.seq(),
+            state: r.state,
+            retries,
+            ttr_ms: r.ttr_ms(),
+            max_retries,
+            due_ms: r.due_ms,
+            created_at_ms: r.created_at_ms(),
+            updated_at_ms: updated,
+            deadline_ms: r.deadline_ms(),
+            receipt: r.receipt(),
+            extra: None,
+        });
+        r
+    }
+
+    fn plain_delayed(mut r: Record) -> Record {
+        r.state = State::Delayed;
+        r.set_receipt(0);
+        r.set_deadline_ms(0);
+        r
     }
 
     #[test]
@@ -663,6 +692,24 @@ mod tests {
             record(Some(traced(&full, None))),
             record(Some(only_trace)),
             record(Some(full)),
+            // What the in-memory record keeps apart: a ttr too wide for its four bytes, and a
+            // delayed task with no receipt, deadline or extra.
+            wide_ttr(record(None), u64::from(u32::MAX)),
+            wide_ttr(record(None), u64::MAX),
+            plain_delayed(record(None)),
+            wide_counts(record(None), 255, MaxRetries::Limited(254), 0),
+            wide_counts(
+                record(None),
+                u32::MAX,
+                MaxRetries::Limited(u32::MAX),
+                u64::MAX,
+            ),
+            wide_counts(
+                record(None),
+                254,
+                MaxRetries::Limited(253),
+                1_700_000_000_000,
+            ),
         ] {
             let mut buf = Vec::new();
             encode_put(&mut buf, "orders", &r);

@@ -735,7 +735,7 @@ const SNAPSHOT_PIECE: usize = 4096;
 /// whether one was written.
 ///
 /// The snapshot covers the log up to where it stood when this started, but its records are
-/// read later, [`SNAPSHOT_PIECE`] at a time under the shard's lock, on a blocking thread that
+/// read later, `SNAPSHOT_PIECE` at a time under the shard's lock, on a blocking thread that
 /// writes each piece before it reads the next (so neither the lock nor a tokio worker is held
 /// for the whole shard, and the encoded snapshot is never all in memory). A record read after
 /// it changed is newer than the log position the snapshot covers; that is harmless because

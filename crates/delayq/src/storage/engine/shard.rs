@@ -60,7 +60,9 @@ use std::hash::BuildHasher;
 
 use super::Journal;
 use super::flow::Flow;
-use super::record::{Extra, MAX_ID_BYTES, Record, SEQ_MAX, due_of_key, mix_receipt, slot_of_key};
+use super::record::{
+    Extra, MAX_ID_BYTES, Record, RecordFields, SEQ_MAX, due_of_key, mix_receipt, slot_of_key,
+};
 use crate::error::{Error, Result};
 use crate::metrics::{Metrics, TopicCounters};
 use crate::storage::ReleaseOptions;
@@ -387,7 +389,7 @@ impl<J: Journal> Shard<J> {
     }
 
     fn disarm(&mut self, idx: u32) {
-        if let Some(key) = self.records[idx as usize].timer.take() {
+        if let Some(key) = self.records[idx as usize].take_timer() {
             self.wheel.remove(key);
         }
     }
@@ -395,7 +397,7 @@ impl<J: Journal> Shard<J> {
     fn arm(&mut self, idx: u32, at: Millis) {
         self.disarm(idx);
         let key = self.wheel.insert(at, Timer::Record(idx));
-        self.records[idx as usize].timer = Some(key);
+        self.records[idx as usize].set_timer(key);
         self.note_armed(at);
     }
 
@@ -432,14 +434,14 @@ impl<J: Journal> Shard<J> {
         let r = &mut self.records[idx as usize];
         r.state = state;
         r.due_ms = due;
-        r.updated_at_ms = now;
+        r.set_updated_at_ms(now);
         match state {
             State::Active => {}
-            State::Finished | State::Cancelled => r.deadline_ms = now.saturating_add(retention),
-            State::Delayed | State::Ready | State::Dead => r.deadline_ms = 0,
+            State::Finished | State::Cancelled => r.set_deadline_ms(now.saturating_add(retention)),
+            State::Delayed | State::Ready | State::Dead => r.set_deadline_ms(0),
         }
         if state != State::Active {
-            r.receipt = 0;
+            r.set_receipt(0);
         }
         match timer_at(r) {
             Some(at) => self.arm(idx, at),
@@ -530,24 +532,22 @@ impl<J: Journal> Shard<J> {
         };
         let topic = self.topic_idx_or_create(&spec.topic);
         let state = lifecycle::scheduled_state(spec.due_ms, now);
-        let mut record = Record {
+        let mut record = Record::new(RecordFields {
             topic,
             data,
             id_last,
             priority: spec.priority,
-            seq_lo: 0,
-            seq_hi: 0,
+            seq: 0,
             // Linked below through `transition`, which sets the real state.
             state,
             retries: 0,
             ttr_ms: spec.ttr_ms,
-            max_retries: spec.max_retries.into(),
+            max_retries: spec.max_retries,
             due_ms: spec.due_ms,
             created_at_ms: spec.created_at_ms,
             updated_at_ms: now,
             deadline_ms: 0,
             receipt: 0,
-            timer: None,
             extra: (spec.backoff.is_some()
                 || spec.trace.is_some()
                 || spec.expires_at_ms.is_some()
@@ -562,7 +562,7 @@ impl<J: Journal> Shard<J> {
                     ..Extra::default()
                 })
             }),
-        };
+        });
         record.set_seq(self.next_seq());
         self.insert_record(record, now);
         Ok(outcome)
@@ -649,8 +649,8 @@ impl<J: Journal> Shard<J> {
             let due = self.records[idx as usize].due_ms;
             let receipt = self.next_receipt();
             let r = &mut self.records[idx as usize];
-            r.receipt = receipt;
-            r.deadline_ms = now.saturating_add(r.ttr_ms);
+            r.set_receipt(receipt);
+            r.set_deadline_ms(now.saturating_add(r.ttr_ms()));
             self.transition(idx, State::Active, due, now);
             let name = Arc::clone(&self.topics[t as usize].name);
             out.push(self.records[idx as usize].delivery(&name));
@@ -762,20 +762,19 @@ impl<J: Journal> Shard<J> {
         });
         let r = &mut self.records[idx as usize];
         r.push_failure(now, outcome, error);
-        let next =
-            lifecycle::after_failure(r.max_retries.get(), r.backoff(), r.retries, now, delay);
+        let next = lifecycle::after_failure(r.max_retries(), r.backoff(), r.retries(), now, delay);
         match next {
             AfterFailure::Retry { retries, .. }
                 if lifecycle::is_expired(r.expires_at_ms(), now) =>
             {
                 // It came back after its expiry: it expires now instead of another delivery
                 // (a dropped task reports DEAD too: it will not come back either).
-                r.retries = retries;
+                r.set_retries(retries);
                 self.expire(idx, now);
                 State::Dead
             }
             AfterFailure::Retry { retries, due_ms } => {
-                r.retries = retries;
+                r.set_retries(retries);
                 let state = lifecycle::scheduled_state(due_ms, now);
                 // An immediate redelivery keeps its original due so it goes to the front.
                 let due = if state == State::Ready {
@@ -817,7 +816,7 @@ impl<J: Journal> Shard<J> {
             OnExpire::Dead => {
                 self.metrics.observe_dead(&self.topics[t].activity);
                 let r = &mut self.records[idx as usize];
-                r.extra.get_or_insert_with(Box::default).last_error = Some(EXPIRED.to_owned());
+                r.extra_mut().last_error = Some(EXPIRED.to_owned());
                 let due = r.due_ms;
                 self.transition(idx, State::Dead, due, now);
                 self.journal_put(idx);
@@ -853,8 +852,8 @@ impl<J: Journal> Shard<J> {
         let idx = self.find_or_404(topic, id)?;
         self.check(idx, Op::Touch, receipt)?;
         let r = &mut self.records[idx as usize];
-        r.deadline_ms = now.saturating_add(r.ttr_ms);
-        let deadline = r.deadline_ms;
+        let deadline = now.saturating_add(r.ttr_ms());
+        r.set_deadline_ms(deadline);
         self.arm(idx, deadline);
         self.journal_put(idx);
         Ok(deadline)
@@ -880,7 +879,7 @@ impl<J: Journal> Shard<J> {
 
     fn requeue_idx(&mut self, idx: u32, now: Millis) {
         let r = &mut self.records[idx as usize];
-        r.retries = 0;
+        r.set_retries(0);
         // An operator's explicit act: the task is wanted now, whatever its expiry said.
         r.clear_expiry();
         let due = r.due_ms;
@@ -1015,7 +1014,7 @@ impl<J: Journal> Shard<J> {
         let due = match r.state {
             State::Delayed => now,
             State::Dead => {
-                r.retries = 0;
+                r.set_retries(0);
                 r.clear_expiry();
                 r.due_ms
             }
@@ -1023,8 +1022,8 @@ impl<J: Journal> Shard<J> {
         };
         self.unlink(idx);
         let r = &mut self.records[idx as usize];
-        r.receipt = receipt;
-        r.deadline_ms = now.saturating_add(r.ttr_ms);
+        r.set_receipt(receipt);
+        r.set_deadline_ms(now.saturating_add(r.ttr_ms()));
         self.enter(idx, State::Active, due, now);
         self.journal_put(idx);
         let name = Arc::clone(self.topic_name(idx));
@@ -1308,10 +1307,10 @@ impl<J: Journal> Shard<J> {
         let Some(r) = self.records.get_mut(idx as usize) else {
             return;
         };
-        if r.timer != Some(key) {
+        if r.timer() != Some(key) {
             return; // defensive: a timer that was replaced
         }
-        r.timer = None;
+        r.take_timer();
         let r = &self.records[idx as usize];
         let topic = &self.topics[r.topic as usize].activity;
         match r.state {
@@ -1365,11 +1364,11 @@ impl<J: Journal> Shard<J> {
         }
         record.set_seq(seq);
         self.seq.fetch_max(seq + 1, Ordering::AcqRel);
-        if record.state.is_terminal() && record.deadline_ms <= now {
+        if record.state.is_terminal() && record.deadline_ms() <= now {
             return; // its retention passed while the process was down
         }
         record.topic = self.topic_idx_or_create(topic);
-        record.timer = None;
+        record.take_timer();
         let idx = self.records.insert(record) as u32;
         let r = &self.records[idx as usize];
         let hash = self.hasher.hash_one(r.id_bytes());
@@ -1430,7 +1429,7 @@ fn timer_at(r: &Record) -> Option<Millis> {
         // Its due is its topic's DELAYED timer's; only an expiry before it needs one of its own.
         State::Delayed => r.expires_at_ms().filter(|&at| at < r.due_ms),
         State::Ready => r.expires_at_ms(),
-        State::Active | State::Finished | State::Cancelled => Some(r.deadline_ms),
+        State::Active | State::Finished | State::Cancelled => Some(r.deadline_ms()),
         State::Dead => None,
     }
 }
@@ -1453,6 +1452,48 @@ fn merge_sorted<T: Ord + Copy>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::metrics::Metrics;
+    use crate::storage::engine::NoJournal;
+    use delayq_core::NewTask;
+    use delayq_core::validate::{Limits, validate_task};
+
+    #[test]
+    fn a_plain_delayed_task_has_no_side_box_and_an_active_one_has() {
+        let now = 1_800_000_000_000;
+        let defaults = TaskDefaults::default();
+        let mut shard = Shard::new(
+            now,
+            7,
+            defaults,
+            4_096,
+            Arc::new(Metrics::default()),
+            NoJournal,
+        );
+        let spec = |id: &str, delay_ms| {
+            let task = NewTask::new("t", id).delay_ms(delay_ms);
+            validate_task(task, &Limits::default(), &defaults, now).unwrap()
+        };
+        // The queue reads the creation time rounded up and the shard's `now` rounded down, a
+        // millisecond apart: still no box.
+        for (id, created) in [("a", now), ("b", now + 1)] {
+            let mut spec = spec(id, 60_000);
+            spec.created_at_ms = created;
+            shard.add(spec, now).unwrap();
+            let r = &shard.records[shard.find("t", id).unwrap() as usize];
+            assert!(!r.has_side(), "{id}");
+            assert_eq!((r.created_at_ms(), r.updated_at_ms()), (created, now));
+        }
+        shard.add(spec("c", 0), now).unwrap();
+        let popped = shard.pop("t", 1, false, now);
+        assert_eq!(popped[0].id, "c");
+        let r = &shard.records[shard.find("t", "c").unwrap() as usize];
+        assert!(
+            r.has_side(),
+            "an ACTIVE task keeps its receipt, deadline and timer aside"
+        );
+        assert_eq!(r.receipt_text(), popped[0].receipt);
+        assert_eq!(r.deadline_ms(), now + defaults.ttr_ms);
+    }
 
     #[test]
     fn merge_is_sorted_and_complete() {
