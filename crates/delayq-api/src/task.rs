@@ -285,6 +285,9 @@ pub struct TaskDelivery {
     /// The W3C `tracestate` the task was added with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tracestate: Option<String>,
+    /// The task's flow-control key (absent: none), as it was added.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
 }
 
 impl TaskDelivery {
@@ -310,6 +313,7 @@ impl From<delayq_core::Delivery> for TaskDelivery {
             ttr_ms: d.ttr_ms,
             traceparent,
             tracestate,
+            key: d.key,
         }
     }
 }

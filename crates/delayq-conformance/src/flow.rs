@@ -99,6 +99,9 @@ pub async fn a_busy_key_does_not_hold_back_others(h: &Harness) {
     h.add(ready("plain")).await;
     let got = h.pop_now(T, 10).await;
     assert_eq!(ids(&got), ["a1", "b1", "plain"]);
+    // A delivery carries its task's key.
+    let keys: Vec<Option<&str>> = got.iter().map(|d| d.key.as_deref()).collect();
+    assert_eq!(keys, [Some("merchant-a"), Some("merchant-b"), None]);
     let stats = h.queue.stats(T).await.unwrap();
     assert_eq!((stats.ready, stats.held_back.key), (2, 2));
     assert!(h.pop_now(T, 10).await.is_empty());

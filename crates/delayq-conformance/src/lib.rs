@@ -15,7 +15,8 @@
 //! - [`flow`]: flow limits of topics and keys (docs/flow-control.md), run by [`flow_suite!`]
 //!   on every backend.
 //!
-//! Beside the suite, [`recorded`] is the recorded mixed load that the chaos and failover
+//! Beside the suite, [`consumers`] holds what a backend that serves concurrent consumers in
+//! rounds checks with a counter of its rounds, and [`recorded`] is the recorded mixed load that the chaos and failover
 //! tests of the shared backends run over several instances and check with the history
 //! checker.
 //!
@@ -32,6 +33,7 @@
 //! so tests wait for them with [`Harness::eventually`], bounded in real time.
 
 pub mod beanstalk;
+pub mod consumers;
 pub mod dashboard_reads;
 pub mod expiry;
 pub mod flow;

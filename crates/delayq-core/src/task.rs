@@ -463,6 +463,9 @@ pub struct Delivery {
     /// The trace context the task was added with, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<TraceContext>,
+    /// The task's flow-control key, if it has one (docs/flow-control.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
 }
 
 impl Delivery {

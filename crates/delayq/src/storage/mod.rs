@@ -22,7 +22,11 @@
 //! - [`memory`]: all state in process memory, nothing durable.
 //! - [`embedded`]: the same [`engine`], with every change written to a log per shard on disk
 //!   (and the settings to a log of their own), compacted by snapshots.
-//! - Redis lives in its own crate (`delayq-redis`), behind the same traits.
+//! - Redis lives in its own crate (`delayq-redis`), PostgreSQL in `delayq-postgres`, behind
+//!   the same traits.
+//!
+//! [`coalesce`] is for backends: concurrent calls on one key served together, one round of
+//! storage work for many callers (Redis and PostgreSQL use it).
 //!
 //! A failure's [`Outcome`](crate::Outcome) is part of the contract: a backend reports
 //! [`Outcome::Unknown`](crate::Outcome::Unknown) whenever the operation may have happened
@@ -31,6 +35,7 @@
 
 mod backend;
 mod beanstalk;
+pub mod coalesce;
 pub mod embedded;
 pub mod engine;
 mod job_ids;
