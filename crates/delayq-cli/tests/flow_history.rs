@@ -1,5 +1,7 @@
 //! The history check of flow limits in Redis mode (issue 26, docs/flow-control.md): three real
-//! `delayq serve --redis` processes over one private redis-server, 30 consumers spread over
+//! `delayq serve --redis` processes over one private redis-server (each topic in one
+//! partition, its limits in it), and again over a private Redis Cluster of three masters
+//! (each topic in four partitions, its limits counted by its permits), 30 consumers spread over
 //! them (HTTP `/pop` + `/finish`, and beanstalk `reserve-with-timeout` + `delete` watching
 //! every tube), a topic with `max_active`, a topic with `rate_per_s` + `burst` and a topic of
 //! keyed tasks with `max_active_per_key`, a ttr short enough that abandoned tasks run it out
@@ -19,7 +21,8 @@
 //!
 //! Removing the pop script's check (`allowance` in crates/delayq-redis/src/scripts/lib.lua
 //! returning `want, nil`) makes the first two assertions fail; leaving every keyed task in
-//! READY (`key_room` returning nil) makes the per-key one fail.
+//! READY (`key_room` returning nil) makes the per-key one fail. On the Cluster, removing the
+//! permits' checks (`permit_grant.lua`) does the same.
 
 mod support;
 
@@ -28,8 +31,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use delayq_client::{Client, ClientOptions, MaxRetries, NewTask, PopOptions};
-use delayq_testkit::RedisServer;
 use delayq_testkit::history::now_us;
+use delayq_testkit::{RedisCluster, RedisServer};
 use serde_json::{Value, json};
 use support::http_history::Rng;
 use support::{Server, free_port};
@@ -42,6 +45,10 @@ const MAX_ACTIVE: usize = 4;
 /// The topic limited by `rate_per_s` and `burst`.
 const RATE_TOPIC: &str = "flow-rate";
 const RATE_PER_S: f64 = 40.0;
+/// Its rate on the Cluster, where a pop of a topic of several partitions takes four round
+/// trips to three masters: low enough that the consumers could go faster, so that the check
+/// would see a rate not kept.
+const CLUSTER_RATE_PER_S: f64 = 20.0;
 const BURST: u64 = 5;
 /// The topic of keyed tasks limited by `max_active_per_key`.
 const KEYED_TOPIC: &str = "flow-keyed";
@@ -82,7 +89,9 @@ const REPLY_TIMEOUT: Duration = Duration::from_secs(15);
 #[derive(Debug, Clone)]
 struct Handout {
     topic: String,
-    /// The task's flow-control key (from its body: a delivery does not carry it).
+    /// Which task (its body's second word): the same over HTTP and beanstalk.
+    task: String,
+    /// The task's flow-control key (from its body: a beanstalk job does not carry it).
     key: Option<String>,
     /// Over beanstalk (else HTTP).
     beanstalk: bool,
@@ -90,8 +99,6 @@ struct Handout {
     got: u64,
     /// The end of the interval the task was surely ACTIVE.
     end: u64,
-    /// The redeliveries before this attempt (HTTP tells; beanstalk does not).
-    retries: Option<u32>,
     abandoned: bool,
     /// The finish or delete came after the ttr had passed (404, 409, `NOT_FOUND`).
     late: bool,
@@ -107,6 +114,20 @@ impl Handout {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flow_limits_hold_across_redis_instances() {
     let redis = RedisServer::start();
+    check_history(&redis.url(), RATE_PER_S).await;
+}
+
+/// The same over a Cluster, where each topic has four partitions (the Cluster's default)
+/// in different slots: the limits are counted by each topic's permits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flow_limits_hold_across_redis_instances_over_a_cluster() {
+    let cluster = RedisCluster::start_masters_only();
+    check_history(&cluster.url(), CLUSTER_RATE_PER_S).await;
+}
+
+/// The run and its checks (the module doc) with the instances on the Redis at `url`, the
+/// rated topic at `rate` hand-outs a second.
+async fn check_history(url: &str, rate: f64) {
     let dir = tempfile::tempdir().expect("a temp dir");
     let mut servers = Vec::new();
     let mut beanstalk_ports = Vec::new();
@@ -115,14 +136,14 @@ async fn flow_limits_hold_across_redis_instances() {
         let listen = format!("127.0.0.1:{port}");
         let log = dir.path().join(format!("server-{i}.log"));
         servers.push(Server::start_logged(
-            &["--redis", &redis.url(), "--beanstalk-listen", &listen],
+            &["--redis", url, "--beanstalk-listen", &listen],
             &[],
             &log,
         ));
         beanstalk_ports.push(port);
     }
     let http = reqwest::Client::new();
-    set_limits(&http, &servers[0].url).await;
+    set_limits(&http, &servers[0].url, rate).await;
     // Every instance reads the same limits (they live in Redis).
     for s in &servers {
         for topic in TOPICS {
@@ -142,12 +163,13 @@ async fn flow_limits_hold_across_redis_instances() {
                 let task = NewTask::new(topic, format!("t-{i}"))
                     .ttr_ms(TTR_MS)
                     .max_retries(MaxRetries::Unlimited);
-                // The body is the topic (a beanstalk job's reply names no tube), then the key.
+                // The body is the topic (a beanstalk job's reply names no tube), the task's
+                // name (a beanstalk job id is not the task's id), then the key.
                 if topic == KEYED_TOPIC {
                     let key = format!("m-{}", i % KEYS);
-                    task.body(format!("{topic} {key}")).key(key)
+                    task.body(format!("{topic} t-{i} {key}")).key(key)
                 } else {
-                    task.body(topic)
+                    task.body(format!("{topic} t-{i}"))
                 }
             })
             .collect();
@@ -209,6 +231,15 @@ async fn flow_limits_hold_across_redis_instances() {
     };
     let (active, rated, keyed) = (of(ACTIVE_TOPIC), of(RATE_TOPIC), of(KEYED_TOPIC));
     let count = |hs: &[Handout], f: fn(&Handout) -> bool| hs.iter().filter(|h| f(h)).count();
+    // Nothing but a ttr running out gives a task back here, so a task handed out again, over
+    // either protocol, is a ttr expiry seen redelivered.
+    let redelivered = |hs: &[Handout]| {
+        let mut tasks: Vec<&str> = hs.iter().map(|h| h.task.as_str()).collect();
+        let all = tasks.len();
+        tasks.sort_unstable();
+        tasks.dedup();
+        all - tasks.len()
+    };
     for (topic, hs) in [
         (ACTIVE_TOPIC, &active),
         (RATE_TOPIC, &rated),
@@ -220,7 +251,7 @@ async fn flow_limits_hold_across_redis_instances() {
             count(hs, |h| h.beanstalk),
             count(hs, |h| h.abandoned),
             count(hs, |h| h.late),
-            count(hs, |h| h.retries.is_some_and(|r| r > 0)),
+            redelivered(hs),
         );
     }
 
@@ -239,19 +270,19 @@ async fn flow_limits_hold_across_redis_instances() {
             peak.count, peak.at, peak.intervals
         ));
     }
-    let worst = worst_window(&rated);
+    let worst = worst_window(&rated, rate);
     eprintln!(
         "{RATE_TOPIC}: the fullest window against its bound: {} hand-outs in {:.3} s, bound {:.1} \
-         (rate {RATE_PER_S}/s, burst {BURST}, slack {RATE_SLACK_S} s); it needs a slack of {:.0} ms",
+         (rate {rate}/s, burst {BURST}, slack {RATE_SLACK_S} s); it needs a slack of {:.0} ms",
         worst.count,
         worst.seconds,
         worst.bound,
-        ((worst.count as f64 - BURST as f64) / RATE_PER_S - worst.seconds).max(0.0) * 1000.0
+        ((worst.count as f64 - BURST as f64) / rate - worst.seconds).max(0.0) * 1000.0
     );
     if worst.count as f64 > worst.bound {
         broken.push(format!(
             "{} hand-outs of {RATE_TOPIC} within {:.3} s (from {} µs): more than rate \
-             {RATE_PER_S}/s × ({:.3} s + slack {RATE_SLACK_S} s) + burst {BURST} = {:.1}",
+             {rate}/s × ({:.3} s + slack {RATE_SLACK_S} s) + burst {BURST} = {:.1}",
             worst.count, worst.seconds, worst.from, worst.seconds, worst.bound
         ));
     }
@@ -300,9 +331,7 @@ async fn flow_limits_hold_across_redis_instances() {
             count(hs, |h| h.abandoned) >= HTTP_CONSUMERS / TOPICS.len(),
             "{topic}: each HTTP consumer abandons its first task"
         );
-        // Nothing but a ttr running out gives a task back here, so a redelivery is one (only
-        // HTTP tells a delivery's retries).
-        let again = count(hs, |h| h.retries.is_some_and(|r| r > 0));
+        let again = redelivered(hs);
         assert!(
             again >= 3,
             "{topic}: only {again} ttr expiries were seen redelivered"
@@ -316,10 +345,10 @@ async fn flow_limits_hold_across_redis_instances() {
 }
 
 /// `POST /limits` of both topics.
-async fn set_limits(http: &reqwest::Client, url: &str) {
+async fn set_limits(http: &reqwest::Client, url: &str, rate: f64) {
     for body in [
         json!({"topic": ACTIVE_TOPIC, "max_active": MAX_ACTIVE}),
-        json!({"topic": RATE_TOPIC, "rate_per_s": RATE_PER_S, "burst": BURST}),
+        json!({"topic": RATE_TOPIC, "rate_per_s": rate, "burst": BURST}),
         json!({"topic": KEYED_TOPIC, "max_active_per_key": PER_KEY}),
     ] {
         let reply = http.post(format!("{url}/limits")).json(&body).send().await;
@@ -336,9 +365,11 @@ async fn envelope(reply: reqwest::Result<reqwest::Response>) -> Value {
     body["data"].clone()
 }
 
-/// The key a task's body names after its topic (see the adds).
-fn key_of(body: &str) -> Option<String> {
-    body.split_once(' ').map(|(_, key)| key.to_owned())
+/// The task's name and key its body names after its topic (see the adds).
+fn task_and_key(body: &str) -> (String, Option<String>) {
+    let mut words = body.split(' ').skip(1);
+    let task = words.next().unwrap_or_default().to_owned();
+    (task, words.next().map(str::to_owned))
 }
 
 /// A consumer over HTTP: pops one task of `topic`, holds it a little and finishes it, or now
@@ -362,13 +393,14 @@ async fn http_consumer(
         };
         let arrived = now_us();
         for d in got {
+            let (task, key) = task_and_key(&d.body);
             let mut h = Handout {
                 topic: d.topic.clone(),
-                key: key_of(&d.body),
+                task,
+                key,
                 beanstalk: false,
                 got: arrived,
                 end: Handout::ttr_end(sent),
-                retries: Some(d.retries),
                 // Each consumer's first task too, so every run has its ttr expiries (and
                 // the limited topic's slots are held by them for a while at the start).
                 abandoned: seen.is_empty() || rng.below(ABANDON_ONE_IN) == 0,
@@ -442,16 +474,17 @@ async fn beanstalk_consumer(
             .and_then(|rest| rest.split(' ').next())
             .unwrap_or_else(|| panic!("reserve answered {line:?}"))
             .to_owned();
-        // The tasks' body is their topic (a job's reply names no tube), then their key.
+        // The tasks' body is their topic (a job's reply names no tube), then their name and key.
         let body = String::from_utf8(body).expect("a text body");
         let topic = body.split(' ').next().unwrap_or_default().to_owned();
+        let (task, key) = task_and_key(&body);
         let mut h = Handout {
             topic,
-            key: key_of(&body),
+            task,
+            key,
             beanstalk: true,
             got: arrived,
             end: Handout::ttr_end(sent),
-            retries: None,
             abandoned: false,
             late: false,
         };
@@ -564,7 +597,7 @@ struct Window {
 
 /// Every window from one hand-out to a later one (the fullest window of any length starts
 /// and ends at hand-outs), against `rate × (w + slack) + burst`.
-fn worst_window(hs: &[Handout]) -> Window {
+fn worst_window(hs: &[Handout], rate: f64) -> Window {
     let mut times: Vec<u64> = hs.iter().map(|h| h.got).collect();
     times.sort_unstable();
     let mut worst = Window {
@@ -576,7 +609,7 @@ fn worst_window(hs: &[Handout]) -> Window {
     for (i, &from) in times.iter().enumerate() {
         for (j, &to) in times.iter().enumerate().skip(i) {
             let seconds = (to - from) as f64 / 1e6;
-            let bound = RATE_PER_S * (seconds + RATE_SLACK_S) + BURST as f64;
+            let bound = rate * (seconds + RATE_SLACK_S) + BURST as f64;
             let count = j - i + 1;
             if count as f64 - bound > worst.count as f64 - worst.bound {
                 worst = Window {

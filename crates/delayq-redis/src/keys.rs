@@ -13,7 +13,11 @@
 //! | `dq:{t#p}:finished:expiry`, `:cancelled:expiry` | zset | retained records by end of retention |
 //! | `dq:{t#p}:info`                       | hash   | index format `v`, insertion counter `seq`, `pause`, `expired` count |
 //! | `dq:{t#p}:expiries`                   | zset   | DELAYED/READY tasks with an expiry, scored by it |
+//! | `dq:{t#p}:held`, `:key-order`, `:key-active` | zset, zset, hash | keyed READY tasks held back by `max_active_per_key`, keyed READY tasks in their key's order, ACTIVE tasks per key |
+//! | `dq:{t#p}:blocked`                    | zset   | keys the topic's permits hold back, until when |
 //! | `dq:{t#p}:fence`                      | string | the highest lease token seen (fencing)    |
+//! | `dq:{t#flow}:permits`                 | zset   | a topic of several partitions with flow limits: receipt → until when its slot is held |
+//! | `dq:{t#flow}:permit-keys`, `:key-active`, `:info`, `:blocks` | hash | receipt → key, key → permits, the limits and the rate, key → partitions holding it back |
 //! | `dq:topics`                           | hash   | topic → partition count (the registry)    |
 //! | `dq:{lease}:bucket:<b>`               | string | `<instance>:<token>`, `PX` lease time     |
 //! | `dq:{lease}:instances`                | zset   | live instances scored by heartbeat expiry |
@@ -93,6 +97,30 @@ impl Keys {
             base: format!("{}:{{{topic}#{partition}}}:", self.prefix),
         }
     }
+
+    /// The keys of the permits of `topic` (its flow limits when it has several partitions):
+    /// a hash tag of their own, which no partition's (a number after `#`) can be.
+    pub fn permits(&self, topic: &str) -> PermitKeys {
+        PermitKeys {
+            base: format!("{}:{{{topic}#flow}}:", self.prefix),
+        }
+    }
+}
+
+/// The keys of one topic's permits (`permit_*` in `scripts/lib.lua`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PermitKeys {
+    /// The common beginning, hash tag included.
+    pub base: String,
+}
+
+impl PermitKeys {
+    /// The keys every permit script declares, in the order it expects them as `KEYS`.
+    pub fn all(&self) -> impl Iterator<Item = String> + '_ {
+        ["permits", "permit-keys", "key-active", "info", "blocks"]
+            .iter()
+            .map(|s| format!("{}{s}", self.base))
+    }
 }
 
 /// The keys of one (topic, partition).
@@ -103,7 +131,7 @@ pub(crate) struct PartitionKeys {
 }
 
 /// The suffixes of the keys every partition script declares, in `KEYS` order.
-const SETS: [&str; 16] = [
+const SETS: [&str; 17] = [
     "delayed",
     "ready",
     "active",
@@ -120,6 +148,7 @@ const SETS: [&str; 16] = [
     "held",
     "key-order",
     "key-active",
+    "blocked",
 ];
 
 impl PartitionKeys {
@@ -243,6 +272,10 @@ mod tests {
         assert_eq!(sets[10], "dq:{orders#7}:extras");
         assert_eq!(sets[11], "dq:{orders#7}:info");
         assert_eq!(sets[12], "dq:{orders#7}:expiries");
+        assert_eq!(sets[16], "dq:{orders#7}:blocked");
+        let permits: Vec<String> = keys.permits("orders").all().collect();
+        assert_eq!(permits[0], "dq:{orders#flow}:permits");
+        assert!(permits.iter().all(|k| k.contains("{orders#flow}")));
         assert_eq!(pk.state_set(delayq::State::Dead), "dq:{orders#7}:dead");
         assert!(sets.iter().all(|k| k.contains("{orders#7}")));
         assert_eq!(keys.lease_bucket(3), "dq:{lease}:bucket:3");

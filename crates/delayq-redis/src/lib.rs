@@ -38,8 +38,11 @@
 //!
 //! Every transition is one Lua script over the keys of one partition, in one round trip,
 //! checking the state (and the receipt) inside the script: add (a batch of one partition),
-//! pop, finish, release, touch, cancel, requeue (one or all), delete, bury, reschedule, kick
-//! (one or several), pause/resume, peek, the promoter's tick, and stats. Pop over several
+//! consume (finishes and pops of one partition, several consumers' calls at once), pop (of
+//! a partition in a plan across several), release, touch, cancel, requeue (one or all),
+//! delete, bury, reschedule, kick (one or several), pause/resume, peek, the promoter's tick,
+//! and stats. Concurrent adds, and concurrent consumer calls, to one partition share a
+//! script (`delayq::storage::coalesce`). Pop over several
 //! partitions or topics, peek and kick plan across partitions from the `peek` script's view
 //! of each; pause is stored in every partition so that pop refuses in the same atomic step.
 //! Task time comes from the queue's clock as an argument, never from Redis's `TIME`, so tests

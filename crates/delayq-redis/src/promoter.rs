@@ -279,6 +279,9 @@ impl Promoter {
                 }
             }
             s.effects(topic, *p, &reply);
+            // Tasks whose ttr ran out give their permits back (topic-wide limits); the permits'
+            // own time would free them about now anyway.
+            s.free_permits(topic, &reply.freed).await;
             let payload = &reply.payload;
             let next = payload.first().and_then(int).unwrap_or(-1);
             let more = payload.get(1).and_then(int).unwrap_or(0) == 1;

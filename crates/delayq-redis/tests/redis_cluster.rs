@@ -24,16 +24,13 @@ delayq_conformance::suite!(|ctx| async move {
     support::served_with(ctx, options(&support::unique_prefix("c"))).await
 });
 
-/// The flow cases, the topics they limit with one partition (Redis mode refuses limits on
-/// more).
+/// The flow cases, the topics they limit with the Cluster's default partitions (several:
+/// their limits are counted by the topics' permits, in a slot of their own).
 mod flow {
     use super::{options, support};
 
     delayq_conformance::flow_suite!(|ctx| async move {
-        let options = options(&support::unique_prefix("f"))
-            .topic_partitions("limited", 1)
-            .topic_partitions("other", 1);
-        support::served_with(ctx, options).await
+        support::served_with(ctx, options(&support::unique_prefix("f"))).await
     });
 }
 

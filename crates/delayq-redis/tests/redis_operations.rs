@@ -486,17 +486,7 @@ async fn concurrent_adds_share_scripts_and_keep_their_own_outcomes() {
     let q = &i.queue;
     // Registers the topic and loads the script, so that what follows is adds only.
     q.add(NewTask::new("orders", "first")).await.unwrap();
-    let scripts_run = || {
-        let stat = server
-            .info_field("commandstats", "cmdstat_fcall")
-            .expect("fcall in commandstats");
-        let calls = stat
-            .split(',')
-            .find_map(|kv| kv.strip_prefix("calls="))
-            .expect("calls=");
-        calls.parse::<u64>().expect("a count")
-    };
-    let before = scripts_run();
+    let before = fcalls(&server);
     let n = 200;
     let adds = (0..n).map(|k| {
         // Even: an id of its own; odd: all the same id.
@@ -508,7 +498,7 @@ async fn concurrent_adds_share_scripts_and_keep_their_own_outcomes() {
         q.add(NewTask::new("orders", id).body(format!("body {k}")))
     });
     let outcomes = futures_util::future::join_all(adds).await;
-    let scripts = scripts_run() - before;
+    let scripts = fcalls(&server) - before;
     assert!(
         scripts >= 1 && scripts < n as u64,
         "{n} concurrent adds ran {scripts} add scripts"
@@ -527,4 +517,34 @@ async fn concurrent_adds_share_scripts_and_keep_their_own_outcomes() {
     assert_eq!(winner.body, format!("body {}", same_added[0]).into_bytes());
     let stats = q.stats("orders").await.unwrap();
     assert_eq!(stats.total, 1 + n as u64 / 2 + 1);
+}
+
+/// Concurrent pops, finishes and "ack and take the next" calls of one partition share
+/// `consume` scripts (`storage/consume.rs`): Redis runs fewer scripts than there are calls,
+/// and every caller gets its own outcome as if the calls ran one after the other
+/// (`delayq_conformance::consumers`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_consumers_share_scripts_and_keep_their_own_outcomes() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let ctx = delayq::StorageContext::new(std::sync::Arc::new(clock.clone()));
+    let i = Instance::start(ctx, options(&server).partitions(1)).await;
+    delayq_conformance::consumers::share_rounds_and_keep_their_own_outcomes(
+        &i.queue,
+        "scripts",
+        || async { fcalls(&server) },
+    )
+    .await;
+}
+
+/// How many functions Redis has run (`FCALL`s), from `INFO commandstats`.
+fn fcalls(server: &RedisServer) -> u64 {
+    let stat = server
+        .info_field("commandstats", "cmdstat_fcall")
+        .expect("fcall in commandstats");
+    let calls = stat
+        .split(',')
+        .find_map(|kv| kv.strip_prefix("calls="))
+        .expect("calls=");
+    calls.parse::<u64>().expect("a count")
 }

@@ -296,7 +296,7 @@ async fn read_outcome(
             });
         }
         Status::StaleReceipt => return Outcome::Refused(Refusal::StaleReceipt),
-        Status::NotFound | Status::Fenced(_) | Status::PastExpiry(_) => {
+        Status::NotFound | Status::Fenced(_) | Status::PastExpiry(_) | Status::NeedsPermit => {
             panic!("unexpected {:?}", reply.status)
         }
     }

@@ -12,7 +12,8 @@
 --         not paused; -1: until resumed; else the epoch ms at which the pause ends),
 --         `expired` (how many tasks expired, cumulative), and for a topic with flow limits
 --         `limits` (`<max_active>,<ms between hand-outs>,<burst>,<max_active_per_key>`,
---         empty parts: none; the last part was added later and may be missing) and
+--         empty parts: none; the last part was added later and may be missing; a fifth
+--         part `g` when the topic has several partitions, see "Topic-wide limits" below) and
 --         `tat` (the rate's theoretical arrival time, see `allowance`)
 --   13    DELAYED and READY tasks that have an expiry, scored by it (docs/flow-control.md)
 --   14    READY tasks held back by their key's max_active_per_key, as in READY (below)
@@ -20,7 +21,9 @@
 --         whose members `<key> <priority: 8 hex digits><READY member>` sort by key, then
 --         as READY does (ZRANGEBYLEX reads one key's order)
 --   16    ACTIVE tasks per key: a hash, key -> how many (keyed tasks only)
---   17    (tick only) the partition's fencing token
+--   17    keys blocked by the topic-wide per-key limit: a sorted set, key -> until when
+--         (epoch ms), see "Topic-wide limits" below
+--   18    (tick only) the partition's fencing token
 --
 -- The READY and DEAD sets do not hold bare ids: a sorted set orders by one double and then
 -- by member bytes, and rule 11 needs three keys (priority, due, insertion). So:
@@ -36,6 +39,21 @@
 -- may go (max_active_per_key less the key's ACTIVE tasks): the rest wait in 14, so a pop
 -- takes READY's first tasks without walking past held ones, and a busy key holds back no
 -- other key. Every change of a key's tasks restores that window (`settle`).
+-- Topic-wide limits. A topic of several partitions spans several slots of a Cluster, and a
+-- script sees one slot, so its limits are counted in a slot of their own, the topic's
+-- permits (the `permit_*` functions at the end, over `{<topic>#flow}` keys): each ACTIVE task
+-- of such a topic holds a permit, its receipt, until its ttr deadline. A pop takes the first
+-- READY tasks of every partition as candidates (peek), asks the permits for them in rule
+-- 11's order (`permit_grant`: topic room, rate token and key room, each permit until the
+-- start of its ttr window plus the ttr plus a grace), hands out exactly the granted ones
+-- (`flow_take`, which refuses a grant whose ttr would end after its permit), then settles the
+-- permits to the tasks' deadlines and gives the unused ones back (`permit_release`). A task
+-- that leaves ACTIVE names its receipt in the reply (`FREED_R`) so the instance gives its
+-- permit back; a reply lost on the way only keeps the permit until its expiry. So the
+-- permits never number fewer than the ACTIVE tasks, whatever fails between the steps. Here a
+-- partition of such a topic marks its limits global: it hands nothing out by `hand_out`,
+-- keeps its keys' windows against its own ACTIVE tasks (an upper bound of the topic's room)
+-- and holds back a key the permits refused until the key has a free permit (KEYS[17]).
 -- The other sets hold bare ids scored by due (or deadline). Partitions written by the
 -- previous version (bare ids everywhere, no `v`) are converted by `upgrade` below, which
 -- every script runs first.
@@ -80,7 +98,7 @@
 local NOW, UPPER, CHANNEL, ORIGIN, TOPIC, PARTITION, RETENTION
 
 local DELAYED, READY, ACTIVE, FINISHED, CANCELLED, DEAD = 0, 1, 2, 3, 4, 5
-local SETS, DEADLINES, EXPIRY, RECORDS, EXTRAS, INFO, EXPIRIES, HELD, KORDER, KACTIVE
+local SETS, DEADLINES, EXPIRY, RECORDS, EXTRAS, INFO, EXPIRIES, HELD, KORDER, KACTIVE, BLOCKED
 -- The last error of a task that expired into DEAD.
 local EXPIRED = 'expired'
 local HISTORY = 16
@@ -101,12 +119,17 @@ local EXPIRED_N = 0
 local HEADS = {}
 -- How many due entries the last promote() looked at (a full batch means: call again).
 local SCANNED = 0
--- Where pop.lua's own arguments start: 7, or after the finish of finish_pop.lua.
-local POP_ARG = 7
 -- How many tasks left ACTIVE: a topic that was at its max_active then has slots to announce.
 local FREED = 0
 -- Held keyed tasks this call moved into READY (their key got room).
 local MOVED = 0
+-- The receipts of the tasks that left ACTIVE in a partition whose limits are topic-wide:
+-- their permits to give back.
+local FREED_R = {}
+-- The keys of a topic's permits (the `permit_*` functions, see the end).
+local P_PERMITS, P_KEYS, P_KACTIVE, P_INFO, P_BLOCKS
+-- The receipts a permit function freed, and the keys whose holds it lifted: {key, partitions}.
+local P_FREED, P_UNBLOCK = 0, {}
 -- The partition's flow limits as `limits` read them this call (nil: not read yet; false: none).
 local LIM = nil
 
@@ -122,9 +145,9 @@ local function head_score(key)
   return nil
 end
 
--- Adds `id` at time `t` to a timer set (delayed, deadlines, expiry), noting a wake-up when it
--- lands before the set's earliest entry as it was when this script first looked.
-local function index_timer(key, t, id)
+-- Notes a wake-up when a timer at `t` lands before the timer set's earliest entry as it was
+-- when this script first looked.
+local function note_timer(key, t)
   local h = HEADS[key]
   if h == nil then
     h = head_score(key) or false
@@ -136,6 +159,11 @@ local function index_timer(key, t, id)
       WAKE = t
     end
   end
+end
+
+-- Adds `id` at time `t` to a timer set (delayed, deadlines, expiry).
+local function index_timer(key, t, id)
+  note_timer(key, t)
   redis.call('ZADD', key, t, id)
 end
 
@@ -252,25 +280,37 @@ local function save(rec)
   redis.call('HSET', RECORDS, rec.id, header(rec) .. '\n' .. rec.body)
 end
 
--- The partition's flow limits (docs/flow-control.md), or nil: {max = max_active or nil,
--- interval = ms between hand-outs or nil, burst, per_key = max_active_per_key or nil}. The
--- topic has one partition (Redis mode refuses limits on more), so the counts here are the
--- topic's. Read once a call.
+-- Limits as stored (`<max_active>,<ms between hand-outs>,<burst>,<max_active_per_key>`,
+-- then `,g` when topic-wide): {max = max_active or nil, interval = ms between hand-outs or
+-- nil, burst, per_key = max_active_per_key or nil, global = true or nil}.
+local function parse_limits(spec)
+  local max, interval, burst, per_key, g = string.match(spec, '^(%d*),([^,]*),(%d*),?(%d*),?(g?)$')
+  return {
+    max = tonumber(max),
+    interval = tonumber(interval),
+    burst = tonumber(burst) or 1,
+    per_key = tonumber(per_key),
+    global = g == 'g' or nil,
+  }
+end
+
+-- The partition's flow limits (docs/flow-control.md), or nil. With one partition the counts
+-- here are the topic's; with `global` they are the permits' (see the top). Read once a call.
 local function limits()
   if LIM == nil then
     LIM = false
     local spec = redis.call('HGET', INFO, 'limits')
     if spec then
-      local max, interval, burst, per_key = string.match(spec, '^(%d*),([^,]*),(%d*),?(%d*)$')
-      LIM = {
-        max = tonumber(max),
-        interval = tonumber(interval),
-        burst = tonumber(burst) or 1,
-        per_key = tonumber(per_key),
-      }
+      LIM = parse_limits(spec)
     end
   end
   return LIM or nil
+end
+
+-- Whether the partition's limits are topic-wide (counted by the topic's permits).
+local function global()
+  local lim = limits()
+  return lim ~= nil and lim.global == true
 end
 
 -- A keyed READY task's member in its key's order (KEYS[15]).
@@ -285,11 +325,18 @@ local function key_range(key)
 end
 
 -- How many of `key`'s tasks may be handed out now (max_active_per_key less its ACTIVE
--- tasks), or nil when the topic has no per-key limit.
+-- tasks; none while the topic's permits hold the key back), or nil when the topic has no
+-- per-key limit.
 local function key_room(key)
   local lim = limits()
   if not lim or not lim.per_key then
     return nil
+  end
+  if lim.global then
+    local until_ms = redis.call('ZSCORE', BLOCKED, key)
+    if until_ms and tonumber(until_ms) > NOW then
+      return 0
+    end
   end
   return math.max(0, lim.per_key - tonumber(redis.call('HGET', KACTIVE, key) or '0'))
 end
@@ -312,18 +359,32 @@ local function key_move(key, km, to_ready)
   end
 end
 
+-- Puts `n` entries of `key`'s order from the `first` (0-based) on the side of the window
+-- they belong on: READY for the first `room` of the key, held for the rest.
+local function window_part(key, room, first, n)
+  local lo, hi = key_range(key)
+  for i, km in ipairs(redis.call('ZRANGEBYLEX', KORDER, lo, hi, 'LIMIT', first, n)) do
+    key_move(key, km, first + i - 1 < room)
+  end
+end
+
 -- Restores `key`'s window (its first `key_room` tasks in READY, the rest held) after one
 -- change that moved its edge by at most one place: a task of the key left its order, or
 -- entered or left ACTIVE. Only the two entries at the edge can be on the wrong side.
 local function settle(key)
   local room = key_room(key)
-  if room == nil then
-    return
+  if room ~= nil then
+    window_part(key, room, math.max(room - 1, 0), 2)
   end
-  local lo, hi = key_range(key)
-  local first = math.max(room - 1, 0)
-  for i, km in ipairs(redis.call('ZRANGEBYLEX', KORDER, lo, hi, 'LIMIT', first, 2)) do
-    key_move(key, km, first + i - 1 < room)
+end
+
+-- Restores `key`'s whole window after its room changed by any amount (a block by the topic's
+-- permits begins or ends): READY holds at most max_active_per_key of a key, so only that
+-- many entries can be on the wrong side.
+local function rewindow(key)
+  local room = key_room(key)
+  if room ~= nil then
+    window_part(key, room, 0, LIM.per_key)
   end
 end
 
@@ -364,6 +425,9 @@ local function leave(rec)
     settle(rec.key)
   elseif rec.state == ACTIVE then
     FREED = FREED + 1
+    if global() then
+      FREED_R[#FREED_R + 1] = rec.receipt
+    end
     redis.call('ZREM', DEADLINES, rec.id)
     if rec.key then
       if redis.call('HINCRBY', KACTIVE, rec.key, -1) <= 0 then
@@ -376,12 +440,17 @@ local function leave(rec)
   end
 end
 
--- Hands a record (out of its old indexes) out: ACTIVE with `receipt` until its ttr deadline.
-local function activate(rec, receipt)
+-- Makes a record's fields ACTIVE with `receipt` until its ttr deadline.
+local function mark_active(rec, receipt)
   rec.state = ACTIVE
   rec.updated = NOW
   rec.deadline = UPPER + rec.ttr
   rec.receipt = receipt
+end
+
+-- Hands a record (out of its old indexes) out: ACTIVE with `receipt` until its ttr deadline.
+local function activate(rec, receipt)
+  mark_active(rec, receipt)
   redis.call('ZADD', SETS[ACTIVE], rec.due, rec.id)
   index_timer(DEADLINES, rec.deadline, rec.id)
   save(rec)
@@ -784,30 +853,44 @@ local function paused()
   return until_ms
 end
 
--- The rate's theoretical arrival time, at least `at`.
-local function tat_at(at)
-  return math.max(tonumber(redis.call('HGET', INFO, 'tat') or '0'), at)
+-- The rate's theoretical arrival time kept in the hash `info`, at least `at`.
+local function tat_at(info, at)
+  return math.max(tonumber(redis.call('HGET', info, 'tat') or '0'), at)
 end
 
--- How many of `want` hand-outs the limits `lim` allow at UPPER (the start of the windows a
--- pop hands out), and when none: the instant the rate lets the next one go (nil when it is
--- max_active that holds them). The rate is the GCRA of delayq_core::flow::take: a hand-out
--- fits while tat - now < burst x interval; each moves tat one interval on (`spend`).
-local function allowance(want, lim)
+-- How many hand-outs the rate of `lim` lets go at UPPER (the start of the windows a pop hands
+-- out) with its bucket at `tat`, and when none: the instant the next one may. The GCRA of
+-- delayq_core::flow::take: a hand-out fits while tat - now < burst x interval; each moves
+-- tat one interval on.
+local function rate_room(lim, tat)
+  local room = math.floor((UPPER + lim.burst * lim.interval - tat) / lim.interval + 1e-9)
+  if room > 0 then
+    return room, nil
+  end
+  return 0, math.max(math.ceil(tat - (lim.burst - 1) * lim.interval), UPPER + 1)
+end
+
+-- How many of `want` hand-outs the limits `lim` allow at UPPER, with `pending` hand-outs not
+-- yet in the ACTIVE set, and when none: the instant the rate lets the next one go (nil when
+-- it is max_active that holds them; `rate_room`, `spend`).
+local function allowance(want, lim, pending)
   if not lim then
     return want, nil
   end
+  if lim.global then
+    -- Only a grant of the topic's permits hands a task out (`flow_take`).
+    return 0, nil
+  end
   local n = want
   if lim.max then
-    n = math.min(n, math.max(0, lim.max - redis.call('ZCARD', SETS[ACTIVE])))
+    n = math.min(n, math.max(0, lim.max - redis.call('ZCARD', SETS[ACTIVE]) - pending))
   end
   if lim.interval and n > 0 then
-    local tat = tat_at(UPPER)
-    local room = (UPPER + lim.burst * lim.interval - tat) / lim.interval
-    n = math.min(n, math.max(0, math.floor(room + 1e-9)))
-    if n == 0 then
-      return 0, math.max(math.ceil(tat - (lim.burst - 1) * lim.interval), UPPER + 1)
+    local room, next_at = rate_room(lim, tat_at(INFO, UPPER))
+    if room == 0 then
+      return 0, next_at
     end
+    n = math.min(n, room)
   end
   return n, nil
 end
@@ -815,9 +898,113 @@ end
 -- Moves the rate of `lim` on by `n` hand-outs.
 local function spend(lim, n)
   if lim and lim.interval and n > 0 then
-    local tat = tat_at(UPPER) + n * lim.interval
+    local tat = tat_at(INFO, UPPER) + n * lim.interval
     redis.call('HSET', INFO, 'tat', string.format('%.17g', tat))
   end
+end
+
+-- Unkeyed tasks that hand-outs made ACTIVE (their fields, as `activate` does) and whose
+-- writes wait to go as one command per key (`write_active`): Redis spends more on a call than
+-- on an entry. Nothing may read their records or the ACTIVE and deadline sets before.
+local function new_batch()
+  return {n = 0, records = {}, actives = {}, deadlines = {}}
+end
+
+local function batch_active(batch, rec)
+  batch.n = batch.n + 1
+  local r, a, d = batch.records, batch.actives, batch.deadlines
+  r[#r + 1] = rec.id
+  r[#r + 1] = header(rec) .. '\n' .. rec.body
+  a[#a + 1] = rec.due
+  a[#a + 1] = rec.id
+  d[#d + 1] = rec.deadline
+  d[#d + 1] = rec.id
+  if batch.earliest == nil or rec.deadline < batch.earliest then
+    batch.earliest = rec.deadline
+  end
+end
+
+local function write_active(batch)
+  if batch.n > 0 then
+    redis.call('HSET', RECORDS, unpack(batch.records))
+    redis.call('ZADD', SETS[ACTIVE], unpack(batch.actives))
+    note_timer(DEADLINES, batch.earliest)
+    redis.call('ZADD', DEADLINES, unpack(batch.deadlines))
+  end
+end
+
+-- Hands out up to `want` READY tasks in the order of rule 11, as far as the flow limits `lim`
+-- let them go, appending 10 values per task to `out` (id, body, retries, receipt, due, ttr,
+-- priority, insertion number, trace context as the record holds it: '' for none, key: ''
+-- for none). Receipts
+-- are `prefix` and 4 hex digits counting on from `first`. Unkeyed tasks that go ACTIVE wait
+-- in `batch` for the caller's `write_active`. READY holds only what
+-- max_active_per_key lets go (see the top), so its first tasks are the ones to take. Returns
+-- how many were taken, how many receipts were used, and when the rate lets none go while
+-- tasks wait: the instant it will.
+local function hand_out(want, auto, prefix, first, lim, out, batch)
+  local max, next_at = allowance(want, lim, batch.n)
+  if max == 0 then
+    if next_at and redis.call('ZCARD', SETS[READY]) > 0 then
+      return 0, 0, next_at
+    end
+    return 0, 0, nil
+  end
+  local members = redis.call('ZRANGE', SETS[READY], 0, max - 1)
+  if #members > 0 then
+    redis.call('ZREM', SETS[READY], unpack(members))
+  end
+  local taken = 0
+  for i, m in ipairs(members) do
+    local id = member_id(m, READY)
+    local rec = load(id)
+    if rec and is_expired(rec) then
+      -- Past what expire_due's batch reached: never handed out either.
+      expire(rec)
+    elseif rec then
+      if rec.expires then
+        redis.call('ZREM', EXPIRIES, id)
+      end
+      if rec.key then
+        redis.call('ZREM', KORDER, key_member(rec))
+      end
+      taken = taken + 1
+      local receipt = prefix .. string.format('%04x', first + i)
+      if auto then
+        enter(rec, FINISHED, rec.due)
+        if rec.key then
+          settle(rec.key)
+        end
+      elseif rec.key then
+        activate(rec, receipt)
+      else
+        mark_active(rec, receipt)
+        batch_active(batch, rec)
+      end
+      out[#out + 1] = id
+      out[#out + 1] = rec.body
+      out[#out + 1] = rec.retries
+      out[#out + 1] = receipt
+      out[#out + 1] = rec.due
+      out[#out + 1] = rec.ttr
+      out[#out + 1] = rec.pri
+      out[#out + 1] = rec.seq
+      out[#out + 1] = rec.trace
+      out[#out + 1] = rec.key or ''
+    end
+  end
+  spend(lim, taken)
+  return taken, #members, nil
+end
+
+-- How many tasks a script that promoted `promoted` and handed out `taken` tells other
+-- consumers of (while not `paused`): only what it promoted and left behind, and held keyed
+-- tasks that a hand-out or a finish let into READY.
+local function ready_left(promoted, taken, paused)
+  if paused ~= nil then
+    return 0
+  end
+  return math.max(0, #promoted - taken) + MOVED
 end
 
 -- Converts a partition written by the previous version (bare ids in READY and DEAD, no
@@ -847,7 +1034,8 @@ local function publish()
   -- (Below the limit nobody waits for a slot, so a finish announces nothing then.)
   if FREED > 0 and READY_N == 0 then
     local lim = limits()
-    if lim and lim.max and redis.call('ZCARD', SETS[ACTIVE]) + FREED >= lim.max then
+    -- (Topic-wide limits: the permits announce their freed slots, `permit_release`.)
+    if lim and lim.max and not lim.global and redis.call('ZCARD', SETS[ACTIVE]) + FREED >= lim.max then
       READY_N = math.min(redis.call('ZCARD', SETS[READY]), FREED)
     end
   end
@@ -860,12 +1048,17 @@ local function publish()
 end
 
 -- Every reply starts with: status, tasks made ready, earliest new timer (-1: none), tasks
--- that went DEAD, tasks that expired. Status: 0 ok, -1 not found, -2 wrong state (then the
--- state), -3 stale receipt, -4 fenced off (then the newer token), -5 a due at or after the
--- task's expiry (then the expiry).
+-- that went DEAD, tasks that expired, the number of receipts whose permits to give back and
+-- those receipts (`FREED_R`). Status: 0 ok, -1 not found, -2 wrong state (then the state),
+-- -3 stale receipt, -4 fenced off (then the newer token), -5 a due at or after the task's
+-- expiry (then the expiry), -6 a touch that needs its permit held longer first (then the
+-- task's receipt, key and ttr).
 local function reply(status, payload)
   publish()
-  local out = {status, READY_N, WAKE or -1, DEAD_N, EXPIRED_N}
+  local out = {status, READY_N, WAKE or -1, DEAD_N, EXPIRED_N, #FREED_R}
+  for _, r in ipairs(FREED_R) do
+    out[#out + 1] = r
+  end
   if payload then
     for _, v in ipairs(payload) do
       out[#out + 1] = v
@@ -874,8 +1067,9 @@ local function reply(status, payload)
   return out
 end
 
+-- A refusal changed nothing: its reply carries only the status and the value after it.
 local function refuse(status, state)
-  return {status, 0, -1, 0, 0, state or 0}
+  return {status, 0, -1, 0, 0, 0, state or 0}
 end
 
 
@@ -895,35 +1089,197 @@ local function load_held(id, receipt)
   return rec
 end
 
--- Finishes the ACTIVE task `id` for its holder (`receipt`: '' for none): nil when done, else
--- the refusal to return (finish.lua, and finish_pop.lua before its pop).
-local function finish_held(id, receipt)
-  local rec, refusal = load_held(id, receipt)
-  if not rec then
-    return refusal
+-- Finishes the held tasks `held` (a list of {id, receipt: '' for none} or false: nothing to
+-- finish), ACTIVE -> FINISHED, one after the other; the unkeyed ones' writes are gathered
+-- into one command per key (a keyed one's count and window change at once, as `leave` does).
+-- Returns the refusal of each that was refused, by index.
+local function finish_all(held)
+  local refusals, done = {}, {}
+  local gone, expiring, finished, retained, records = {}, {}, {}, {}, {}
+  local until_ms = NOW + RETENTION
+  for i, h in ipairs(held) do
+    if h then
+      local rec, refusal = nil, nil
+      if done[h[1]] then
+        refusal = refuse(-2, FINISHED)
+      else
+        rec, refusal = load_held(h[1], h[2])
+      end
+      if refusal then
+        refusals[i] = refusal
+      elseif rec.key then
+        leave(rec)
+        enter(rec, FINISHED, rec.due)
+      else
+        done[rec.id] = true
+        FREED = FREED + 1
+        if global() then
+          FREED_R[#FREED_R + 1] = rec.receipt
+        end
+        gone[#gone + 1] = rec.id
+        if rec.expires then
+          expiring[#expiring + 1] = rec.id
+        end
+        rec.state, rec.updated, rec.deadline, rec.receipt = FINISHED, NOW, until_ms, ''
+        finished[#finished + 1] = rec.due
+        finished[#finished + 1] = rec.id
+        retained[#retained + 1] = until_ms
+        retained[#retained + 1] = rec.id
+        records[#records + 1] = rec.id
+        records[#records + 1] = header(rec) .. '\n' .. rec.body
+      end
+    end
   end
-  leave(rec)
-  enter(rec, FINISHED, rec.due)
-  return nil
+  if #gone > 0 then
+    redis.call('ZREM', SETS[ACTIVE], unpack(gone))
+    redis.call('ZREM', DEADLINES, unpack(gone))
+    if #expiring > 0 then
+      redis.call('ZREM', EXPIRIES, unpack(expiring))
+    end
+    redis.call('ZADD', SETS[FINISHED], unpack(finished))
+    note_timer(EXPIRY[FINISHED], until_ms)
+    redis.call('ZADD', EXPIRY[FINISHED], unpack(retained))
+    redis.call('HSET', RECORDS, unpack(records))
+  end
+  return refusals
 end
+
+-- Sets NOW and UPPER from a script's first argument (defined below `begin`, so that the test
+-- of `begin` sees it).
+local read_now
 
 -- A call's start (see the top): `keys` and `argv` are its KEYS and ARGV. A local that a script
 -- changes must be reset here (the test `every_changed_local_is_reset` in mod.rs checks it).
 local function begin(keys, argv)
-  local lower, upper = string.match(argv[1], '^(%d+):(%d+)$')
-  if lower then
-    NOW, UPPER = tonumber(lower), tonumber(upper)
-  else
-    NOW = tonumber(argv[1])
-    UPPER = NOW
-  end
+  read_now(argv[1])
   CHANNEL, ORIGIN, TOPIC, PARTITION, RETENTION = argv[2], argv[3], argv[4], argv[5], tonumber(argv[6])
   SETS = {[0] = keys[1], keys[2], keys[3], keys[4], keys[5], keys[6]}
   DEADLINES = keys[7]
   EXPIRY = {[FINISHED] = keys[8], [CANCELLED] = keys[9]}
   RECORDS, EXTRAS, INFO, EXPIRIES = keys[10], keys[11], keys[12], keys[13]
-  HELD, KORDER, KACTIVE = keys[14], keys[15], keys[16]
-  READY_N, WAKE, DEAD_N, EXPIRED_N, SCANNED, POP_ARG = 0, nil, 0, 0, 0, 7
-  HEADS, TRACED, FREED, MOVED, LIM = {}, {}, 0, 0, nil
+  HELD, KORDER, KACTIVE, BLOCKED = keys[14], keys[15], keys[16], keys[17]
+  READY_N, WAKE, DEAD_N, EXPIRED_N, SCANNED = 0, nil, 0, 0, 0
+  HEADS, TRACED, FREED, MOVED, LIM, FREED_R = {}, {}, 0, 0, nil, {}
   upgrade()
+end
+
+-- The clock's bounds from a script's first argument: `lower` or `lower:upper`.
+read_now = function(arg)
+  local lower, upper = string.match(arg, '^(%d+):(%d+)$')
+  if lower then
+    NOW, UPPER = tonumber(lower), tonumber(upper)
+  else
+    NOW = tonumber(arg)
+    UPPER = NOW
+  end
+end
+
+-- The topic's permits: the counts of the limits of a topic of several partitions, in a slot
+-- of their own (see "Topic-wide limits" at the top).
+-- KEYS:
+--   1 the permits: a sorted set, receipt -> until when it holds a slot (epoch ms; the ttr
+--     deadline of the task that holds it once settled)
+--   2 the keys of keyed permits: a hash, receipt -> key
+--   3 permits per key: a hash, key -> how many
+--   4 the limits: a hash with `limits` (as a partition's, without `,g`) and `tat` (the rate)
+--   5 keys the permits refused, by key: a hash, key -> the partitions holding it back
+--     (comma-separated), told when the key has a free permit again
+-- ARGV: 1 now (as a partition script's), 2 the events channel, 3 the calling instance,
+--   4 the topic, 5.. the function's own.
+local function begin_permits(keys, argv)
+  read_now(argv[1])
+  CHANNEL, ORIGIN, TOPIC = argv[2], argv[3], argv[4]
+  P_PERMITS, P_KEYS, P_KACTIVE, P_INFO, P_BLOCKS = keys[1], keys[2], keys[3], keys[4], keys[5]
+  P_FREED, P_UNBLOCK, LIM = 0, {}, nil
+end
+
+-- The topic's limits as its permits keep them, or nil.
+local function permit_limits()
+  if LIM == nil then
+    local spec = redis.call('HGET', P_INFO, 'limits')
+    LIM = spec and parse_limits(spec) or false
+  end
+  return LIM or nil
+end
+
+-- Gives back the permit `r`, if it still holds a slot; a key it frees from full lifts the
+-- holds of the partitions that refused it (`P_UNBLOCK`).
+local function permit_free(r)
+  if redis.call('ZREM', P_PERMITS, r) == 0 then
+    return
+  end
+  P_FREED = P_FREED + 1
+  local key = redis.call('HGET', P_KEYS, r)
+  if key then
+    redis.call('HDEL', P_KEYS, r)
+    if redis.call('HINCRBY', P_KACTIVE, key, -1) <= 0 then
+      redis.call('HDEL', P_KACTIVE, key)
+    end
+    local parts = redis.call('HGET', P_BLOCKS, key)
+    if parts then
+      redis.call('HDEL', P_BLOCKS, key)
+      P_UNBLOCK[#P_UNBLOCK + 1] = {key, parts}
+    end
+  end
+end
+
+-- Frees the permits whose time passed (their task's ttr ran out, or a grant was never used).
+local function permit_expire()
+  while true do
+    local gone = redis.call('ZRANGEBYSCORE', P_PERMITS, '-inf', NOW, 'LIMIT', 0, 1000)
+    for _, r in ipairs(gone) do
+      permit_free(r)
+    end
+    if #gone < 1000 then
+      return
+    end
+  end
+end
+
+-- A new permit `r` for a task of `key` ('' none) until `until_ms`.
+local function permit_take(r, key, until_ms)
+  redis.call('ZADD', P_PERMITS, until_ms, r)
+  if key ~= '' then
+    redis.call('HSET', P_KEYS, r, key)
+    redis.call('HINCRBY', P_KACTIVE, key, 1)
+  end
+end
+
+-- Whether the topic's limits `lim` leave room for one more ACTIVE task of `key` now.
+local function permit_room(lim, key)
+  if lim.max and redis.call('ZCARD', P_PERMITS) >= lim.max then
+    return false
+  end
+  if key ~= '' and lim.per_key then
+    return tonumber(redis.call('HGET', P_KACTIVE, key) or '0') < lim.per_key
+  end
+  return true
+end
+
+-- Announces slots freed in a topic that was at its max_active, as a partition's `publish`.
+local function permit_publish(was_full)
+  if was_full and P_FREED > 0 then
+    redis.call('PUBLISH', CHANNEL, 'r ' .. ORIGIN .. ' ' .. TOPIC .. ' ' .. P_FREED)
+  end
+end
+
+-- The reply of a function that may free permits: how many it freed, whether the topic was at
+-- its max_active before, the keys whose holds to lift (key and its partitions each), then
+-- the function's own values.
+local function permit_reply(was_full, payload)
+  permit_publish(was_full)
+  local out = {P_FREED, was_full and 1 or 0, #P_UNBLOCK}
+  for _, u in ipairs(P_UNBLOCK) do
+    out[#out + 1] = u[1]
+    out[#out + 1] = u[2]
+  end
+  for _, v in ipairs(payload or {}) do
+    out[#out + 1] = v
+  end
+  return out
+end
+
+-- Whether the topic is at its max_active (after the permits whose time passed are freed).
+local function permit_full(lim)
+  return lim ~= nil and lim.max ~= nil and redis.call('ZCARD', P_PERMITS) >= lim.max
 end

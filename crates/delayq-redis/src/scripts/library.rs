@@ -46,7 +46,7 @@ fn every_changed_local_is_reset() {
             }
         }
     }
-    for name in ["READY_N", "WAKE", "HEADS", "TRACED", "POP_ARG"] {
+    for name in ["READY_N", "WAKE", "HEADS", "TRACED", "MOVED"] {
         assert!(changed.contains(&name), "the scan finds {name}");
     }
     for name in changed {
@@ -78,11 +78,11 @@ fn leaky() -> (std::sync::Arc<Library>, Vec<Script>) {
     b.push(Body::partition(
         "dirty",
         "READY_N = 5\nWAKE = 7\nDEAD_N = 1\nEXPIRED_N = 2\nHEADS[SETS[DELAYED]] = 1\n\
-         traced('fire', {id = 'x', due = 1, trace = 't'})\nPOP_ARG = 9\nreturn reply(0, {POP_ARG})",
+         traced('fire', {id = 'x', due = 1, trace = 't'})\nMOVED = 9\nreturn reply(0, {MOVED})",
     ));
     b.push(Body::partition(
         "clean",
-        "return reply(0, append_events({POP_ARG, tostring(HEADS[SETS[DELAYED]])}, {}))",
+        "return reply(0, append_events({MOVED, tostring(HEADS[SETS[DELAYED]])}, {}))",
     ));
     Library::build(b)
 }
@@ -102,11 +102,11 @@ async fn a_call_starts_from_nothing_the_call_before_left() {
     let v: Value = call(clean, &pk).invoke_async(&mut conn).await.unwrap();
     let r = Reply::parse(v, "clean").unwrap();
     assert_eq!((r.ready, r.wake, r.dead, r.expired), (0, None, 0, 0));
-    // POP_ARG back at 7, no timer head remembered, no promotions, no traced event.
+    // MOVED back at 0, no timer head remembered, no promotions, no traced event.
     assert_eq!(
         r.payload,
         vec![
-            Value::Int(7),
+            Value::Int(0),
             Value::BulkString(b"nil".to_vec()),
             Value::Int(0)
         ]
@@ -149,7 +149,7 @@ async fn a_redis_without_the_functions_gets_them_on_the_next_call() {
     assert!(crate::error::outcome_of(&err) == delayq::Outcome::NotApplied);
     assert_eq!(libraries(&mut conn).await, Vec::<String>::new());
     let counts: Vec<i64> = stats().invoke_async(&mut conn).await.unwrap();
-    assert_eq!(counts.len(), 12);
+    assert_eq!(counts.len(), 13);
     assert_eq!(
         libraries(&mut conn).await,
         vec![SCRIPTS.add.library.name.clone()]
@@ -170,7 +170,7 @@ async fn a_redis_without_the_functions_gets_them_on_the_next_call() {
             }
         }
     }
-    assert_eq!(counted.map(|c| c.len()), Some(12));
+    assert_eq!(counted.map(|c| c.len()), Some(13));
     // Dropped by hand: loaded again too.
     let _: Value = redis::cmd("FUNCTION")
         .arg("FLUSH")
@@ -178,7 +178,7 @@ async fn a_redis_without_the_functions_gets_them_on_the_next_call() {
         .await
         .unwrap();
     let counts: Vec<i64> = stats().invoke_async(&mut conn).await.unwrap();
-    assert_eq!(counts.len(), 12);
+    assert_eq!(counts.len(), 13);
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -203,7 +203,7 @@ async fn two_versions_of_the_code_live_side_by_side() {
         let Value::Array(items) = v else {
             panic!("an array: {v:?}")
         };
-        // clean: the reply head and its payload; stats: twelve counts.
-        assert_eq!(items.len(), if std::ptr::eq(s, clean) { 8 } else { 12 });
+        // clean: the reply head and its payload; stats: thirteen values.
+        assert_eq!(items.len(), if std::ptr::eq(s, clean) { 9 } else { 13 });
     }
 }

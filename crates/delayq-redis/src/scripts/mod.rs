@@ -192,9 +192,8 @@ pub(crate) const MISSING_FUNCTION: &str = "Function not found";
 pub(crate) struct Scripts {
     pub add: Script,
     pub pop: Script,
-    pub finish: Script,
-    /// finish.lua then pop.lua in one script (ack and take the next).
-    pub finish_pop: Script,
+    /// Several consumers' finishes and pops of one partition in one script.
+    pub consume: Script,
     pub release: Script,
     pub touch: Script,
     pub cancel: Script,
@@ -209,9 +208,19 @@ pub(crate) struct Scripts {
     pub pause: Script,
     pub limits: Script,
     pub peek: Script,
+    /// Hands out what a topic's permits granted (topic-wide limits).
+    pub flow_take: Script,
+    /// Lifts the holds of keys that have free permits again.
+    pub flow_unblock: Script,
     pub lease: Script,
     pub register: Script,
     pub meta: Script,
+    /// The permits of a topic of several partitions with flow limits (`permit_*`).
+    pub permit_grant: Script,
+    pub permit_release: Script,
+    pub permit_hold: Script,
+    pub permit_limits: Script,
+    pub permit_stats: Script,
 }
 
 /// The bodies of the library, in the order of [`Scripts`]' fields.
@@ -219,15 +228,7 @@ fn bodies() -> Vec<Body> {
     vec![
         Body::partition("add", include_str!("add.lua")),
         Body::partition("pop", include_str!("pop.lua")),
-        Body::partition("finish", include_str!("finish.lua")),
-        Body::partition(
-            "finish_pop",
-            concat!(
-                include_str!("finish_pop.lua"),
-                "\n",
-                include_str!("pop.lua")
-            ),
-        ),
+        Body::partition("consume", include_str!("consume.lua")),
         Body::partition("release", include_str!("release.lua")),
         Body::partition("touch", include_str!("touch.lua")),
         Body::partition("cancel", include_str!("cancel.lua")),
@@ -242,9 +243,16 @@ fn bodies() -> Vec<Body> {
         Body::partition("pause", include_str!("pause.lua")),
         Body::partition("limits", include_str!("limits.lua")),
         Body::partition("peek", include_str!("peek.lua")),
+        Body::partition("flow_take", include_str!("flow_take.lua")),
+        Body::partition("flow_unblock", include_str!("flow_unblock.lua")),
         Body::own_keys("lease", include_str!("lease.lua")),
         Body::own_keys("register", include_str!("register.lua")),
         Body::own_keys("meta", include_str!("meta.lua")),
+        Body::own_keys("permit_grant", include_str!("permit_grant.lua")),
+        Body::own_keys("permit_release", include_str!("permit_release.lua")),
+        Body::own_keys("permit_hold", include_str!("permit_hold.lua")),
+        Body::own_keys("permit_limits", include_str!("permit_limits.lua")),
+        Body::own_keys("permit_stats", include_str!("permit_stats.lua")),
     ]
 }
 
@@ -255,8 +263,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
     Scripts {
         add: next(),
         pop: next(),
-        finish: next(),
-        finish_pop: next(),
+        consume: next(),
         release: next(),
         touch: next(),
         cancel: next(),
@@ -271,9 +278,16 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
         pause: next(),
         limits: next(),
         peek: next(),
+        flow_take: next(),
+        flow_unblock: next(),
         lease: next(),
         register: next(),
         meta: next(),
+        permit_grant: next(),
+        permit_release: next(),
+        permit_hold: next(),
+        permit_limits: next(),
+        permit_stats: next(),
     }
 });
 
@@ -304,18 +318,23 @@ impl Header<'_> {
         for key in pk.sets() {
             inv.key(key);
         }
-        // `lower:upper` only when they differ, so an exact clock sends a plain number.
-        if self.upper > self.now {
-            inv.arg(format!("{}:{}", self.now, self.upper));
-        } else {
-            inv.arg(self.now);
-        }
-        inv.arg(self.channel)
+        inv.arg(clock_arg(self.now, self.upper))
+            .arg(self.channel)
             .arg(self.instance)
             .arg(self.topic)
             .arg(self.partition)
             .arg(self.retention_ms);
         inv
+    }
+}
+
+/// The clock's bounds as a script's first argument: `lower:upper` only when they differ, so
+/// an exact clock sends a plain number.
+pub(crate) fn clock_arg(now: Millis, upper: Millis) -> String {
+    if upper > now {
+        format!("{now}:{upper}")
+    } else {
+        now.to_string()
     }
 }
 
@@ -332,6 +351,9 @@ pub(crate) struct Reply {
     pub dead: u64,
     /// Tasks whose expiry the script applied (DEAD or deleted).
     pub expired: u64,
+    /// The receipts of tasks that left ACTIVE in a partition whose limits are topic-wide:
+    /// their permits are to be given back.
+    pub freed: Vec<String>,
     /// The script's own values.
     pub payload: Vec<Value>,
 }
@@ -348,6 +370,26 @@ pub(crate) enum Status {
     Fenced(u64),
     /// A new due at or after the task's expiry (reschedule); the expiry.
     PastExpiry(u64),
+    /// A touch of a task of a topic with topic-wide limits whose permit must be held longer
+    /// first (the payload says the receipt, key and ttr).
+    NeedsPermit,
+}
+
+impl Status {
+    /// A script's status code and the value after it (the state, token or expiry that some
+    /// refusals carry); `None` for a code no script gives.
+    pub fn from_codes(status: i64, first: i64) -> Option<Status> {
+        Some(match status {
+            0 => Status::Ok,
+            -1 => Status::NotFound,
+            -2 => Status::WrongState(u8::try_from(first).unwrap_or(u8::MAX)),
+            -3 => Status::StaleReceipt,
+            -4 => Status::Fenced(u64::try_from(first).unwrap_or(0)),
+            -5 => Status::PastExpiry(u64::try_from(first).unwrap_or(0)),
+            -6 => Status::NeedsPermit,
+            _ => return None,
+        })
+    }
 }
 
 impl Reply {
@@ -358,8 +400,8 @@ impl Reply {
                 format!("not an array: {value:?}"),
             ));
         };
-        if items.len() < 5 {
-            return Err(BackendError::protocol(op, "fewer than 5 values"));
+        if items.len() < 6 {
+            return Err(BackendError::protocol(op, "fewer than 6 values"));
         }
         let mut items = items.into_iter();
         let mut next_int = |what: &str| -> Result<i64, BackendError> {
@@ -371,23 +413,26 @@ impl Reply {
         let wake = next_int("wake time")?;
         let dead = next_int("dead count")?;
         let expired = next_int("expired count")?;
+        let freed_n = usize::try_from(next_int("freed count")?)
+            .map_err(|_| BackendError::protocol(op, "a negative freed count"))?;
+        let freed = items
+            .by_ref()
+            .take(freed_n)
+            .map(|v| text(&v))
+            .collect::<Option<Vec<String>>>()
+            .filter(|f| f.len() == freed_n)
+            .ok_or_else(|| BackendError::protocol(op, "bad freed receipts"))?;
         let payload: Vec<Value> = items.collect();
         let first = payload.first().and_then(int).unwrap_or(0);
-        let status = match status {
-            0 => Status::Ok,
-            -1 => Status::NotFound,
-            -2 => Status::WrongState(u8::try_from(first).unwrap_or(u8::MAX)),
-            -3 => Status::StaleReceipt,
-            -4 => Status::Fenced(u64::try_from(first).unwrap_or(0)),
-            -5 => Status::PastExpiry(u64::try_from(first).unwrap_or(0)),
-            other => return Err(BackendError::protocol(op, format!("status {other}"))),
-        };
+        let status = Status::from_codes(status, first)
+            .ok_or_else(|| BackendError::protocol(op, format!("status {status}")))?;
         Ok(Reply {
             status,
             ready: u64::try_from(ready).unwrap_or(0),
             wake: u64::try_from(wake).ok(),
             dead: u64::try_from(dead).unwrap_or(0),
             expired: u64::try_from(expired).unwrap_or(0),
+            freed,
             payload,
         })
     }
@@ -514,57 +559,112 @@ mod tests {
 
     #[test]
     fn replies_parse() {
-        /// A reply, then the status, ready count, wake time and expired count it parses to.
-        type Row = (Vec<Value>, Status, u64, Option<Millis>, u64);
+        /// A reply, then the status, ready count, wake time, expired count and freed receipts
+        /// it parses to.
+        type Row = (
+            Vec<Value>,
+            Status,
+            u64,
+            Option<Millis>,
+            u64,
+            Vec<&'static str>,
+        );
         let i = Value::Int;
-        let table: [Row; 6] = [
-            (vec![i(0), i(2), i(-1), i(0), i(0)], Status::Ok, 2, None, 0),
+        let table: [Row; 8] = [
             (
-                vec![i(0), i(0), i(99), i(1), i(3)],
+                vec![i(0), i(2), i(-1), i(0), i(0), i(0)],
+                Status::Ok,
+                2,
+                None,
+                0,
+                vec![],
+            ),
+            (
+                vec![i(0), i(0), i(99), i(1), i(3), i(0)],
                 Status::Ok,
                 0,
                 Some(99),
                 3,
+                vec![],
             ),
             (
-                vec![i(-2), i(0), i(-1), i(0), i(0), i(3)],
+                vec![i(0), i(0), i(-1), i(0), i(0), i(2), bulk("r1"), bulk("r2")],
+                Status::Ok,
+                0,
+                None,
+                0,
+                vec!["r1", "r2"],
+            ),
+            (
+                vec![i(-2), i(0), i(-1), i(0), i(0), i(0), i(3)],
                 Status::WrongState(3),
                 0,
                 None,
                 0,
+                vec![],
             ),
             (
-                vec![i(-3), i(0), i(-1), i(0), i(0), i(0)],
+                vec![i(-3), i(0), i(-1), i(0), i(0), i(0), i(0)],
                 Status::StaleReceipt,
                 0,
                 None,
                 0,
+                vec![],
             ),
             (
-                vec![i(-4), i(0), i(-1), i(0), i(0), bulk("7")],
+                vec![i(-4), i(0), i(-1), i(0), i(0), i(0), bulk("7")],
                 Status::Fenced(7),
                 0,
                 None,
                 0,
+                vec![],
             ),
             (
-                vec![i(-5), i(0), i(-1), i(0), i(0), i(1_800_000_000_000)],
+                vec![i(-5), i(0), i(-1), i(0), i(0), i(0), i(1_800_000_000_000)],
                 Status::PastExpiry(1_800_000_000_000),
                 0,
                 None,
                 0,
+                vec![],
+            ),
+            (
+                vec![
+                    i(-6),
+                    i(0),
+                    i(-1),
+                    i(0),
+                    i(0),
+                    i(0),
+                    bulk("r"),
+                    bulk(""),
+                    i(30),
+                ],
+                Status::NeedsPermit,
+                0,
+                None,
+                0,
+                vec![],
             ),
         ];
-        for (items, status, ready, wake, expired) in table {
+        for (items, status, ready, wake, expired, freed) in table {
             let r = Reply::parse(Value::Array(items), "testing").unwrap();
             assert_eq!(
-                (r.status, r.ready, r.wake, r.expired),
-                (status, ready, wake, expired)
+                (r.status, r.ready, r.wake, r.expired, r.freed),
+                (
+                    status,
+                    ready,
+                    wake,
+                    expired,
+                    freed.into_iter().map(String::from).collect()
+                )
             );
         }
         assert!(Reply::parse(Value::Int(1), "testing").is_err());
         assert!(Reply::parse(Value::Array(vec![Value::Int(5); 5]), "testing").is_err());
         assert!(Reply::parse(Value::Array(vec![Value::Int(0); 4]), "testing").is_err());
+        // More freed receipts announced than given.
+        let short = vec![i(0), i(0), i(-1), i(0), i(0), i(2), bulk("r1")];
+        assert!(Reply::parse(Value::Array(short), "testing").is_err());
     }
 
     #[test]

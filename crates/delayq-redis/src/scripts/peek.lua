@@ -4,10 +4,12 @@
 --              are included (they are ready, the promoter just has not moved them yet);
 --   0 (DELAYED): the tasks not due yet, earliest due first (then insertion);
 --   5 (DEAD): oldest buried first, then insertion.
--- Reply: the pause (-2: none, -1: until resumed, else its end), the number of entries, then
--- 4 values per entry: three order keys (READY: priority, due, insertion; DELAYED: due,
--- insertion, 0; DEAD: when it went DEAD, insertion, 0) and the id. Insertion numbers are
--- 16-hex-digit strings (compared as strings here: they do not fit a Lua number).
+-- Reply: the pause (-2: none, -1: until resumed, else its end), the number of entries, the
+-- number of values per entry, then the entries: three order keys (READY: priority, due,
+-- insertion; DELAYED: due, insertion, 0; DEAD: when it went DEAD, insertion, 0) and the id,
+-- and for READY in a partition whose limits are topic-wide also the task's key ('' none)
+-- and ttr, which its permit needs (see "Topic-wide limits" in lib.lua). Insertion numbers
+-- are 16-hex-digit strings (compared as strings here: they do not fit a Lua number).
 local state = tonumber(ARGV[7])
 local max = tonumber(ARGV[8])
 local entries = {}
@@ -54,10 +56,16 @@ table.sort(entries, function(a, b)
   end
   return a[4] < b[4]
 end)
-local out = {paused() or -2, math.min(#entries, max)}
+local wide = state == READY and global()
+local out = {paused() or -2, math.min(#entries, max), wide and 6 or 4}
 for i = 1, math.min(#entries, max) do
   for _, v in ipairs(entries[i]) do
     out[#out + 1] = v
+  end
+  if wide then
+    local rec = load(entries[i][4])
+    out[#out + 1] = rec and rec.key or ''
+    out[#out + 1] = rec and rec.ttr or 0
   end
 end
 return out

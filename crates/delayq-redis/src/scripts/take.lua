@@ -3,7 +3,10 @@
 -- out of a paused tube too). A DELAYED task is taken as if kicked first (due now), a DEAD one
 -- as if requeued first (retries reset).
 -- ARGV[7] the task id, ARGV[8] a random receipt prefix (12 hex digits).
--- Reply payload: body, retries, receipt, due, ttr, priority.
+-- Reply payload: body, retries, receipt, due, ttr, priority, trace context, the ttr deadline,
+-- the key ('' none), and 1 when the partition's limits are topic-wide (the task's permit is
+-- then the caller's to hold, `permit_hold`: a reserve-job is an operator's act, which limits
+-- do not refuse).
 local rec = load(ARGV[7])
 if not rec then
   return refuse(-1)
@@ -34,4 +37,4 @@ if rec.expires then
 end
 local receipt = ARGV[8] .. '0001'
 activate(rec, receipt)
-return reply(0, {rec.body, rec.retries, receipt, rec.due, rec.ttr, rec.pri, rec.trace})
+return reply(0, {rec.body, rec.retries, receipt, rec.due, rec.ttr, rec.pri, rec.trace, rec.deadline, rec.key or '', global() and 1 or 0})

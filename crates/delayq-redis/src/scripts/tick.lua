@@ -1,20 +1,20 @@
 -- tick: the time-driven work of one partition, run by the holder of its lease.
--- KEYS[17] the partition's fencing token; ARGV[7] the holder's token, ARGV[8] the most
+-- KEYS[18] the partition's fencing token; ARGV[7] the holder's token, ARGV[8] the most
 -- entries to handle of each kind.
 -- Moves due DELAYED tasks to READY, applies the expiries that are due (DEAD or deleted),
 -- applies expired ttrs (a failure: READY, DELAYED or DEAD), removes FINISHED/CANCELLED
--- records whose retention passed.
+-- records whose retention passed, lifts the holds of keys whose time held back passed.
 -- Reply payload: the partition's next timer (-1: none), 1 when a batch was full (call again
 -- at once), the number of expired ttrs, then the promotions and traced events
 -- (`append_events`: fires, and the tasks an expired ttr made DEAD).
 local token = tonumber(ARGV[7])
 local limit = tonumber(ARGV[8])
-local fence = tonumber(redis.call('GET', KEYS[17]) or '0')
+local fence = tonumber(redis.call('GET', KEYS[18]) or '0')
 if token < fence then
   return refuse(-4, fence)
 end
 if token > fence then
-  redis.call('SET', KEYS[17], ARGV[7])
+  redis.call('SET', KEYS[18], ARGV[7])
 end
 local more = 0
 local dues = promote(limit)
@@ -57,8 +57,16 @@ for _, state in ipairs({FINISHED, CANCELLED}) do
     redis.call('ZREM', EXPIRY[state], id)
   end
 end
+local lifted = redis.call('ZRANGEBYSCORE', BLOCKED, '-inf', NOW, 'LIMIT', 0, limit)
+if #lifted == limit then
+  more = 1
+end
+for _, key in ipairs(lifted) do
+  redis.call('ZREM', BLOCKED, key)
+  rewindow(key)
+end
 local next = nil
-for _, key in ipairs({SETS[DELAYED], DEADLINES, EXPIRY[FINISHED], EXPIRY[CANCELLED], EXPIRIES}) do
+for _, key in ipairs({SETS[DELAYED], DEADLINES, EXPIRY[FINISHED], EXPIRY[CANCELLED], EXPIRIES, BLOCKED}) do
   local h = head_score(key)
   if h and (next == nil or h < next) then
     next = h

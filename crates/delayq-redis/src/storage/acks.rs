@@ -6,12 +6,16 @@
 //! asked, and turns its refusals into the errors the in-memory engine gives. Requeue-all
 //! pages through each partition's DEAD set, [`REQUEUE_CHUNK`] tasks per script.
 
+use std::sync::Arc;
+
 use super::InstanceState;
+use super::permits::GRANT_GRACE_MS;
 use crate::error::{BackendError, maybe_applied};
 use crate::keys::partition_of;
 use crate::record::parse_trace_text;
 use crate::scripts::{Reply, SCRIPTS, Script, ScriptInvocation, Status, bytes, int, text};
 use delayq::core::lifecycle::{Op, Refusal};
+use delayq::storage::coalesce::ConsumerCall;
 use delayq::{BuryOptions, Delivery, Error, Held, Millis, ReleaseOptions, Result, State};
 
 /// The engine's error for a refusal of the single-task script that did `what` to task `id`
@@ -36,7 +40,7 @@ fn refusal(status: Status, topic: &str, id: &str, op: Option<Op>, what: &str) ->
                 expires_at_ms,
             },
         ),
-        Status::Ok | Status::Fenced(_) => {
+        Status::Ok | Status::Fenced(_) | Status::NeedsPermit => {
             BackendError::protocol(what, format!("{status:?} is no refusal")).into()
         }
     }
@@ -44,6 +48,10 @@ fn refusal(status: Status, topic: &str, id: &str, op: Option<Op>, what: &str) ->
 
 /// Most DEAD tasks one requeue-all script moves.
 const REQUEUE_CHUNK: usize = 1_000;
+
+/// How many times a touch asks for a longer permit (topic-wide limits) before giving up: once
+/// is enough unless the touch comes more than the grace after it.
+const TOUCH_ATTEMPTS: usize = 3;
 
 /// A single-task script to run: which, for what, with which arguments after the task id.
 struct TaskOp<'a> {
@@ -71,8 +79,10 @@ impl<'a> TaskOp<'a> {
 }
 
 impl InstanceState {
-    /// Runs one script of partition `p` and applies the effects it reports.
-    async fn run_one(
+    /// Runs one script of partition `p` and applies the effects it reports, giving back the
+    /// permits of the tasks that left ACTIVE (topic-wide limits, `permits.rs`) before it
+    /// returns, so the caller's next pop finds their slots free.
+    pub(super) async fn run_one(
         &self,
         what: &str,
         inv: &ScriptInvocation<'_>,
@@ -85,6 +95,7 @@ impl InstanceState {
             .await?;
         let reply = Reply::parse(value, what)?;
         self.effects(topic, p, &reply);
+        self.free_permits(topic, &reply.freed).await;
         Ok(reply)
     }
 
@@ -105,6 +116,8 @@ impl InstanceState {
         }
         let reply = self.run_one(&what, &inv, topic, p).await?;
         match reply.status {
+            // A touch's ask for a longer permit: its caller's to answer (`touch`).
+            Status::NeedsPermit => Ok(reply),
             Status::Ok => {
                 self.redis
                     .replicated(&what, [pk.base.as_str()])
@@ -118,10 +131,11 @@ impl InstanceState {
 
     /// Ack and take the next: finishes `held`, then pops `topic` (see
     /// [`delayq::TaskStore::finish_then_pop`]). When the held task is of `topic` and the topic
-    /// has one partition (the default on one Redis), both are one `finish_pop` script: one
-    /// round trip a task for a consumer loop. Otherwise the finish, then the pop.
+    /// has one partition (the default on one Redis), both are one call of a `consume` script
+    /// (`consume.rs`): one round trip a task for a consumer loop, shared with the other
+    /// consumers. Otherwise the finish, then the pop.
     pub(super) async fn finish_then_pop(
-        &self,
+        self: &Arc<Self>,
         held: Held<'_>,
         topic: &str,
         max: usize,
@@ -133,46 +147,36 @@ impl InstanceState {
             self.finish(held.topic, held.id, held.receipt).await?;
             return Ok(self.pop(&[topic], max, auto_finish).await);
         }
-        let what = format!(
-            "finishing task {:?} of topic {topic:?} and popping",
-            held.id
-        );
-        let pk = self.keys.partition(topic, 0);
-        let now = self.ctx.clock.now_ms();
-        let promote = self.options.promote_batch.to_string();
-        let mut inv = self.invocation(&SCRIPTS.finish_pop, &pk, topic, 0, now);
-        inv.arg(held.id)
-            .arg(held.receipt.unwrap_or(""))
-            .arg(max)
-            .arg(if auto_finish { "1" } else { "0" })
-            .arg(self.receipts.prefix())
-            .arg(&promote);
-        let reply = self.run_one(&what, &inv, topic, 0).await?;
-        if reply.status != Status::Ok {
-            return Err(refusal(
-                reply.status,
-                topic,
-                held.id,
-                Some(Op::Finish),
-                &what,
-            ));
+        let call = ConsumerCall::finish_then_pop(held.id, held.receipt, max, auto_finish);
+        let consumed = self.consume(topic, 0, call).await?;
+        if let Some(status) = consumed.refused {
+            let what = format!("finishing task {:?} of topic {topic:?}", held.id);
+            return Err(refusal(status, topic, held.id, Some(Op::Finish), &what));
         }
-        // The finish is acknowledged as a finish of its own is: after the replicas confirm.
-        self.redis
-            .replicated(&what, [pk.base.as_str()])
-            .await
-            .map_err(maybe_applied)?;
-        Ok(self
-            .popped((topic, 0), &reply, now, &what)
-            .map(|taken| taken.into_iter().map(|(_, d)| d).collect())
-            .map_err(Error::from))
+        Ok(Ok(consumed.tasks))
     }
 
-    /// ACTIVE → FINISHED.
-    pub(super) async fn finish(&self, topic: &str, id: &str, receipt: Option<&str>) -> Result<()> {
-        let args = [receipt.unwrap_or("")];
-        let op = TaskOp::new(&SCRIPTS.finish, Some(Op::Finish), "finishing").args(&args);
-        self.task_op(topic, id, op).await.map(drop)
+    /// ACTIVE → FINISHED, in one `consume` script with the other consumers' calls on its
+    /// partition.
+    pub(super) async fn finish(
+        self: &Arc<Self>,
+        topic: &str,
+        id: &str,
+        receipt: Option<&str>,
+    ) -> Result<()> {
+        self.check_open()?;
+        let Some(parts) = self.partitions(topic, false).await? else {
+            return Err(Error::not_found(topic, id));
+        };
+        let call = ConsumerCall::finish(id, receipt);
+        let consumed = self.consume(topic, partition_of(id, parts), call).await?;
+        match consumed.refused {
+            None => Ok(()),
+            Some(status) => {
+                let what = format!("finishing task {id:?} of topic {topic:?}");
+                Err(refusal(status, topic, id, Some(Op::Finish), &what))
+            }
+        }
     }
 
     /// A failed attempt: ACTIVE → READY, DELAYED or DEAD, decided by the script.
@@ -206,22 +210,49 @@ impl InstanceState {
             .ok_or_else(|| BackendError::protocol("releasing", format!("state {code}")).into())
     }
 
-    /// ACTIVE: restarts the ttr; returns the new deadline.
+    /// ACTIVE: restarts the ttr; returns the new deadline. With topic-wide limits the task's
+    /// permit is held longer first (`permits.rs`): the script says so, the permit is held
+    /// until the new window's end, and the touch goes again within it.
     pub(super) async fn touch(
         &self,
         topic: &str,
         id: &str,
         receipt: Option<&str>,
     ) -> Result<Millis> {
-        let args = [receipt.unwrap_or("")];
-        let op = TaskOp::new(&SCRIPTS.touch, Some(Op::Touch), "touching").args(&args);
-        let reply = self.task_op(topic, id, op).await?;
-        reply
-            .payload
-            .first()
-            .and_then(int)
-            .and_then(|d| u64::try_from(d).ok())
-            .ok_or_else(|| BackendError::protocol("touching", "no deadline").into())
+        let mut held = String::new();
+        for _ in 0..TOUCH_ATTEMPTS {
+            let args = [receipt.unwrap_or(""), held.as_str()];
+            let op = TaskOp::new(&SCRIPTS.touch, Some(Op::Touch), "touching").args(&args);
+            let reply = self.task_op(topic, id, op).await?;
+            let p = &reply.payload;
+            if reply.status != Status::NeedsPermit {
+                return p
+                    .first()
+                    .and_then(int)
+                    .and_then(|d| u64::try_from(d).ok())
+                    .ok_or_else(|| BackendError::protocol("touching", "no deadline").into());
+            }
+            let bad = || BackendError::protocol("touching", "a bad ask for a permit");
+            let holder = p.first().and_then(text).ok_or_else(bad)?;
+            let key = p.get(1).and_then(text).ok_or_else(bad)?;
+            let ttr = p.get(2).and_then(int).and_then(|t| u64::try_from(t).ok());
+            let now = self.ctx.clock.now_ms();
+            let until = self.ctx.clock.upper_ms().max(now) + ttr.ok_or_else(bad)? + GRANT_GRACE_MS;
+            if !self.hold_permit(topic, &holder, &key, until, false).await? {
+                // Its permit's time passed (so did its ttr) and the topic has no room: as far
+                // as the limits go, the task is READY again, for another consumer.
+                return Err(Error::conflict(
+                    topic,
+                    id,
+                    Refusal::WrongState {
+                        state: State::Ready,
+                        op: Op::Touch,
+                    },
+                ));
+            }
+            held = until.to_string();
+        }
+        Err(BackendError::protocol("touching", "the touch kept outrunning its permit").into())
     }
 
     /// DELAYED, READY or ACTIVE → CANCELLED.
@@ -294,6 +325,17 @@ impl InstanceState {
         let reply = self.task_op(topic, id, op).await?;
         let what = "taking a task";
         let p = &reply.payload;
+        if p.get(9).and_then(int) == Some(1) {
+            // Topic-wide limits: the task holds a permit like a popped one (it is ACTIVE
+            // whatever the limits say: reserve-job is an operator's act).
+            let bad = || BackendError::protocol(what, "no receipt, deadline or key");
+            let receipt = p.get(2).and_then(text).ok_or_else(bad)?;
+            let deadline = p.get(7).and_then(int).and_then(|d| u64::try_from(d).ok());
+            let key = p.get(8).and_then(text).ok_or_else(bad)?;
+            self.hold_permit(topic, &receipt, &key, deadline.ok_or_else(bad)?, true)
+                .await
+                .map_err(maybe_applied)?;
+        }
         let num = |i: usize| p.get(i).and_then(int).and_then(|v| u64::try_from(v).ok());
         let delivery = (|| {
             Some(Delivery {
@@ -309,6 +351,7 @@ impl InstanceState {
                     "" => None,
                     field => Some(parse_trace_text(field)?),
                 },
+                key: Some(text(p.get(8)?)?).filter(|k| !k.is_empty()),
             })
         })();
         delivery.ok_or_else(|| BackendError::protocol(what, "a task with a bad field").into())

@@ -10,24 +10,20 @@
 //! # Concurrent adds share a script
 //!
 //! A call whose tasks all go to one partition (a single add over HTTP, the usual case) joins
-//! that partition's queue in [`Coalescer`]. One flusher task per partition with a queue
-//! takes everything queued (up to a chunk's limits), runs it as **one** add script, hands
-//! each caller its own results, and goes on while calls keep arriving. So fifty clients
-//! adding one task each cost Redis a few scripts instead of fifty, and delayq a few round
-//! trips, which is where Redis mode spent its time. Nothing is acknowledged earlier than
-//! before: a caller gets its results only from the reply of the script that ran its tasks
-//! (and, with `wait_replicas`, after the `WAIT` that follows it). Order is kept: calls run in
-//! the order they joined the queue, and inside one script in that order too, so two adds of
-//! one id race exactly as they would one after the other.
+//! that partition's queue of adds ([`delayq::storage::coalesce`]): everything queued (up to a chunk's
+//! limits) runs as **one** add script, and each caller gets its own results. Nothing is
+//! acknowledged earlier than before: a caller gets its results only from the reply of the
+//! script that ran its tasks (and, with `wait_replicas`, after the `WAIT` that follows it).
+//! Order is kept: calls run in the order they joined the queue, and inside one script in that
+//! order too, so two adds of one id race exactly as they would one after the other.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use delayq::storage::coalesce::Coalescer;
 use delayq::{AddOutcome, AddResult, Error, Millis, OnDuplicate, Result, TaskSpec};
-use parking_lot::Mutex;
-use tokio::sync::oneshot;
 
-use super::InstanceState;
+use super::{InstanceState, Slot};
 use crate::error::{BackendError, maybe_applied};
 use crate::keys::{PartitionKeys, partition_of};
 use crate::record::Record;
@@ -46,18 +42,8 @@ struct Chunk<'t> {
     members: Vec<usize>,
 }
 
-/// The adds waiting to share a script, by (topic, partition). See the module doc.
-#[derive(Debug, Default)]
-pub(crate) struct Coalescer {
-    slots: Mutex<HashMap<(String, u32), Vec<Waiting>>>,
-}
-
-/// One call's tasks and where its results go.
-#[derive(Debug)]
-struct Waiting {
-    tasks: Vec<TaskSpec>,
-    reply: oneshot::Sender<Result<Vec<AddResult>>>,
-}
+/// Concurrent adds to one partition, sharing a script: each call's tasks, and its results.
+pub(crate) type Adds = Coalescer<Slot, Vec<TaskSpec>, Vec<AddResult>>;
 
 const WHAT: &str = "adding tasks";
 
@@ -77,101 +63,59 @@ impl InstanceState {
         }
         let chunks = chunks(&tasks, &parts_of);
         if let [one] = chunks.as_slice() {
-            let key = (one.topic.to_owned(), one.partition);
+            let slot = (one.topic.to_owned(), one.partition);
             drop(chunks);
-            return self.add_shared(key, tasks).await;
+            return self.add_shared(slot, tasks).await;
         }
         self.add_chunks(&tasks, &chunks).await
     }
 
-    /// Queues a call whose tasks all go to the partition `key` and waits for its results;
-    /// starts the partition's flusher when none runs.
+    /// Adds the tasks of a call that all go to the partition `slot`, in one script with the
+    /// other calls queued for it.
     async fn add_shared(
         self: &Arc<Self>,
-        key: (String, u32),
+        slot: Slot,
         tasks: Vec<TaskSpec>,
     ) -> Result<Vec<AddResult>> {
-        let (reply, results) = oneshot::channel();
-        let start = {
-            let mut slots = self.adds.slots.lock();
-            let queue = slots.entry(key.clone()).or_default();
-            queue.push(Waiting { tasks, reply });
-            // The flusher removes the entry when it finds the queue empty: a queue of one is
-            // a new one, with nobody flushing it.
-            queue.len() == 1
-        };
-        if start {
-            // Its own task: a caller that goes away (a client hanging up) must not take the
-            // other callers' script with it.
-            tokio::spawn(Arc::clone(self).flush_adds(key));
-        }
-        results.await.unwrap_or_else(|_| {
-            Err(maybe_applied(BackendError::protocol(
-                WHAT,
-                "the task that adds to this partition stopped",
-            )))
-        })
+        let state = Arc::clone(self);
+        self.adds
+            .call(slot, tasks, WHAT, move |slot| {
+                tokio::spawn(state.flush_adds(slot));
+            })
+            .await
     }
 
-    /// Runs the queued adds of one partition, a script per round, until its queue is empty.
-    ///
-    /// The calls of a round stay at the front of the queue until they are answered, and the
-    /// flusher removes the queue in the same critical section that finds it empty: so a
-    /// queue exists exactly while its flusher runs, and a call that makes a queue of one is
-    /// the only one that starts a flusher.
-    async fn flush_adds(self: Arc<Self>, key: (String, u32)) {
-        loop {
-            let batch = {
-                let mut slots = self.adds.slots.lock();
-                let Some(queue) = slots.get_mut(&key) else {
-                    return;
+    /// Runs the queued adds of one partition, a script per round (at most a chunk's tasks and
+    /// bytes), until its queue is empty.
+    async fn flush_adds(self: Arc<Self>, slot: Slot) {
+        let fits = || {
+            let (mut n, mut bytes) = (0, 0);
+            move |tasks: &Vec<TaskSpec>| {
+                n += tasks.len();
+                bytes += tasks.iter().map(|t| t.body.len()).sum::<usize>();
+                n <= ADD_CHUNK && bytes <= ADD_CHUNK_BYTES
+            }
+        };
+        let (this, slot) = (&self, &slot);
+        self.adds
+            .serve(slot, fits, move |round| async move {
+                let counts: Vec<usize> = round.iter().map(Vec::len).collect();
+                let tasks: Vec<TaskSpec> = round.into_iter().flatten().collect();
+                let chunk = Chunk {
+                    topic: &slot.0,
+                    partition: slot.1,
+                    members: (0..tasks.len()).collect(),
                 };
-                let taken = take_round(queue);
-                queue
-                    .iter_mut()
-                    .take(taken)
-                    .map(|w| std::mem::take(&mut w.tasks))
-                    .collect::<Vec<_>>()
-            };
-            let counts: Vec<usize> = batch.iter().map(Vec::len).collect();
-            let tasks: Vec<TaskSpec> = batch.into_iter().flatten().collect();
-            let chunk = Chunk {
-                topic: &key.0,
-                partition: key.1,
-                members: (0..tasks.len()).collect(),
-            };
-            let outcome = self.add_chunks(&tasks, std::slice::from_ref(&chunk)).await;
-            let (answered, done) = {
-                let mut slots = self.adds.slots.lock();
-                match slots.get_mut(&key) {
-                    Some(queue) => {
-                        let answered: Vec<Waiting> = queue.drain(..counts.len()).collect();
-                        let done = queue.is_empty();
-                        if done {
-                            slots.remove(&key);
-                        }
-                        (answered, done)
-                    }
-                    None => (Vec::new(), true),
-                }
-            };
-            match outcome {
-                Ok(results) => {
-                    let mut results = results.into_iter();
-                    for (w, n) in answered.into_iter().zip(counts) {
-                        let _ = w.reply.send(Ok(results.by_ref().take(n).collect()));
-                    }
-                }
-                Err(e) => {
-                    for w in answered {
-                        let _ = w.reply.send(Err(e.clone()));
-                    }
-                }
-            }
-            if done {
-                return;
-            }
-        }
+                let mut results = this
+                    .add_chunks(&tasks, std::slice::from_ref(&chunk))
+                    .await?
+                    .into_iter();
+                Ok(counts
+                    .iter()
+                    .map(|&k| Ok(results.by_ref().take(k).collect()))
+                    .collect())
+            })
+            .await
     }
 
     /// Adds the tasks as `chunks` (indexes into `tasks`), one script each in one pipeline.
@@ -199,6 +143,8 @@ impl InstanceState {
             match result.and_then(|v| Reply::parse(v, WHAT)) {
                 Ok(reply) => {
                     self.effects(c.topic, c.partition, &reply);
+                    // A replaced ACTIVE task gives its permit back (topic-wide limits).
+                    self.free_permits(c.topic, &reply.freed).await;
                     for (k, &i) in c.members.iter().enumerate() {
                         results[i] = Some(outcome(&tasks[i], reply.payload.get(k).and_then(int)));
                     }
@@ -257,25 +203,6 @@ impl InstanceState {
         }
         inv
     }
-}
-
-/// How many of the queued calls (from the front) the next script takes: as many as fit in a
-/// chunk's limits, and at least one (a call is never split).
-fn take_round(queue: &[Waiting]) -> usize {
-    let (mut n, mut tasks, mut bytes) = (0, 0, 0);
-    for w in queue {
-        let (t, b) = (
-            w.tasks.len(),
-            w.tasks.iter().map(|t| t.body.len()).sum::<usize>(),
-        );
-        if n > 0 && (tasks + t > ADD_CHUNK || bytes + b > ADD_CHUNK_BYTES) {
-            break;
-        }
-        n += 1;
-        tasks += t;
-        bytes += b;
-    }
-    n
 }
 
 /// Groups the tasks by (topic, partition), keeping their order inside each group, and cuts

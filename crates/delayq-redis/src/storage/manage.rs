@@ -21,7 +21,7 @@
 
 use std::collections::HashMap;
 
-use delayq::{Error, FlowLimits, InvalidField, Millis, Result, State, TaskInfo};
+use delayq::{Error, FlowLimits, Millis, Result, State, TaskInfo};
 
 use super::InstanceState;
 use super::pop::Part;
@@ -142,6 +142,7 @@ impl InstanceState {
         let until = until_ms.map_or_else(|| "-1".to_owned(), |u| u.to_string());
         self.on_every_partition(&SCRIPTS.pause, topic, n, &until, "pausing or resuming")
             .await
+            .map(drop)
     }
 
     /// Ends the pause of `topic`.
@@ -152,37 +153,52 @@ impl InstanceState {
         };
         self.on_every_partition(&SCRIPTS.pause, topic, n, "resume", "pausing or resuming")
             .await
+            .map(drop)
     }
 
     /// Sets (or with `None` removes) the flow limits of `topic` in its partition, where the
-    /// pop script checks them (docs/flow-control.md). A topic of several partitions is
-    /// refused: its counts would have to live in one slot that every partition's script
-    /// reads, which Redis Cluster forbids.
+    /// pop script checks them (docs/flow-control.md). A topic of several partitions keeps
+    /// them in its permits (`permits.rs`) and marks them topic-wide in every partition:
+    /// the permits are set first and forgotten last, so a partition never hands out by
+    /// permits that do not know the limits; the tasks already ACTIVE when the limits are
+    /// set get permits too, so that they count.
     pub(super) async fn set_limits(&self, topic: &str, limits: Option<FlowLimits>) -> Result<()> {
         self.check_open()?;
         let Some(n) = self.partitions(topic, limits.is_some()).await? else {
             return Ok(());
         };
-        let arg = match limits {
-            Some(_) if n > 1 => {
-                return Err(InvalidField::new(
-                    "topic",
-                    format!(
-                        "{topic:?} has {n} partitions; in Redis mode a topic with flow limits \
-                         must have one (set its partitions to 1 before its first task, \
-                         docs/flow-control.md)"
-                    ),
-                )
-                .into());
+        let doing = "setting flow limits of";
+        let spec = limits.map(|l| limits_arg(&l)).unwrap_or_default();
+        if n == 1 {
+            return self
+                .on_every_partition(&SCRIPTS.limits, topic, n, &spec, doing)
+                .await
+                .map(drop);
+        }
+        if spec.is_empty() {
+            self.on_every_partition(&SCRIPTS.limits, topic, n, "", doing)
+                .await?;
+            return self
+                .set_permit_limits(topic, "")
+                .await
+                .map_err(maybe_applied);
+        }
+        self.set_permit_limits(topic, &spec).await?;
+        let replies = self
+            .on_every_partition(&SCRIPTS.limits, topic, n, &format!("{spec},g"), doing)
+            .await?;
+        for reply in replies {
+            for (receipt, key, deadline) in active_tasks(&reply.payload, doing)? {
+                self.hold_permit(topic, &receipt, &key, deadline, true)
+                    .await
+                    .map_err(maybe_applied)?;
             }
-            Some(l) => limits_arg(&l),
-            None => String::new(),
-        };
-        self.on_every_partition(&SCRIPTS.limits, topic, n, &arg, "setting flow limits of")
-            .await
+        }
+        Ok(())
     }
 
-    /// Runs `script` with `arg` on every partition of `topic` (`doing` says what for errors).
+    /// Runs `script` with `arg` on every partition of `topic` (`doing` says what for errors);
+    /// returns each partition's reply.
     async fn on_every_partition(
         &self,
         script: &crate::scripts::Script,
@@ -190,7 +206,7 @@ impl InstanceState {
         n: u32,
         arg: &str,
         doing: &str,
-    ) -> Result<()> {
+    ) -> Result<Vec<Reply>> {
         let what = format!("{doing} topic {topic:?}");
         let now = self.ctx.clock.now_ms();
         let keys: Vec<PartitionKeys> = (0..n).map(|p| self.keys.partition(topic, p)).collect();
@@ -217,17 +233,19 @@ impl InstanceState {
             .run_scripts(&what, &invs)
             .await
             .map_err(unknown)?;
+        let mut replies = Vec::with_capacity(results.len());
         for (p, result) in results.into_iter().enumerate() {
             let reply = result
                 .and_then(|v| Reply::parse(v, &what))
                 .map_err(unknown)?;
             self.effects(topic, p as u32, &reply);
+            replies.push(reply);
         }
         self.redis
             .replicated(&what, keys.iter().map(|pk| pk.base.as_str()))
             .await
             .map_err(maybe_applied)?;
-        Ok(())
+        Ok(replies)
     }
 
     /// The next task of `topic` in `state` without taking it.
@@ -319,6 +337,24 @@ fn kick_plan(candidates: &[([u64; 3], u32)], chunk: usize) -> Vec<(u32, usize)> 
         }
     }
     plan
+}
+
+/// The ACTIVE tasks a `limits` script lists when it marks a partition's limits topic-wide:
+/// (receipt, key or `""`, ttr deadline) each.
+fn active_tasks(payload: &[redis::Value], doing: &str) -> Result<Vec<(String, String, Millis)>> {
+    use crate::scripts::text;
+    let bad = || Error::from(BackendError::protocol(doing, "a bad list of ACTIVE tasks"));
+    let Some(n) = payload.first().and_then(int) else {
+        return Ok(Vec::new());
+    };
+    let n = usize::try_from(n).map_err(|_| bad())?;
+    payload
+        .get(1..1 + 3 * n)
+        .ok_or_else(bad)?
+        .chunks_exact(3)
+        .map(|t| Some((text(&t[0])?, text(&t[1])?, u64::try_from(int(&t[2])?).ok()?)))
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(bad)
 }
 
 /// The `limits` script's argument:

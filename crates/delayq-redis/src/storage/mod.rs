@@ -3,7 +3,9 @@
 //!
 //! Every operation on a task finds its partition (a stable hash of its id, over the topic's
 //! partition count recorded in the registry), reads `now` from the queue's clock and runs
-//! one script over the keys of that partition, in one round trip. The script checks the
+//! one script over the keys of that partition, in one round trip (adds, finishes and pops
+//! that wait for the same partition at once share one script:
+//! [`delayq::storage::coalesce`]). The script checks the
 //! state (and the receipt) itself and answers with a status; the refusals become the same
 //! errors the in-memory engine gives. Operations over a whole topic (pop, list, stats,
 //! requeue-all) pipeline one command or script per partition.
@@ -18,19 +20,27 @@
 //!
 //! - [`pipeline`]: the connection, timeouts, script pipelines, `WAIT` for replicas.
 //! - [`registry`]: the topics' partition counts, and fencing reports for the lease keeper.
-//! - [`add`]: batch add, by partition and chunk, in one pipeline.
+//! - [`add`]: batch add, by partition and chunk, in one pipeline; single adds coalesced.
+//! - [`consume`]: finish, pop of a one-partition topic, and both (ack and take the next),
+//!   coalesced into `consume` scripts.
 //! - [`pop`]: pop across partitions (of one topic or several) in rule 11's order, receipts,
 //!   and the wake-up of parked consumers when a pause ends.
-//! - [`acks`]: finish, release, touch, cancel, requeue (one or all), delete, bury,
-//!   reschedule, kick-job.
+//! - [`permits`]: the flow limits of a topic of several partitions, counted by its permits
+//!   in a slot of their own.
+//! - [`acks`]: finish, ack and take the next, release, touch, cancel, requeue (one or
+//!   all), delete, bury, reschedule, kick-job.
 //! - [`manage`]: kick, pause and resume, peek, locate.
 //! - [`meta`]: the job id counter and the settings store.
 //! - [`reads`]: get, list, stats, topics.
 
 mod acks;
 mod add;
+mod consume;
 mod manage;
 mod meta;
+#[cfg(test)]
+mod permit_steps;
+mod permits;
 mod pipeline;
 mod pop;
 mod reads;
@@ -60,6 +70,9 @@ use crate::scripts::{Events, Header, Reply, Script, ScriptInvocation};
 pub(crate) use self::pipeline::Redis;
 pub(crate) use self::registry::Fencing;
 
+/// A (topic, partition): what calls that share a script have in common.
+pub(crate) type Slot = (String, u32);
+
 /// What one instance of the backend holds, shared by its parts (the operations, the lease
 /// keeper, the promoter, the event subscriber): the settings, the connection, its identity,
 /// the topic cache and the channels to the background tasks.
@@ -82,7 +95,11 @@ pub(crate) struct InstanceState {
     /// The pause ends at which this instance's parked consumers will be woken, by topic.
     pause_wakes: Arc<Mutex<HashMap<String, Millis>>>,
     /// Concurrent adds to one partition, sharing a script.
-    adds: add::Coalescer,
+    adds: add::Adds,
+    /// Concurrent finishes and pops of one partition, sharing a script.
+    consumers: consume::Consumers,
+    /// Concurrent pops of one topic of several partitions, sharing a round.
+    shared_pops: pop::SharedPops,
     closed: AtomicBool,
 }
 
@@ -251,7 +268,9 @@ pub async fn start(ctx: StorageContext, options: RedisOptions) -> Result<Arc<Red
         receipts: pop::Receipts::new(seed),
         pause_wakes: Arc::default(),
         last_seq: AtomicU64::new(0),
-        adds: add::Coalescer::default(),
+        adds: add::Adds::default(),
+        consumers: consume::Consumers::default(),
+        shared_pops: pop::SharedPops::default(),
         closed: AtomicBool::new(false),
         options,
     });

@@ -19,8 +19,10 @@
 //! Receipts are 12 random hex digits per pop script (from a per-instance seed and a counter
 //! through splitmix64) followed by 4 the script appends per task.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use delayq::storage::coalesce::{Coalescer, ConsumerCall};
 use delayq::{Delivery, Millis, Result, State};
 use delayq_core::hash::splitmix64;
 use redis::Value;
@@ -59,12 +61,36 @@ pub(super) type Part<'t> = (&'t str, u32);
 /// What one partition's pop script did: the partition, how many were asked, what was taken.
 type Taken<'t> = (Part<'t>, usize, Vec<(u64, Delivery)>);
 
+/// How many rounds a pop takes at most when a topic with topic-wide limits leaves it short
+/// (keys held back, grants that went to faster consumers).
+const WIDE_ROUNDS: usize = 16;
+
+/// Most tasks one shared round of pops hands out.
+const SHARED_ROUND_TASKS: usize = 1_000;
+
+/// Concurrent pops of one topic of several partitions, by topic and `auto_finish`: each asks
+/// for a count of tasks (`InstanceState::pop_shared`).
+pub(super) type SharedPops = Coalescer<(String, bool), usize, Vec<Delivery>>;
+
+/// A task a pop may take: its order keys (priority, due, insertion), partition and id, and
+/// for a partition whose limits are topic-wide the key (`""` none) and ttr its permit needs.
+#[derive(Debug)]
+pub(super) struct Candidate<'t> {
+    pub order: [u64; 3],
+    pub part: Part<'t>,
+    pub id: String,
+    pub permit: Option<(String, u64)>,
+}
+
 /// What the `peek` script says of one partition: its pause (`-2` none, `-1` until resumed,
 /// else its end) and its first entries, each with its three order keys and its id.
 #[derive(Debug, Default)]
 pub(super) struct Heads {
     pub pause: i64,
     pub entries: Vec<([u64; 3], String)>,
+    /// READY entries of a partition whose limits are topic-wide (handed out only with the
+    /// topic's permits, `permits.rs`): each entry's key (`""` none) and ttr. Empty otherwise.
+    pub permits: Vec<(String, u64)>,
 }
 
 impl InstanceState {
@@ -72,7 +98,7 @@ impl InstanceState {
     /// effort across partitions), finishing them at once with `auto_finish`. Paused topics
     /// give nothing.
     pub(super) async fn pop(
-        &self,
+        self: &Arc<Self>,
         topics: &[&str],
         max: usize,
         auto_finish: bool,
@@ -87,32 +113,155 @@ impl InstanceState {
                 parts.extend((0..n).map(|p| (topic, p)));
             }
         }
-        let now = self.ctx.clock.now_ms();
-        if let [part] = parts[..] {
-            let got = self
-                .pop_partitions(&[(part, max)], auto_finish, now)
-                .await?;
-            return Ok(got
-                .into_iter()
-                .flat_map(|(_, _, taken)| taken)
-                .map(|(_, d)| d)
-                .collect());
+        if let [(topic, p)] = parts[..] {
+            let call = ConsumerCall::pop(max, auto_finish);
+            return Ok(self.consume(topic, p, call).await?.tasks);
         }
         if parts.is_empty() {
             return Ok(Vec::new());
         }
-        let candidates = self.pop_candidates(&parts, max, now).await?;
-        if candidates.is_empty() {
-            return Ok(Vec::new());
+        if let [topic] = topics {
+            return self.pop_shared(topic, max, auto_finish).await;
         }
+        self.pop_rounds(parts, max, auto_finish).await
+    }
+
+    /// A pop of `max` tasks of `topic` (of several partitions) in one round with the other
+    /// pops of the topic queued on this instance meanwhile: one pop of all they ask for, its
+    /// tasks dealt out in order (the first caller gets the first tasks). Pops planned apart
+    /// would race each other for the same first tasks of each partition (and with topic-wide
+    /// limits each get a grant for them, which only one can use).
+    async fn pop_shared(
+        self: &Arc<Self>,
+        topic: &str,
+        max: usize,
+        auto_finish: bool,
+    ) -> Result<Vec<Delivery>> {
+        let state = Arc::clone(self);
+        self.shared_pops
+            .call(
+                (topic.to_owned(), auto_finish),
+                max,
+                "popping tasks",
+                move |key| {
+                    tokio::spawn(async move {
+                        let fits = || {
+                            let mut total = 0;
+                            move |n: &usize| {
+                                total += n;
+                                total <= SHARED_ROUND_TASKS
+                            }
+                        };
+                        let (s, key) = (&state, &key);
+                        s.shared_pops
+                            .serve(key, fits, |round| async move {
+                                s.serve_shared_round(&key.0, &round, key.1).await
+                            })
+                            .await;
+                    });
+                },
+            )
+            .await
+    }
+
+    /// One shared round: a pop of all that `counts` ask for, dealt out in their order.
+    async fn serve_shared_round(
+        self: &Arc<Self>,
+        topic: &str,
+        counts: &[usize],
+        auto_finish: bool,
+    ) -> Result<Vec<Result<Vec<Delivery>>>> {
+        let Some(n) = self.partitions(topic, false).await? else {
+            return Ok(counts.iter().map(|_| Ok(Vec::new())).collect());
+        };
+        let parts: Vec<Part<'_>> = (0..n).map(|p| (topic, p)).collect();
+        let mut got = self
+            .pop_rounds(parts, counts.iter().sum(), auto_finish)
+            .await?
+            .into_iter();
+        Ok(counts
+            .iter()
+            .map(|&n| Ok(got.by_ref().take(n).collect()))
+            .collect())
+    }
+
+    /// Takes up to `max` READY tasks of the partitions `parts` (of one topic or several):
+    /// a pop planned across them, in rounds. A topic with topic-wide limits may leave a round
+    /// short of `max` while READY tasks wait that may go (module doc of `permits.rs`): the
+    /// pop takes another round then, without the topics whose limits stopped it (so a watch
+    /// list is not held up by one of them).
+    pub(super) async fn pop_rounds(
+        self: &Arc<Self>,
+        mut parts: Vec<Part<'_>>,
+        max: usize,
+        auto_finish: bool,
+    ) -> Result<Vec<Delivery>> {
+        let mut got = Vec::new();
+        for _ in 0..WIDE_ROUNDS {
+            let (more, again, stopped) = self
+                .pop_planned(&parts, max - got.len(), auto_finish)
+                .await?;
+            got.extend(more);
+            parts.retain(|(t, _)| !stopped.contains(t));
+            if got.len() >= max || !again || parts.is_empty() {
+                break;
+            }
+        }
+        got.sort_by_key(|(seq, d)| (d.priority, d.due_ms, *seq));
+        Ok(got.into_iter().map(|(_, d)| d).collect())
+    }
+
+    /// One round of a pop across `parts`: what it took (with insertion numbers), whether
+    /// a topic with topic-wide limits may have more that could go now, and the topics whose
+    /// topic-wide limits let nothing more go.
+    async fn pop_planned<'t>(
+        self: &Arc<Self>,
+        parts: &[Part<'t>],
+        max: usize,
+        auto_finish: bool,
+    ) -> Result<(Vec<(u64, Delivery)>, bool, Vec<&'t str>)> {
+        let now = self.ctx.clock.now_ms();
+        let candidates = self.pop_candidates(parts, max, now).await?;
+        if candidates.is_empty() {
+            return Ok((Vec::new(), false, Vec::new()));
+        }
+        // The first `max` make the plan: how many from which partition, and how many from
+        // each topic whose limits are topic-wide (those go through its permits, `permits.rs`,
+        // which may skip a candidate of a key at its limit for a later one).
         let mut plan: Vec<(Part<'_>, usize)> = Vec::new();
-        for &(_, part) in candidates.iter().take(max) {
-            match plan.iter_mut().find(|(q, _)| *q == part) {
-                Some((_, n)) => *n += 1,
-                None => plan.push((part, 1)),
+        let mut wide: Vec<(&str, usize)> = Vec::new();
+        for c in candidates.iter().take(max) {
+            if c.permit.is_some() {
+                match wide.iter_mut().find(|(t, _)| *t == c.part.0) {
+                    Some((_, n)) => *n += 1,
+                    None => wide.push((c.part.0, 1)),
+                }
+            } else {
+                match plan.iter_mut().find(|(q, _)| *q == c.part) {
+                    Some((_, n)) => *n += 1,
+                    None => plan.push((c.part, 1)),
+                }
             }
         }
         let mut got = Vec::new();
+        let mut again = false;
+        let mut stopped = Vec::new();
+        for (topic, want) in wide {
+            let theirs = complete_prefix(&candidates, topic, max);
+            let (taken, more, full) = self
+                .pop_wide(topic, &theirs, want, auto_finish, now)
+                .await?;
+            again |= more;
+            if full && taken.len() < want {
+                // Its share of this round goes to the other topics' next candidates.
+                stopped.push(topic);
+                again |= candidates.iter().any(|c| c.part.0 != topic);
+            }
+            got.extend(taken);
+        }
+        if plan.is_empty() {
+            return Ok((got, again, stopped));
+        }
         let mut exhausted = Vec::new();
         for (part, wanted, taken) in self.pop_partitions(&plan, auto_finish, now).await? {
             if taken.len() < wanted {
@@ -123,9 +272,9 @@ impl InstanceState {
         // Another consumer was faster on some partition: take the rest from the other
         // partitions that had candidates, best first.
         let mut others: Vec<Part<'_>> = Vec::new();
-        for &(_, part) in &candidates {
-            if !exhausted.contains(&part) && !others.contains(&part) {
-                others.push(part);
+        for c in candidates.iter().filter(|c| c.permit.is_none()) {
+            if !exhausted.contains(&c.part) && !others.contains(&c.part) {
+                others.push(c.part);
             }
         }
         for part in others {
@@ -137,19 +286,17 @@ impl InstanceState {
                 .await?;
             got.extend(more.into_iter().flat_map(|(_, _, taken)| taken));
         }
-        got.sort_by_key(|(seq, d)| (d.priority, d.due_ms, *seq));
-        Ok(got.into_iter().map(|(_, d)| d).collect())
+        Ok((got, again, stopped))
     }
 
     /// The first `max` tasks of every partition in pop order (READY and due DELAYED, from
-    /// the `peek` script), as (order keys, partition), best first, leaving out paused
-    /// partitions.
+    /// the `peek` script), best first, leaving out paused partitions.
     async fn pop_candidates<'t>(
         &self,
         parts: &[Part<'t>],
         max: usize,
         now: Millis,
-    ) -> Result<Vec<([u64; 3], Part<'t>)>, BackendError> {
+    ) -> Result<Vec<Candidate<'t>>, BackendError> {
         let heads = self.heads(parts, State::Ready, max, now).await?;
         let mut candidates = Vec::new();
         for (&part, h) in parts.iter().zip(heads) {
@@ -157,9 +304,15 @@ impl InstanceState {
                 self.wake_at_pause_end(part.0, h.pause);
                 continue;
             }
-            candidates.extend(h.entries.into_iter().map(|(key, _)| (key, part)));
+            let mut permits = h.permits.into_iter();
+            candidates.extend(h.entries.into_iter().map(|(order, id)| Candidate {
+                order,
+                part,
+                id,
+                permit: permits.next(),
+            }));
         }
-        candidates.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)));
+        candidates.sort_by(|a, b| a.order.cmp(&b.order).then(a.part.cmp(&b.part)));
         Ok(candidates)
     }
 
@@ -272,10 +425,41 @@ impl InstanceState {
     }
 }
 
+/// The candidates of `topic` (sorted) up to the first place where a partition's list, cut
+/// at `max`, may leave out better tasks: there the order across partitions is no longer
+/// known. A partition that gave fewer than `max` gave all it had.
+fn complete_prefix<'c, 't>(
+    candidates: &'c [Candidate<'t>],
+    topic: &str,
+    max: usize,
+) -> Vec<&'c Candidate<'t>> {
+    let theirs: Vec<&Candidate<'t>> = candidates.iter().filter(|c| c.part.0 == topic).collect();
+    let mut counts: Vec<(Part<'t>, usize)> = Vec::new();
+    let mut end = theirs.len();
+    for (i, c) in theirs.iter().enumerate() {
+        let n = match counts.iter_mut().find(|(q, _)| *q == c.part) {
+            Some((_, n)) => {
+                *n += 1;
+                *n
+            }
+            None => {
+                counts.push((c.part, 1));
+                1
+            }
+        };
+        if n == max {
+            // The last of a full list: what follows may sort after tasks it left out.
+            end = i + 1;
+            break;
+        }
+    }
+    theirs.into_iter().take(end).collect()
+}
+
 impl InstanceState {
-    /// What the pop script (or `finish_pop`) on `part` handed out, each with its insertion
-    /// number; applies its effects, its pause and the lateness of what it promoted.
-    pub(super) fn popped(
+    /// What the pop script on `part` handed out, each with its insertion number; applies its
+    /// effects, its pause and the lateness of what it promoted.
+    fn popped(
         &self,
         part: Part<'_>,
         reply: &Reply,
@@ -290,20 +474,26 @@ impl InstanceState {
     }
 }
 
-/// The reply of the `peek` script: the pause, the count, 4 values per entry.
+/// The reply of the `peek` script: the pause, the count, the values per entry (4, or 6 with
+/// each entry's key and ttr), the entries.
 fn parse_heads(value: &Value, what: &str) -> Result<Heads, BackendError> {
     let bad = |detail: &str| BackendError::protocol(what, detail.to_owned());
     let Value::Array(items) = value else {
         return Err(bad("peek reply is not an array"));
     };
     let pause = items.first().and_then(int).ok_or_else(|| bad("no pause"))?;
-    let n = items
-        .get(1)
-        .and_then(int)
-        .and_then(|n| usize::try_from(n).ok())
-        .ok_or_else(|| bad("no count"))?;
+    let count = |i: usize| {
+        items
+            .get(i)
+            .and_then(int)
+            .and_then(|n| usize::try_from(n).ok())
+    };
+    let n = count(1).ok_or_else(|| bad("no count"))?;
+    let width = count(2)
+        .filter(|w| matches!(w, 4 | 6))
+        .ok_or_else(|| bad("no width of 4 or 6"))?;
     let rest = items
-        .get(2..2 + n * 4)
+        .get(3..3 + n * width)
         .ok_or_else(|| bad("too few values"))?;
     // Numbers come as integers; insertion numbers as 16 hex digits.
     let key = |v: &Value| match v {
@@ -311,11 +501,23 @@ fn parse_heads(value: &Value, what: &str) -> Result<Heads, BackendError> {
         other => u64::from_str_radix(&text(other)?, 16).ok(),
     };
     let entries = rest
-        .chunks_exact(4)
+        .chunks_exact(width)
         .map(|e| Some(([key(&e[0])?, key(&e[1])?, key(&e[2])?], text(&e[3])?)))
         .collect::<Option<Vec<_>>>()
         .ok_or_else(|| bad("an entry with a bad field"))?;
-    Ok(Heads { pause, entries })
+    let permits = if width == 6 {
+        rest.chunks_exact(width)
+            .map(|e| Some((text(&e[4])?, u64::try_from(int(&e[5])?).ok()?)))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| bad("an entry with a bad key or ttr"))?
+    } else {
+        Vec::new()
+    };
+    Ok(Heads {
+        pause,
+        entries,
+        permits,
+    })
 }
 
 /// What a pop script reports.
@@ -329,8 +531,8 @@ struct Popped {
     promoted: Events,
 }
 
-/// The values `pop.lua` replies with per task.
-const POP_VALUES: usize = 9;
+/// The values `pop.lua` and `consume.lua` reply with per task.
+pub(super) const POP_VALUES: usize = 10;
 
 /// The deliveries of a pop reply, the pause, and the due times of the tasks it promoted.
 fn parse_pop(topic: &str, payload: &[Value], what: &str) -> Result<Popped, BackendError> {
@@ -347,7 +549,21 @@ fn parse_pop(topic: &str, payload: &[Value], what: &str) -> Result<Popped, Backe
     let tasks = payload
         .get(2..2 + n * POP_VALUES)
         .ok_or_else(|| bad("too few values"))?;
-    let deliveries = tasks
+    let deliveries =
+        parse_deliveries(topic, tasks).ok_or_else(|| bad("a task with a bad field"))?;
+    let promoted =
+        Events::parse(&payload[2 + n * POP_VALUES..]).ok_or_else(|| bad("bad promotions"))?;
+    Ok(Popped {
+        deliveries,
+        pause,
+        promoted,
+    })
+}
+
+/// The tasks of a pop reply (`hand_out` in `lib.lua`): [`POP_VALUES`] values each, with
+/// its insertion number; `None` when a field is bad.
+pub(super) fn parse_deliveries(topic: &str, values: &[Value]) -> Option<Vec<(u64, Delivery)>> {
+    values
         .chunks_exact(POP_VALUES)
         .map(|t| {
             let seq = u64::from_str_radix(&text(&t[7])?, 16).ok()?;
@@ -365,18 +581,11 @@ fn parse_pop(topic: &str, payload: &[Value], what: &str) -> Result<Popped, Backe
                 due_ms: u64::try_from(int(&t[4])?).ok()?,
                 ttr_ms: u64::try_from(int(&t[5])?).ok()?,
                 trace,
+                key: Some(text(&t[9])?).filter(|k| !k.is_empty()),
             };
             Some((seq, d))
         })
-        .collect::<Option<Vec<_>>>()
-        .ok_or_else(|| bad("a task with a bad field"))?;
-    let promoted =
-        Events::parse(&payload[2 + n * POP_VALUES..]).ok_or_else(|| bad("bad promotions"))?;
-    Ok(Popped {
-        deliveries,
-        pause,
-        promoted,
-    })
+        .collect()
 }
 
 #[cfg(test)]
@@ -401,6 +610,7 @@ mod tests {
             Value::Int(7),
             bulk("0000000000000005"),
             bulk("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01 a=1\tb=2"),
+            bulk("merchant-1"),
             Value::Int(1),
             Value::Int(990),
         ];
@@ -413,6 +623,7 @@ mod tests {
             (d[0].id.as_str(), d[0].retries, d[0].due_ms),
             ("id-1", 2, 1_000)
         );
+        assert_eq!(d[0].key.as_deref(), Some("merchant-1"));
         let trace = d[0].trace.as_ref().expect("the trace context");
         assert_eq!(trace.tracestate(), Some("a=1,b=2"));
         assert_eq!(promoted.dues, vec![990]);
@@ -421,6 +632,7 @@ mod tests {
         let heads = Value::Array(vec![
             Value::Int(5000),
             Value::Int(1),
+            Value::Int(4),
             Value::Int(7),
             Value::Int(1000),
             bulk("00000000000000ff"),
@@ -429,9 +641,23 @@ mod tests {
         let h = parse_heads(&heads, "testing").unwrap();
         assert_eq!(h.pause, 5000);
         assert_eq!(h.entries, vec![([7, 1000, 0xff], "a".to_owned())]);
+        assert!(h.permits.is_empty());
+        let wide = Value::Array(vec![
+            Value::Int(-2),
+            Value::Int(1),
+            Value::Int(6),
+            Value::Int(7),
+            Value::Int(1000),
+            bulk("00000000000000ff"),
+            bulk("a"),
+            bulk("merchant-1"),
+            Value::Int(30_000),
+        ]);
+        let h = parse_heads(&wide, "testing").unwrap();
+        assert_eq!(h.permits, vec![("merchant-1".to_owned(), 30_000)]);
         assert!(
             parse_heads(
-                &Value::Array(vec![Value::Int(-2), Value::Int(1)]),
+                &Value::Array(vec![Value::Int(-2), Value::Int(1), Value::Int(4)]),
                 "testing"
             )
             .is_err()

@@ -80,10 +80,7 @@ impl InstanceState {
             None => State::ALL.to_vec(),
         };
         let stats = self.partition_stats(topic, parts, now).await?;
-        out.total = stats
-            .iter()
-            .map(|st| states.iter().map(|&x| st.count(x)).sum::<u64>())
-            .sum();
+        out.total = states.iter().map(|&x| stats.count(x)).sum();
         let skip = page.saturating_sub(1).saturating_mul(page_size);
         if skip >= out.total {
             return Ok(out);
@@ -192,11 +189,7 @@ impl InstanceState {
             return Ok(TopicStats::default());
         };
         let now = self.ctx.clock.now_ms();
-        let mut total = TopicStats::default();
-        for st in self.partition_stats(topic, parts, now).await? {
-            total.merge(&st);
-        }
-        Ok(total)
+        Ok(self.partition_stats(topic, parts, now).await?)
     }
 
     /// Every topic with tasks, by name, with its counters.
@@ -223,11 +216,7 @@ impl InstanceState {
         futures_util::pin_mut!(per_topic);
         let mut out = Vec::new();
         while let Some(read) = per_topic.next().await {
-            let (topic, stats) = read?;
-            let mut total = TopicStats::default();
-            for st in &stats {
-                total.merge(st);
-            }
+            let (topic, total) = read?;
             // A paused topic shows even without records (its pause is what it holds).
             if total.total > 0 || total.pause.paused {
                 out.push((topic, total));
@@ -273,13 +262,14 @@ impl InstanceState {
         Ok(counts)
     }
 
-    /// The counters of each partition of a topic, one stats script per partition.
+    /// The counters of a topic: one stats script per partition, summed; with topic-wide
+    /// limits (`permits.rs`), what max_active and the rate hold back as its permits say.
     async fn partition_stats(
         &self,
         topic: &str,
         parts: u32,
         now: Millis,
-    ) -> Result<Vec<TopicStats>, BackendError> {
+    ) -> Result<TopicStats, BackendError> {
         let what = format!("reading the counters of topic {topic:?}");
         let keys: Vec<PartitionKeys> = (0..parts).map(|p| self.keys.partition(topic, p)).collect();
         let invs: Vec<ScriptInvocation<'_>> = keys
@@ -287,28 +277,42 @@ impl InstanceState {
             .enumerate()
             .map(|(p, pk)| self.invocation(&SCRIPTS.stats, pk, topic, p as u32, now))
             .collect();
-        self.redis
-            .run_scripts(&what, &invs)
-            .await?
-            .into_iter()
-            .map(|r| parse_stats(r?, &what))
-            .collect()
+        let mut total = TopicStats::default();
+        let mut wide = false;
+        for result in self.redis.run_scripts(&what, &invs).await? {
+            let (stats, topic_wide) = parse_stats(result?, &what)?;
+            total.merge(&stats);
+            wide |= topic_wide;
+        }
+        if wide {
+            let (full, no_token) = self.permit_stats(topic).await?;
+            // A task counts under the first limit that holds it, as a partition's stats say:
+            // the topic at max_active holds every READY task, an empty bucket too, else the
+            // keys held back count (the partitions said how many).
+            if full || no_token {
+                let ready = total.count(State::Ready);
+                let held = &mut total.held_back;
+                (held.max_active, held.rate, held.key) =
+                    if full { (ready, 0, 0) } else { (0, ready, 0) };
+            }
+        }
+        Ok(total)
     }
 }
 
 /// The counters of one partition from its stats script: six counts in state order, the
 /// earliest due of a DELAYED task (-1: none), the pause (-2: none, -1: until resumed, else
 /// its end), how many tasks expired, then the READY tasks held back by max_active, by the
-/// rate and by max_active_per_key.
-fn parse_stats(value: Value, what: &str) -> Result<TopicStats, BackendError> {
+/// rate and by max_active_per_key; and whether its limits are topic-wide.
+fn parse_stats(value: Value, what: &str) -> Result<(TopicStats, bool), BackendError> {
     let Value::Array(items) = value else {
         return Err(BackendError::protocol(what, "stats reply is not an array"));
     };
     let nums: Vec<i64> = items.iter().filter_map(int).collect();
-    if nums.len() != 12 {
+    if nums.len() != 13 {
         return Err(BackendError::protocol(
             what,
-            "stats reply has not 12 values",
+            "stats reply has not 13 values",
         ));
     }
     let mut stats = TopicStats::default();
@@ -326,7 +330,7 @@ fn parse_stats(value: Value, what: &str) -> Result<TopicStats, BackendError> {
             until_ms: u64::try_from(nums[7]).ok(),
         };
     }
-    Ok(stats)
+    Ok((stats, nums[12] == 1))
 }
 
 #[cfg(test)]
@@ -336,11 +340,12 @@ mod tests {
     #[test]
     fn stats_replies_parse() {
         let reply = Value::Array(
-            [1, 2, 3, 4, 5, 6, 900, -2, 7, 0, 2, 1]
+            [1, 2, 3, 4, 5, 6, 900, -2, 7, 0, 2, 1, 0]
                 .map(Value::Int)
                 .to_vec(),
         );
-        let stats = parse_stats(reply, "testing").unwrap();
+        let (stats, wide) = parse_stats(reply, "testing").unwrap();
+        assert!(!wide);
         let held = stats.held_back;
         assert_eq!((held.max_active, held.rate, held.key), (0, 2, 1));
         let counts: Vec<u64> = State::ALL.iter().map(|&s| stats.count(s)).collect();
@@ -349,11 +354,12 @@ mod tests {
         assert_eq!(stats.expired, 7);
         assert!(!stats.pause.paused);
         let none = Value::Array(
-            [0, 0, 0, 0, 0, 0, -1, -1, 0, 0, 0, 0]
+            [0, 0, 0, 0, 0, 0, -1, -1, 0, 0, 0, 0, 1]
                 .map(Value::Int)
                 .to_vec(),
         );
-        let paused = parse_stats(none, "testing").unwrap();
+        let (paused, wide) = parse_stats(none, "testing").unwrap();
+        assert!(wide);
         assert_eq!(paused.next_due_ms, None);
         assert_eq!(
             paused.pause,
@@ -363,12 +369,12 @@ mod tests {
             }
         );
         let until = Value::Array(
-            [0, 0, 0, 0, 0, 0, -1, 5000, 0, 0, 0, 0]
+            [0, 0, 0, 0, 0, 0, -1, 5000, 0, 0, 0, 0, 0]
                 .map(Value::Int)
                 .to_vec(),
         );
         assert_eq!(
-            parse_stats(until, "testing").unwrap().pause.until_ms,
+            parse_stats(until, "testing").unwrap().0.pause.until_ms,
             Some(5000)
         );
         assert!(parse_stats(Value::Array(vec![Value::Int(1)]), "testing").is_err());
