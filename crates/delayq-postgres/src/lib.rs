@@ -24,7 +24,7 @@
 //!
 //! # Transitions
 //!
-//! Each operation is one transaction ([`storage`]): the task's row is read `FOR UPDATE`, the
+//! Each operation is one transaction (`storage`): the task's row is read `FOR UPDATE`, the
 //! transition decided in Rust by the same rules as the engine (`delayq_core::lifecycle`),
 //! the row written back and the wake-ups sent with `pg_notify`, then committed. A pop locks
 //! the READY rows it takes with `FOR UPDATE SKIP LOCKED`, so concurrent pops on any instance
@@ -45,17 +45,19 @@
 //!
 //! # Time-driven work and wake-ups
 //!
-//! Every instance runs a [`driver`] that sleeps until the earliest timer in the database and
+//! Every instance runs a `driver` that sleeps until the earliest timer in the database and
 //! does what is due with `SKIP LOCKED` (so instances split it), and one LISTEN connection
-//! ([`events`]) through which the others' commits wake its parked consumers. No instance
+//! (`events`) through which the others' commits wake its parked consumers. No instance
 //! polls on a short interval.
 
 pub mod clock;
+mod consume;
 mod driver;
 mod effects;
 pub mod error;
 mod events;
 pub mod options;
+mod pop;
 pub mod schema;
 mod storage;
 mod task;

@@ -4,11 +4,14 @@
 //! whole committed at once. Add, cancel and reschedule are the exception: they call the
 //! schema's core SQL functions (`enqueue`, `cancel_task`, `reschedule_task`), the same ones
 //! under the SQL API an application calls in its own transaction, so the two paths cannot
-//! drift; the refusals are still `lifecycle`'s, and a table test holds the states the
+//! drift (a batch add calls `enqueue_batch`, held equal to `enqueue` once a task by a
+//! test); the refusals are still `lifecycle`'s, and a table test holds the states the
 //! functions change equal to `lifecycle::check_op`. Pops lock the READY rows they take with `FOR UPDATE SKIP LOCKED`,
 //! so pops on any number of instances never wait for each other nor hand a task out twice;
 //! a topic with flow limits is locked (its `topics` row) for the pop's transaction, so the
-//! ACTIVE count and the rate's state read there are exact across instances.
+//! ACTIVE count and the rate's state read there are exact across instances ([`crate::pop`]).
+//! Finishes, pops of one topic and acks-and-next of one topic are the other exception:
+//! concurrent ones share one transaction a round ([`crate::consume`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -16,6 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use async_trait::async_trait;
 use deadpool_postgres::{Object, Pool, Transaction};
+use delayq::storage::coalesce::ConsumerCall;
 use delayq::{
     AddResult, BeanstalkOps, Error, Held, JobIds, Outcome, Result, SettingsStore, StorageContext,
     TaskStore,
@@ -32,10 +36,12 @@ use tokio::task::JoinHandle;
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
+use crate::consume::Consumers;
 use crate::driver::Driver;
 use crate::effects::{Effects, Fired, TimeDead};
 use crate::error::{TxError, TxResult, pg, pool};
 use crate::options::PostgresOptions;
+use crate::pop::Want;
 use crate::task::{COLUMNS, Expired, Failed, T_COLUMNS, Task, db, ms, state_of};
 
 /// What the storage handle, the driver and the listener share.
@@ -49,6 +55,8 @@ pub(crate) struct Inner {
     pub instance: String,
     /// The local driver of time-driven work.
     pub driver: Driver,
+    /// Consumers' calls waiting to share a transaction, by topic.
+    pub consumers: Consumers,
     receipt_seed: u64,
     receipt_counter: AtomicU64,
     closed: AtomicBool,
@@ -82,6 +90,7 @@ impl Inner {
             options,
             instance,
             driver: Driver::default(),
+            consumers: Consumers::default(),
             receipt_seed,
             receipt_counter: AtomicU64::new(0),
             closed: AtomicBool::new(false),
@@ -92,7 +101,7 @@ impl Inner {
         self.ctx.clock.now_ms()
     }
 
-    fn check_open(&self) -> Result<()> {
+    pub(crate) fn check_open(&self) -> Result<()> {
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::ShuttingDown);
         }
@@ -105,7 +114,7 @@ impl Inner {
     }
 
     /// A fresh receipt: 16 hex digits, well mixed, distinct across instances (random seed).
-    fn receipt(&self) -> String {
+    pub(crate) fn receipt(&self) -> String {
         let n = self.receipt_counter.fetch_add(1, Ordering::Relaxed);
         let r = delayq_core::hash::splitmix64(self.receipt_seed.wrapping_add(n)).max(1);
         format!("{r:016x}")
@@ -185,77 +194,37 @@ impl Inner {
 
     // ---- add --------------------------------------------------------------------------
 
-    /// Adds tasks through `enqueue`, the SQL function under `delayq.add` too (migration 2):
-    /// one logic for the instance's add and the application's. The function notifies the
-    /// topic's consumers on other instances; this instance wakes its own after the commit.
+    /// Adds tasks through the schema's SQL functions: `enqueue` for one task (the function
+    /// under `delayq.add` too: one logic for the instance's add and the application's),
+    /// `enqueue_batch` for more (migration 3: one statement a batch, with `enqueue`'s answers
+    /// as if called once a task in order). The functions notify the topic's consumers on
+    /// other instances; this instance wakes its own after the commit.
     async fn add(&self, specs: Vec<TaskSpec>) -> Result<Vec<AddResult>> {
         let op = "adding tasks";
         self.transact(op, async |tx, effects, now| {
-            let enqueue = tx
-                .prepare_cached(
-                    "SELECT outcome, new_state, due FROM enqueue($1, $2, $3, $4, $5, $6, $7, \
-                     $8, $9, $10, $11, $12, $13, $14, $15, $16)",
-                )
-                .await?;
-            // Every task's call is sent before the first answer is read: tokio-postgres
-            // pipelines the queries of futures polled together, so a batch costs about one
-            // round trip rather than one a task. They run in order, so duplicates within a
-            // batch resolve as one after the other.
-            let now_db = db(now);
-            let prepared: Vec<_> = specs
+            let tasks: Vec<(Task, i16)> = specs
                 .into_iter()
                 .map(|spec| {
-                    let policy: i16 = match spec.on_duplicate {
+                    let policy = match spec.on_duplicate {
                         OnDuplicate::Reject => 0,
                         OnDuplicate::Replace => 1,
                         OnDuplicate::Keep => 2,
                     };
-                    let task = Task::new(spec, now);
-                    let values = (
-                        i64::from(task.priority),
-                        db(task.due_ms),
-                        db(task.created_at_ms),
-                        db(task.ttr_ms),
-                        task.max_retries_db(),
-                        task.expires_at_ms.map(db),
-                        task.on_expire_code(),
-                        task.trace_json(),
-                        task.extra_json(),
-                    );
-                    (task, policy, values)
+                    (Task::new(spec, now), policy)
                 })
                 .collect();
-            let params: Vec<[&(dyn ToSql + Sync); 16]> = prepared
-                .iter()
-                .map(|(task, policy, v)| {
-                    [
-                        &now_db as &(dyn ToSql + Sync),
-                        &self.instance,
-                        policy,
-                        &task.topic,
-                        &task.id,
-                        &task.body,
-                        &v.0,
-                        &v.1,
-                        &v.2,
-                        &v.3,
-                        &v.4,
-                        &v.5,
-                        &v.6,
-                        &task.key,
-                        &v.7,
-                        &v.8,
-                    ]
-                })
-                .collect();
-            let rows = futures_util::future::try_join_all(
-                params.iter().map(|p| tx.query_one(&enqueue, p)),
-            )
-            .await?;
-            drop(params);
-            let mut results = Vec::with_capacity(rows.len());
-            for ((task, _, _), row) in prepared.into_iter().zip(rows) {
-                let outcome = match row.get::<_, i16>(0) {
+            let mut answers = Vec::with_capacity(tasks.len());
+            if let [(task, policy)] = tasks.as_slice() {
+                // One task: the plain function is the shorter path.
+                answers.push(enqueue(tx, &self.instance, now, task, *policy).await?);
+            } else {
+                for chunk in tasks.chunks(BATCH_STATEMENT) {
+                    answers.extend(enqueue_batch(tx, &self.instance, now, chunk).await?);
+                }
+            }
+            let mut results = Vec::with_capacity(tasks.len());
+            for ((task, _), (outcome, new_state)) in tasks.into_iter().zip(answers) {
+                let outcome = match outcome {
                     0 => AddOutcome::Added,
                     1 => AddOutcome::Replaced,
                     2 => {
@@ -270,7 +239,7 @@ impl Inner {
                         continue;
                     }
                 };
-                match state_of(row.get(1))? {
+                match state_of(new_state)? {
                     State::Ready => effects.notified(&task.topic),
                     _ => effects.timer(task.due_ms),
                 }
@@ -347,15 +316,15 @@ impl Inner {
     // ---- pop --------------------------------------------------------------------------
 
     /// Takes up to `max` READY tasks over `topics` in one order (rule 11), obeying pauses and
-    /// flow limits, in one transaction. Due DELAYED tasks of those topics are promoted first,
-    /// so a pop never waits for a driver that lags.
+    /// flow limits, in one transaction of its own ([`Inner::take_ready`]). A pop of one topic
+    /// goes through [`Inner::consume`] instead, sharing a transaction with the other consumer
+    /// calls of its topic.
     pub(crate) async fn pop(
         &self,
         topics: &[String],
         max: usize,
         auto_finish: bool,
     ) -> Result<Vec<Delivery>> {
-        let op = "popping tasks";
         let mut topics: Vec<String> = topics.to_vec();
         topics.sort();
         topics.dedup();
@@ -363,197 +332,10 @@ impl Inner {
             self.check_open()?;
             return Ok(Vec::new());
         }
-        self.transact(op, async |tx, effects, now| {
-            // The topics' pauses and limits; the limited ones locked for the whole pop.
-            let st = tx
-                .prepare_cached(
-                    "SELECT topic, paused, pause_until_ms, limits, tat FROM topics \
-                     WHERE topic = ANY($1) ORDER BY topic",
-                )
-                .await?;
-            let mut info: BTreeMap<String, TopicRow> = BTreeMap::new();
-            for row in tx.query(&st, &[&topics]).await? {
-                let t = TopicRow::from_row(&row)?;
-                info.insert(t.topic.clone(), t);
-            }
-            let limited: Vec<String> = info
-                .values()
-                .filter(|t| t.limits.is_some())
-                .map(|t| t.topic.clone())
-                .collect();
-            if !limited.is_empty() {
-                let st = tx
-                    .prepare_cached(
-                        "SELECT topic, paused, pause_until_ms, limits, tat FROM topics \
-                         WHERE topic = ANY($1) ORDER BY topic FOR UPDATE",
-                    )
-                    .await?;
-                for row in tx.query(&st, &[&limited]).await? {
-                    let t = TopicRow::from_row(&row)?;
-                    info.insert(t.topic.clone(), t);
-                }
-            }
-            let active = if limited.is_empty() {
-                BTreeMap::new()
-            } else {
-                active_counts(tx, &limited).await?
-            };
-            // Per-key limits: each key's ACTIVE count, and the keys at their limit, whose
-            // READY tasks the candidates leave out (a busy key holds back no other).
-            let per_key: BTreeMap<String, usize> = info
-                .values()
-                .filter_map(|t| Some((t.topic.clone(), t.limits?.max_active_per_key? as usize)))
-                .collect();
-            let mut key_active: BTreeMap<(String, String), usize> = BTreeMap::new();
-            let mut full_keys: BTreeMap<String, Vec<String>> = BTreeMap::new();
-            if !per_key.is_empty() {
-                let topics_with: Vec<String> = per_key.keys().cloned().collect();
-                for ((topic, key), n) in key_counts(tx, &topics_with).await? {
-                    if n >= per_key[&topic] {
-                        full_keys
-                            .entry(topic.clone())
-                            .or_default()
-                            .push(key.clone());
-                    }
-                    key_active.insert((topic, key), n);
-                }
-            }
-
-            // What each live topic may hand out.
-            let mut room: BTreeMap<String, usize> = BTreeMap::new();
-            for topic in &topics {
-                let (n, next_at) = match info.get(topic) {
-                    Some(t) if t.pause().holds(now) => (0, None),
-                    Some(t) => t.allowance(now, max, active.get(topic).copied().unwrap_or(0)),
-                    None => (max, None),
-                };
-                if let Some(at) = next_at {
-                    effects.timer(at);
-                }
-                if n > 0 {
-                    room.insert(topic.clone(), n);
-                }
-            }
-            let live: Vec<String> = room.keys().cloned().collect();
-            if !live.is_empty() {
-                self.promote(tx, Some(&live), now, PROMOTE_BATCH, effects)
-                    .await?;
-            }
-
-            let mut out: Vec<Delivery> = Vec::new();
-            let mut taken: Vec<Task> = Vec::new();
-            let mut went: BTreeMap<String, usize> = BTreeMap::new();
-            let select = tx
-                .prepare_cached(&format!(
-                    "SELECT {COLUMNS} FROM tasks WHERE topic = $1 AND state = 1 \
-                     AND (key IS NULL OR key <> ALL($3::text[])) \
-                     ORDER BY priority, due_ms, seq LIMIT $2 FOR UPDATE SKIP LOCKED"
-                ))
-                .await?;
-            loop {
-                let want = max - out.len();
-                if want == 0 {
-                    break;
-                }
-                let mut candidates: Vec<Task> = Vec::new();
-                for (topic, &r) in &room {
-                    let n = r.min(want);
-                    if n == 0 {
-                        continue;
-                    }
-                    let excluded = full_keys.get(topic).cloned().unwrap_or_default();
-                    for row in tx.query(&select, &[topic, &(n as i64), &excluded]).await? {
-                        let t = Task::from_row(&row)?;
-                        if !taken.iter().any(|k| k.topic == t.topic && k.id == t.id) {
-                            candidates.push(t);
-                        }
-                    }
-                }
-                if candidates.is_empty() {
-                    break;
-                }
-                candidates.sort_by_key(|t| (t.priority, t.due_ms, t.seq));
-                let mut expired_now = false;
-                let mut key_filled = false;
-                for mut task in candidates {
-                    if out.len() >= max {
-                        break;
-                    }
-                    let Some(r) = room.get_mut(&task.topic) else {
-                        continue;
-                    };
-                    if *r == 0 {
-                        continue;
-                    }
-                    if lifecycle::is_expired(task.expires_at_ms, now) {
-                        // Its expiry passed before the driver ran: never hand it out.
-                        self.expire_row(tx, &mut task, now, effects).await?;
-                        expired_now = true;
-                        continue;
-                    }
-                    if let (Some(&limit), Some(key)) = (per_key.get(&task.topic), &task.key) {
-                        let n = key_active
-                            .entry((task.topic.clone(), key.clone()))
-                            .or_default();
-                        if *n >= limit {
-                            // Its key filled up in this pop: look past the key's tasks again.
-                            key_filled = true;
-                            continue;
-                        }
-                        *n += 1;
-                        if *n >= limit {
-                            full_keys
-                                .entry(task.topic.clone())
-                                .or_default()
-                                .push(key.clone());
-                        }
-                    }
-                    task.activate(self.receipt(), now);
-                    out.push(task.delivery());
-                    if auto_finish {
-                        let due = task.due_ms;
-                        task.enter(State::Finished, due, now, self.ctx.defaults.retention_ms);
-                    }
-                    effects.timer(task.deadline_ms);
-                    *r -= 1;
-                    *went.entry(task.topic.clone()).or_default() += 1;
-                    taken.push(task);
-                }
-                if !expired_now && !key_filled {
-                    break;
-                }
-            }
-            if !taken.is_empty() {
-                hand_out(tx, &taken, now).await?;
-            }
-
-            // Spend the rate of rate-limited topics, and ask for a wake-up when it holds back.
-            for topic in &limited {
-                let Some(t) = info.get(topic) else { continue };
-                let Some(rate) = t.limits.and_then(|l| l.rate()) else {
-                    continue;
-                };
-                let n = went.get(topic).copied().unwrap_or(0);
-                let tat = if n > 0 {
-                    take(rate, t.tat, now, n.min(u32::MAX as usize) as u32).tat
-                } else {
-                    t.tat
-                };
-                let wake = take(rate, tat, now, 1).next_at;
-                if let Some(at) = wake {
-                    effects.timer(at);
-                }
-                let st = tx
-                    .prepare_cached(
-                        "UPDATE topics SET tat = $2, rate_wake_ms = \
-                         CASE WHEN $3::bigint IS NULL THEN rate_wake_ms \
-                              ELSE LEAST(COALESCE(rate_wake_ms, $3), $3) END \
-                         WHERE topic = $1",
-                    )
-                    .await?;
-                tx.execute(&st, &[topic, &tat, &wake.map(db)]).await?;
-            }
-            Ok(out)
+        self.transact("popping tasks", async |tx, effects, now| {
+            let want = Want { max, auto_finish };
+            let mut got = self.take_ready(tx, &topics, &[want], now, effects).await?;
+            Ok(got.pop().unwrap_or_default())
         })
         .await
     }
@@ -668,6 +450,115 @@ impl Inner {
     }
 }
 
+/// Most tasks in one `enqueue_batch` statement: a larger batch takes a few, in order (the
+/// default batch limit, 10 000 tasks, is one).
+const BATCH_STATEMENT: usize = 10_000;
+
+/// `enqueue` of one task: its outcome code and new state code.
+async fn enqueue(
+    tx: &Transaction<'_>,
+    sender: &str,
+    now: Millis,
+    task: &Task,
+    policy: i16,
+) -> TxResult<(i16, i16)> {
+    let st = tx
+        .prepare_cached(
+            "SELECT outcome, new_state FROM enqueue($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, \
+             $11, $12, $13, $14, $15, $16)",
+        )
+        .await?;
+    let row = tx
+        .query_one(
+            &st,
+            &[
+                &db(now),
+                &sender,
+                &policy,
+                &task.topic,
+                &task.id,
+                &task.body,
+                &i64::from(task.priority),
+                &db(task.due_ms),
+                &db(task.created_at_ms),
+                &db(task.ttr_ms),
+                &task.max_retries_db(),
+                &task.expires_at_ms.map(db),
+                &task.on_expire_code(),
+                &task.key,
+                &task.trace_json(),
+                &task.extra_json(),
+            ],
+        )
+        .await?;
+    Ok((row.get(0), row.get(1)))
+}
+
+/// `enqueue_batch` of `tasks` (each with its duplicate policy code): their outcome and new
+/// state codes, in order.
+async fn enqueue_batch(
+    tx: &Transaction<'_>,
+    sender: &str,
+    now: Millis,
+    tasks: &[(Task, i16)],
+) -> TxResult<Vec<(i16, i16)>> {
+    let st = tx
+        .prepare_cached(
+            "SELECT outcomes, new_states FROM enqueue_batch($1, $2, $3, $4, $5, $6, $7, $8, \
+             $9, $10, $11, $12, $13, $14, $15, $16)",
+        )
+        .await?;
+    let column = |f: fn(&Task) -> i64| tasks.iter().map(|(t, _)| f(t)).collect::<Vec<i64>>();
+    let policies: Vec<i16> = tasks.iter().map(|(_, p)| *p).collect();
+    let topics: Vec<&str> = tasks.iter().map(|(t, _)| t.topic.as_str()).collect();
+    let ids: Vec<&str> = tasks.iter().map(|(t, _)| t.id.as_str()).collect();
+    let bodies: Vec<&[u8]> = tasks.iter().map(|(t, _)| t.body.as_slice()).collect();
+    let priorities = column(|t| i64::from(t.priority));
+    let dues = column(|t| db(t.due_ms));
+    let created = column(|t| db(t.created_at_ms));
+    let ttrs = column(|t| db(t.ttr_ms));
+    let max_retries = column(Task::max_retries_db);
+    let expires: Vec<Option<i64>> = tasks.iter().map(|(t, _)| t.expires_at_ms.map(db)).collect();
+    let on_expire: Vec<i16> = tasks.iter().map(|(t, _)| t.on_expire_code()).collect();
+    let keys: Vec<Option<&str>> = tasks.iter().map(|(t, _)| t.key.as_deref()).collect();
+    let traces: Vec<_> = tasks.iter().map(|(t, _)| t.trace_json()).collect();
+    let extras: Vec<_> = tasks.iter().map(|(t, _)| t.extra_json()).collect();
+    let row = tx
+        .query_one(
+            &st,
+            &[
+                &db(now),
+                &sender,
+                &policies,
+                &topics,
+                &ids,
+                &bodies,
+                &priorities,
+                &dues,
+                &created,
+                &ttrs,
+                &max_retries,
+                &expires,
+                &on_expire,
+                &keys,
+                &traces,
+                &extras,
+            ],
+        )
+        .await?;
+    let (outcomes, states): (Vec<i16>, Vec<i16>) = (row.get(0), row.get(1));
+    if outcomes.len() != tasks.len() || states.len() != tasks.len() {
+        return Err(crate::error::corrupt(format!(
+            "enqueue_batch answered {} outcomes and {} states for {} tasks",
+            outcomes.len(),
+            states.len(),
+            tasks.len()
+        ))
+        .into());
+    }
+    Ok(outcomes.into_iter().zip(states).collect())
+}
+
 /// The state a core SQL function found the task in, or not-found for its `-1`.
 fn found(code: i16, topic: &str, id: &str) -> Result<State> {
     if code < 0 {
@@ -681,16 +572,16 @@ pub(crate) const PROMOTE_BATCH: i64 = 1_000;
 
 /// A topic's row.
 #[derive(Debug, Clone)]
-struct TopicRow {
-    topic: String,
-    paused: bool,
-    pause_until_ms: Option<Millis>,
-    limits: Option<FlowLimits>,
-    tat: f64,
+pub(crate) struct TopicRow {
+    pub topic: String,
+    pub paused: bool,
+    pub pause_until_ms: Option<Millis>,
+    pub limits: Option<FlowLimits>,
+    pub tat: f64,
 }
 
 impl TopicRow {
-    fn from_row(row: &Row) -> Result<TopicRow> {
+    pub(crate) fn from_row(row: &Row) -> Result<TopicRow> {
         let get = |e: tokio_postgres::Error| crate::error::corrupt(e.to_string());
         Ok(TopicRow {
             topic: row.try_get(0).map_err(get)?,
@@ -701,7 +592,7 @@ impl TopicRow {
         })
     }
 
-    fn pause(&self) -> Pause {
+    pub(crate) fn pause(&self) -> Pause {
         Pause {
             paused: self.paused,
             until_ms: self.pause_until_ms,
@@ -710,7 +601,12 @@ impl TopicRow {
 
     /// How many of `want` the limits let go at `now` with `active` tasks ACTIVE, and when the
     /// rate lets the next one go if it lets none (the engine's `Topic::allowance`).
-    fn allowance(&self, now: Millis, want: usize, active: usize) -> (usize, Option<Millis>) {
+    pub(crate) fn allowance(
+        &self,
+        now: Millis,
+        want: usize,
+        active: usize,
+    ) -> (usize, Option<Millis>) {
         let Some(limits) = self.limits else {
             return (want, None);
         };
@@ -748,7 +644,7 @@ impl TopicRow {
     }
 }
 
-fn limits_of(v: Option<serde_json::Value>) -> Option<FlowLimits> {
+pub(crate) fn limits_of(v: Option<serde_json::Value>) -> Option<FlowLimits> {
     let v = v?;
     match serde_json::from_value::<FlowLimits>(v) {
         Ok(l) if !l.is_empty() => Some(l),
@@ -781,34 +677,6 @@ pub(crate) async fn save(
             &task.on_expire_code(),
             &task.extra_json(),
         ],
-    )
-    .await?;
-    Ok(())
-}
-
-/// Writes the tasks a pop handed out (ACTIVE, or FINISHED with auto_finish) in one statement.
-async fn hand_out(
-    tx: &Transaction<'_>,
-    tasks: &[Task],
-    now: Millis,
-) -> std::result::Result<(), tokio_postgres::Error> {
-    let st = tx
-        .prepare_cached(
-            "UPDATE tasks t SET state = u.state, receipt = u.receipt, deadline_ms = u.deadline, \
-             updated_at_ms = $1 \
-             FROM unnest($2::text[], $3::text[], $4::smallint[], $5::text[], $6::bigint[]) \
-             AS u(topic, id, state, receipt, deadline) \
-             WHERE t.topic = u.topic AND t.id = u.id",
-        )
-        .await?;
-    let topics: Vec<&str> = tasks.iter().map(|t| t.topic.as_str()).collect();
-    let ids: Vec<&str> = tasks.iter().map(|t| t.id.as_str()).collect();
-    let states: Vec<i16> = tasks.iter().map(|t| t.state.code() as i16).collect();
-    let receipts: Vec<Option<&str>> = tasks.iter().map(|t| t.receipt.as_deref()).collect();
-    let deadlines: Vec<i64> = tasks.iter().map(|t| db(t.deadline_ms)).collect();
-    tx.execute(
-        &st,
-        &[&db(now), &topics, &ids, &states, &receipts, &deadlines],
     )
     .await?;
     Ok(())
@@ -852,42 +720,6 @@ pub(crate) async fn count_expired(
         .await?;
     tx.execute(&st, &[&topic, &n]).await?;
     Ok(())
-}
-
-async fn active_counts(
-    tx: &Transaction<'_>,
-    topics: &[String],
-) -> std::result::Result<BTreeMap<String, usize>, tokio_postgres::Error> {
-    let st = tx
-        .prepare_cached(
-            "SELECT topic, count(*) FROM tasks WHERE topic = ANY($1) AND state = 2 GROUP BY topic",
-        )
-        .await?;
-    Ok(tx
-        .query(&st, &[&topics])
-        .await?
-        .into_iter()
-        .map(|r| (r.get::<_, String>(0), r.get::<_, i64>(1) as usize))
-        .collect())
-}
-
-/// The ACTIVE count of each key of `topics` that has ACTIVE tasks.
-async fn key_counts(
-    tx: &Transaction<'_>,
-    topics: &[String],
-) -> std::result::Result<Vec<((String, String), usize)>, tokio_postgres::Error> {
-    let st = tx
-        .prepare_cached(
-            "SELECT topic, key, count(*) FROM tasks WHERE topic = ANY($1) AND state = 2 \
-             AND key IS NOT NULL GROUP BY topic, key",
-        )
-        .await?;
-    Ok(tx
-        .query(&st, &[&topics])
-        .await?
-        .into_iter()
-        .map(|r| ((r.get(0), r.get(1)), r.get::<_, i64>(2) as usize))
-        .collect())
 }
 
 /// The PostgreSQL backend. See the crate doc.
@@ -1001,7 +833,12 @@ impl TaskStore for PostgresStorage {
     }
 
     async fn pop(&self, topic: &str, max: usize, auto_finish: bool) -> Result<Vec<Delivery>> {
-        self.inner.pop(&[topic.to_owned()], max, auto_finish).await
+        if max == 0 {
+            self.inner.check_open()?;
+            return Ok(Vec::new());
+        }
+        let call = ConsumerCall::pop(max, auto_finish);
+        self.inner.consume(topic, call).await
     }
 
     async fn pop_any(
@@ -1014,18 +851,13 @@ impl TaskStore for PostgresStorage {
     }
 
     async fn finish(&self, topic: &str, id: &str, receipt: Option<&str>) -> Result<()> {
-        let retention = self.inner.ctx.defaults.retention_ms;
-        self.inner
-            .with_task("finishing a task", topic, id, |t, fx, _, now| {
-                t.check(Op::Finish, receipt)?;
-                let due = t.due_ms;
-                t.enter(State::Finished, due, now, retention);
-                fx.timer(t.deadline_ms);
-                Ok(((), Write::Save))
-            })
-            .await
+        let call = ConsumerCall::finish(id, receipt);
+        self.inner.consume(topic, call).await.map(|_| ())
     }
 
+    /// One call of a consumer round when the held task is of the popped topic (one
+    /// transaction, shared with the topic's other consumer calls); else the finish, then the
+    /// pop.
     async fn finish_then_pop(
         &self,
         held: Held<'_>,
@@ -1033,8 +865,12 @@ impl TaskStore for PostgresStorage {
         max: usize,
         auto_finish: bool,
     ) -> Result<Result<Vec<Delivery>>> {
-        self.finish(held.topic, held.id, held.receipt).await?;
-        Ok(self.pop(topic, max, auto_finish).await)
+        if held.topic != topic {
+            self.finish(held.topic, held.id, held.receipt).await?;
+            return Ok(self.pop(topic, max, auto_finish).await);
+        }
+        let call = ConsumerCall::finish_then_pop(held.id, held.receipt, max, auto_finish);
+        self.inner.consume(topic, call).await.map(Ok)
     }
 
     async fn release(&self, topic: &str, id: &str, options: ReleaseOptions) -> Result<State> {

@@ -205,6 +205,7 @@ impl Task {
             due_ms: self.due_ms,
             ttr_ms: self.ttr_ms,
             trace: self.trace.clone(),
+            key: self.key.clone(),
         }
     }
 

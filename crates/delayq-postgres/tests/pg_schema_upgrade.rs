@@ -1,27 +1,61 @@
 //! Schema upgrades (issue 28 step 1): a database laid out by the first schema version, with
 //! tasks in it, is migrated to the newest version when an instance of this build starts; the
-//! tasks are still there and served, and what the newer migrations add works. (A schema
-//! newer than the build is refused: `pg_instances.rs`.)
+//! tasks are still there and served, and what the newer migrations add works; the same from
+//! version 2 to the batched add of version 3, after which a build that knows only version 2
+//! refuses the schema. (A schema newer than the build is refused: `pg_instances.rs` too.)
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use delayq::{Clock, PopOptions, Queue, State, StorageContext, SystemClock};
+use delayq::{
+    AddOutcome, Clock, Error, NewTask, OnDuplicate, PopOptions, Queue, State, StorageContext,
+    SystemClock,
+};
 use delayq_postgres::PostgresOptions;
 use delayq_postgres::schema;
 use delayq_postgres::tokio_postgres::{self, NoTls};
 use delayq_testkit::PostgresServer;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_version_1_database_with_tasks_is_migrated_and_its_tasks_served() {
-    let pg = PostgresServer::start();
+/// A connection to a database laid out at schema `version`, when this build knows newer ones.
+async fn laid_out_at(pg: &PostgresServer, version: i32) -> tokio_postgres::Client {
     let (mut client, conn) = tokio_postgres::connect(&pg.url(), NoTls).await.unwrap();
     tokio::spawn(conn);
     assert_eq!(
-        schema::migrate_to(&mut client, "delayq", 1).await.unwrap(),
-        1
+        schema::migrate_to(&mut client, "delayq", version)
+            .await
+            .unwrap(),
+        version
     );
-    assert!(schema::known_version() > 1, "nothing to upgrade to");
+    assert!(schema::known_version() > version, "nothing to upgrade to");
+    client
+}
+
+/// The schema version the database is at.
+/// How many functions of schema `delayq` are called `name`.
+async fn functions_named(client: &tokio_postgres::Client, name: &str) -> i64 {
+    client
+        .query_one(
+            "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
+             WHERE n.nspname = 'delayq' AND p.proname = $1",
+            &[&name],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+async fn version_of(client: &tokio_postgres::Client) -> i32 {
+    client
+        .query_one("SELECT version FROM delayq.schema_version", &[])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_1_database_with_tasks_is_migrated_and_its_tasks_served() {
+    let pg = PostgresServer::start();
+    let client = laid_out_at(&pg, 1).await;
     let now = SystemClock::new().now_ms() as i64;
     // Rows as version 1 lays them out: one READY, one DELAYED, one with a key and an expiry.
     for (id, state, due, key, expires) in [
@@ -39,28 +73,18 @@ async fn a_version_1_database_with_tasks_is_migrated_and_its_tasks_served() {
             .await
             .unwrap();
     }
-    let functions: i64 = client
-        .query_one(
-            "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
-             WHERE n.nspname = 'delayq' AND p.proname = 'add'",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(functions, 0, "version 1 has no SQL API");
+    assert_eq!(
+        functions_named(&client, "add").await,
+        0,
+        "version 1 has no SQL API"
+    );
 
     let ctx = StorageContext::new(Arc::new(SystemClock::new()));
     let storage = delayq_postgres::start(ctx.clone(), PostgresOptions::new(pg.url()))
         .await
         .expect("an instance of this build migrates a version 1 schema");
     let q = Queue::new(Arc::new(storage), ctx);
-    let version: i32 = client
-        .query_one("SELECT version FROM delayq.schema_version", &[])
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(version, schema::known_version());
+    assert_eq!(version_of(&client).await, schema::known_version());
 
     // The tasks are there, as they were, and served.
     let keyed = q.get("old", "keyed").await.unwrap();
@@ -108,4 +132,82 @@ async fn a_version_1_database_with_tasks_is_migrated_and_its_tasks_served() {
     drop(again);
     assert_eq!(q.get("old", "keyed").await.unwrap().state, State::Cancelled);
     tokio::time::sleep(Duration::from_millis(10)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_2_database_gets_the_batched_add_and_a_version_2_build_then_refuses_it() {
+    let pg = PostgresServer::start();
+    let mut client = laid_out_at(&pg, 2).await;
+    // Tasks as version 2 adds them: through its SQL API.
+    client
+        .batch_execute(
+            "SELECT delayq.add('old', 'a', 'x'); \
+             SELECT delayq.add('old', 'b', 'y', delay_ms => 600000)",
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        functions_named(&client, "enqueue_batch").await,
+        0,
+        "version 2 has no enqueue_batch"
+    );
+
+    let ctx = StorageContext::new(Arc::new(SystemClock::new()));
+    let storage = delayq_postgres::start(ctx.clone(), PostgresOptions::new(pg.url()))
+        .await
+        .expect("an instance of this build migrates a version 2 schema");
+    let q = Queue::new(Arc::new(storage), ctx);
+    assert_eq!(functions_named(&client, "enqueue_batch").await, 1);
+    // A batch over the old rows: one kept, one replaced, new ones added, one rejected.
+    let results = q
+        .add_batch(vec![
+            NewTask::new("old", "a").on_duplicate(OnDuplicate::Keep),
+            NewTask::new("old", "c").body("c"),
+            NewTask::new("old", "b")
+                .body("b2")
+                .on_duplicate(OnDuplicate::Replace),
+            NewTask::new("old", "c"),
+        ])
+        .await
+        .unwrap();
+    assert!(matches!(
+        results.as_slice(),
+        [
+            Ok(AddOutcome::Existed),
+            Ok(AddOutcome::Added),
+            Ok(AddOutcome::Replaced),
+            Err(Error::Duplicate { .. })
+        ]
+    ));
+    // In insertion order: the old task, then the batch's, the replaced one last.
+    let got = q.pop("old", PopOptions::default().count(5)).await.unwrap();
+    let got: Vec<(&str, &[u8])> = got
+        .iter()
+        .map(|d| (d.id.as_str(), d.body.as_slice()))
+        .collect();
+    assert_eq!(got, [("a", &b"x"[..]), ("c", b"c"), ("b", b"b2")]);
+    // The SQL API's add, whose enqueue is migration 3's now, works as before.
+    client
+        .execute("SELECT delayq.add('old', 'd', 'z', delay_ms => 60000)", &[])
+        .await
+        .unwrap();
+    let err = client
+        .execute("SELECT delayq.add('old', 'd', 'z')", &[])
+        .await
+        .expect_err("a duplicate is rejected");
+    assert_eq!(err.as_db_error().unwrap().code().code(), "23505");
+    assert_eq!(q.get("old", "d").await.unwrap().state, State::Delayed);
+
+    // A build that knows only version 2 refuses the schema, naming both versions, and
+    // changes nothing.
+    let err = schema::migrate_as_build(&mut client, "delayq", 2, 2)
+        .await
+        .expect_err("a version 2 build must refuse a version 3 schema");
+    let text = format!("{err} {:?}", std::error::Error::source(&err));
+    assert!(
+        text.contains(&format!("version {}", schema::known_version()))
+            && text.contains("newer than the 2"),
+        "{text}"
+    );
+    assert_eq!(version_of(&client).await, schema::known_version());
 }

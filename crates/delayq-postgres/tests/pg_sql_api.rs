@@ -18,6 +18,9 @@ use delayq_postgres::tokio_postgres::types::ToSql;
 use delayq_postgres::tokio_postgres::{self, Client, GenericClient, NoTls};
 use delayq_testkit::PostgresServer;
 
+mod support;
+use support::parked_pop;
+
 /// The limits of the instance in these tests: small bodies, so the body limit is cheap to
 /// cross; the others as configured by default.
 fn limits() -> Limits {
@@ -54,17 +57,6 @@ async fn db_now(client: &Client) -> u64 {
         .unwrap()
         .get(0);
     ms as u64
-}
-
-fn parked_pop(q: &Queue, topic: &str) -> tokio::task::JoinHandle<(Vec<delayq::Delivery>, Instant)> {
-    let (q, topic) = (q.clone(), topic.to_owned());
-    tokio::spawn(async move {
-        let got = q
-            .pop(&topic, PopOptions::default().timeout_ms(30_000))
-            .await
-            .unwrap();
-        (got, Instant::now())
-    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

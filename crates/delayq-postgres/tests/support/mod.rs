@@ -1,13 +1,16 @@
 //! Shared by the PostgreSQL integration tests: instances (a backend and a queue on it, in
-//! this process) over a URL, and a connection of the test's own.
+//! this process) over a URL, a connection of the test's own, and a pop parked on an instance.
 #![allow(dead_code)]
 
 use std::sync::Arc;
+use std::time::Instant;
 
-use delayq::{Queue, StorageContext, SystemClock};
+use delayq::{Delivery, PopOptions, Queue, StorageContext, SystemClock};
 use delayq_postgres::PostgresOptions;
 use delayq_postgres::tokio_postgres::{self, Client, NoTls};
 
+// Not every test binary that includes this module uses it.
+#[allow(unused_imports)]
 pub use delayq_testkit::eventually;
 
 /// An instance over `url` on the system clock, with a pool of `pool_size` connections.
@@ -42,4 +45,16 @@ pub async fn listeners(client: &Client) -> Vec<i32> {
         .iter()
         .map(|r| r.get(0))
         .collect()
+}
+
+/// A pop of `topic` parked up to 30 s: what it got and when.
+pub fn parked_pop(q: &Queue, topic: &str) -> tokio::task::JoinHandle<(Vec<Delivery>, Instant)> {
+    let (q, topic) = (q.clone(), topic.to_owned());
+    tokio::spawn(async move {
+        let got = q
+            .pop(&topic, PopOptions::default().timeout_ms(30_000))
+            .await
+            .unwrap();
+        (got, Instant::now())
+    })
 }
