@@ -34,7 +34,7 @@
 //! keep-alive connection per client, `--threads` load threads each on a current-thread
 //! runtime, so that the client takes little of the cores it shares with the server (on
 //! `/healthz` within 10 % of `wrk -t1 -c50`, docs/design.md §6). Pre-filling and the lateness benchmark
-//! use [`Client`](delayq_client::Client). Every loop is bounded both in time and in count and
+//! use [`delayq_client::Client`]. Every loop is bounded both in time and in count and
 //! stops by itself, and only loopback servers are accepted: this is a tool to measure one's
 //! own machine, not to load someone else's.
 
