@@ -8,7 +8,7 @@
 //! - [`config`]: raw flags → validated plans.
 //! - [`commands`]: one client command each, printing tables or `--json`.
 //! - [`import`]: `delayq add --file`, JSON lines in batches.
-//! - [`bench`]: `delayq bench`, a thin call into `delayq-bench` (the load generator).
+//! - [`bench`](mod@bench): `delayq bench`, a thin call into `delayq-bench` (the load generator).
 //! - [`beanstalkd`]: `delayq beanstalkd`, beanstalkd's flags mapped to `delayq serve`.
 //! - [`data`]: `delayq data inspect|repair` over an embedded data directory (`delayq-log`).
 //! - [`output`], [`duration`]: rendering for people, and durations as people write them.

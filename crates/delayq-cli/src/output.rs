@@ -96,7 +96,7 @@ pub fn when(at_ms: u64, now_ms: u64) -> String {
     )
 }
 
-/// A body cut to [`BODY_WIDTH`] characters, on one line.
+/// A body cut to `BODY_WIDTH` characters, on one line.
 pub fn short_body(body: &str) -> String {
     let one_line: String = body
         .chars()

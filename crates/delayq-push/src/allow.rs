@@ -2,7 +2,7 @@
 //!
 //! The check is made on the addresses a name resolves to, not on the name in the URL, so a
 //! name pointing at a private address is refused like the address itself (the resolver of
-//! the HTTP client drops refused addresses, [`AllowResolver`]). A host entry allows a name
+//! the HTTP client drops refused addresses, `AllowResolver`). A host entry allows a name
 //! whatever it resolves to; a network entry allows the addresses inside it. An empty list
 //! allows everything (the default).
 

@@ -3,7 +3,7 @@
 //!
 //! The dispatcher is an ordinary consumer of the [`delayq::Queue`]: it pops with a receipt,
 //! then finishes (2xx) or releases with the task's backoff (anything else), so every rule of
-//! the lifecycle holds in both storage modes, and in Redis mode any instance may deliver
+//! the lifecycle holds in every storage mode, and in Redis mode any instance may deliver
 //! (an instance that dies mid-call has its task redelivered by another after the ttr).
 //!
 //! Everything is bounded by design, because an unbounded pusher is what exhausts a server

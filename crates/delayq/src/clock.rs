@@ -33,7 +33,7 @@
 //!
 //! [`ReferenceClock`] follows a storage server's time (Redis `TIME`, PostgreSQL
 //! `clock_timestamp()`) as an interval over the local monotonic clock, for the instances that
-//! share that storage ([`reference`]).
+//! share that storage ([`reference`](mod@reference)).
 //!
 //! [`ManualClock`] only moves when a test moves it, so time-dependent rules can be tested
 //! exactly and instantly; [`ManualWall`] is a wall-time source a test can step, to test
