@@ -186,7 +186,8 @@ macro_rules! suite {
             dead_is_kept_past_retention, delete_any_state, batch_add_per_task_results,
             list_orders_by_due_and_pages, stats_are_counters, topics_lists_every_topic,
             far_future_task_fires_on_time, callbacks_finish_and_release,
-            callback_past_ttr_is_redelivered, callbacks_respect_concurrency, shutdown_refuses_work
+            callback_past_ttr_is_redelivered, callbacks_respect_concurrency, shutdown_refuses_work,
+            a_long_poll_whose_first_look_meets_shutdown_returns_empty
         );
         $crate::suite!(@in priority_pause_bury $make;
             pop_order_is_priority_then_due_then_added, equal_tasks_come_out_in_added_order,

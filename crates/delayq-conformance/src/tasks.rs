@@ -996,3 +996,19 @@ pub async fn shutdown_refuses_work(h: &Harness) {
     assert_eq!(e.kind(), ErrorKind::ShuttingDown);
     assert!(e.is_retryable());
 }
+
+/// The race `shutdown_refuses_work` can only catch by chance, made certain: a shutdown that
+/// closes the storage while an admitted long-poll takes its first look (the consumer already
+/// counts as parked) is the same as one that finds it parked, so the pop answers empty, not
+/// with an error. The storage is closed first here, as the queue's shutdown closes it during
+/// that look; the queue itself is still open, so the long-poll is admitted.
+pub async fn a_long_poll_whose_first_look_meets_shutdown_returns_empty(h: &Harness) {
+    h.queue.storage().tasks().shutdown().await.unwrap();
+    let got = tokio::time::timeout(
+        crate::EVENTUALLY,
+        h.queue.pop(T, PopOptions::default().timeout_ms(60_000)),
+    )
+    .await
+    .expect("the long-poll answered at once, not at its timeout");
+    assert!(matches!(got, Ok(ref v) if v.is_empty()), "{got:?}");
+}
