@@ -60,6 +60,11 @@ pub struct MemoryBench {
     /// How far in the future the tasks are due (they must stay DELAYED while measured).
     #[arg(long, value_parser = parse_duration, default_value = "1h", value_name = "DURATION")]
     pub delay: u64,
+    /// Give the tasks flow-control keys, this many distinct ones in turn (`k-<n>`); 0 adds
+    /// plain tasks. A keyed task keeps its key beside its record, so this measures what keys
+    /// cost (the target is for plain tasks).
+    #[arg(long, default_value_t = 0)]
+    pub keys: u64,
 }
 
 impl MemoryBench {
@@ -69,6 +74,7 @@ impl MemoryBench {
         super::in_range("memory", "--tasks", self.tasks, 1..=MAX_TASKS)?;
         super::in_range("memory", "--topics", self.topics, 1..=10_000)?;
         super::in_range("memory", "--batch", self.batch, 1..=10_000)?;
+        super::in_range("memory", "--keys", self.keys, 0..=MAX_TASKS)?;
         super::body_bytes("memory", self.body_bytes)?;
         check(
             self.delay >= 60_000,
@@ -116,11 +122,15 @@ async fn fill(
     to: u64,
 ) -> Result<u64, BenchError> {
     let body = "x".repeat(bench.body_bytes);
-    let (run, topics, delay) = (run.to_owned(), bench.topics, bench.delay);
+    let (run, topics, delay, keys) = (run.to_owned(), bench.topics, bench.delay, bench.keys);
     let task = move |i: u64| {
-        NewTask::new(topic(&run, i, topics), format!("t{i:012}"))
+        let task = NewTask::new(topic(&run, i, topics), format!("t{i:012}"))
             .body(body.as_str())
-            .delay_ms(delay)
+            .delay_ms(delay);
+        match keys {
+            0 => task,
+            n => task.key(format!("k-{}", i % n)),
+        }
     };
     let batches = (bench.batch as u64, FILL_CONCURRENCY);
     let added = super::add_in_batches(client, "memory", (from, to), batches, task, |item| {
@@ -154,10 +164,14 @@ pub async fn run(client: &Client, bench: &MemoryBench) -> Result<Vec<BenchResult
     let mut result = BenchResult::new(
         "memory",
         format!(
-            "server VmRSS growth per delayed task beyond its {}-byte body: {} tasks over {} \
+            "server VmRSS growth per delayed task beyond its {}-byte body: {} {}tasks over {} \
              topic{}, due in {}, {} a request",
             bench.body_bytes,
             added,
+            match bench.keys {
+                0 => String::new(),
+                n => format!("keyed ({n} keys) "),
+            },
             bench.topics,
             if bench.topics == 1 { "" } else { "s" },
             format_duration(bench.delay),
@@ -176,6 +190,9 @@ pub async fn run(client: &Client, bench: &MemoryBench) -> Result<Vec<BenchResult
     ));
     if added < 1_000_000 {
         result.not_comparable(format!("{added} tasks, not 1M or 10M"));
+    }
+    if bench.keys > 0 {
+        result.not_comparable("keyed tasks (the target is for plain ones)".to_owned());
     }
     if bench.body_bytes != 100 {
         result.not_comparable(format!("{}-byte bodies, not 100", bench.body_bytes));
@@ -212,6 +229,7 @@ mod tests {
             body_bytes: 100,
             batch: 5,
             delay: 3_600_000,
+            keys: 0,
         };
         assert!(ok.validate().is_ok());
         for (bad, flag) in [
@@ -249,6 +267,13 @@ mod tests {
                     ..ok.clone()
                 },
                 "--pid",
+            ),
+            (
+                MemoryBench {
+                    keys: MAX_TASKS + 1,
+                    ..ok.clone()
+                },
+                "--keys",
             ),
         ] {
             let err = bad.validate().unwrap_err().to_string();

@@ -499,9 +499,6 @@ fn decode_put<'a>(r: &mut Reader<'a>, kind: u8) -> Result<Change<'a>, CodecError
     };
     let mut extra = decode_extra(r)?;
     r.end()?;
-    if let Some(key) = key {
-        extra.get_or_insert_with(Box::default).key = Some(key.into());
-    }
     if trace.is_some() {
         extra.get_or_insert_with(Box::default).trace = trace;
     }
@@ -526,6 +523,7 @@ fn decode_put<'a>(r: &mut Reader<'a>, kind: u8) -> Result<Change<'a>, CodecError
         updated_at_ms,
         deadline_ms,
         receipt,
+        key: key.map(Box::from),
         extra,
     });
     Ok(Change::Put { topic, record })
@@ -585,6 +583,10 @@ mod tests {
     use super::*;
 
     fn record(extra: Option<Extra>) -> Record {
+        record_with(None, extra)
+    }
+
+    fn record_with(key: Option<&str>, extra: Option<Extra>) -> Record {
         let (data, id_last) = Record::pack("order-1", "{\"x\":\"é\"}".as_bytes()).unwrap();
         Record::new(RecordFields {
             topic: 0,
@@ -601,6 +603,7 @@ mod tests {
             updated_at_ms: 1_800_000_000_005,
             deadline_ms: 1_800_000_030_005,
             receipt: u64::MAX - 3,
+            key: key.map(Box::from),
             extra: extra.map(Box::new),
         })
     }
@@ -627,6 +630,7 @@ mod tests {
             updated_at_ms: updated,
             deadline_ms: r.deadline_ms(),
             receipt: r.receipt(),
+            key: None,
             extra: None,
         });
         r
@@ -673,15 +677,12 @@ mod tests {
             on_expire,
             ..extra
         };
-        let keyed = |extra: Extra| Extra {
-            key: Some("merchant-7".into()),
-            ..extra
-        };
+        let keyed = |extra: Option<Extra>| record_with(Some("merchant-7"), extra);
         for r in [
-            record(Some(keyed(Extra::default()))),
-            record(Some(keyed(expiring(full.clone(), OnExpire::Drop)))),
-            record(Some(keyed(traced(&full, Some("a=1"))))),
-            record(Some(keyed(expiring(only_trace.clone(), OnExpire::Dead)))),
+            keyed(None),
+            keyed(Some(expiring(full.clone(), OnExpire::Drop))),
+            keyed(Some(traced(&full, Some("a=1")))),
+            keyed(Some(expiring(only_trace.clone(), OnExpire::Dead))),
             record(Some(expiring(Extra::default(), OnExpire::Dead))),
             record(Some(expiring(full.clone(), OnExpire::Drop))),
             record(Some(expiring(traced(&full, Some("a=1")), OnExpire::Dead))),
@@ -746,13 +747,13 @@ mod tests {
             on_expire: OnExpire::Drop,
             ..Extra::default()
         };
-        let keyed = Extra {
-            key: Some("merchant-7".into()),
-            ..expiring.clone()
-        };
-        for extra in [Extra::default(), expiring, keyed] {
+        for r in [
+            record(None),
+            record(Some(expiring.clone())),
+            record_with(Some("merchant-7"), Some(expiring)),
+        ] {
             let mut good = Vec::new();
-            encode_put(&mut good, "orders", &record(Some(extra)));
+            encode_put(&mut good, "orders", &r);
             // Every truncation, and every single-byte corruption, decodes to an error or to
             // some record, but never panics.
             for cut in 0..good.len() {

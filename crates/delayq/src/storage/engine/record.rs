@@ -93,6 +93,7 @@ pub(crate) struct RecordFields {
     pub(crate) updated_at_ms: Millis,
     pub(crate) deadline_ms: Millis,
     pub(crate) receipt: u64,
+    pub(crate) key: Option<Box<str>>,
     pub(crate) extra: Option<Box<Extra>>,
 }
 
@@ -114,6 +115,9 @@ struct Side {
     max_retries: Option<MaxRetries>,
     /// The record's timer in the shard's wheel, if it has one.
     timer: Option<TimerKey>,
+    /// The flow-control key (docs/design.md §11). Here rather than in [`Extra`]: keyed tasks
+    /// can be most of a queue, and a key alone should not bring the larger box.
+    key: Option<Box<str>>,
     /// What only some tasks need.
     extra: Option<Box<Extra>>,
 }
@@ -145,8 +149,6 @@ pub(crate) struct Extra {
     pub(crate) expires_at_ms: Option<Millis>,
     /// What its expiry does.
     pub(crate) on_expire: OnExpire,
-    /// The flow-control key (docs/design.md §11).
-    pub(crate) key: Option<Box<str>>,
 }
 
 /// The largest insertion sequence a record can hold (48 bits).
@@ -197,6 +199,9 @@ impl Record {
         r.set_max_retries(f.max_retries);
         r.set_deadline_ms(f.deadline_ms);
         r.set_receipt(f.receipt);
+        if let Some(key) = f.key {
+            r.side_mut().key = Some(key);
+        }
         r.set_extra(f.extra);
         r
     }
@@ -221,7 +226,11 @@ impl Record {
             || self.max_retries_lo == MAX_RETRIES_WIDE;
         if !wide
             && self.side.as_ref().is_some_and(|s| {
-                s.deadline_ms == 0 && s.receipt == 0 && s.timer.is_none() && s.extra.is_none()
+                s.deadline_ms == 0
+                    && s.receipt == 0
+                    && s.timer.is_none()
+                    && s.key.is_none()
+                    && s.extra.is_none()
             })
         {
             self.side = None;
@@ -413,9 +422,10 @@ impl Record {
         self.side_mut().extra.get_or_insert_with(Box::default)
     }
 
-    /// Replaces what only some tasks need.
+    /// Replaces what only some tasks need; an empty one is none (records of older versions
+    /// held an empty one beside a key).
     pub(crate) fn set_extra(&mut self, extra: Option<Box<Extra>>) {
-        match extra {
+        match extra.filter(|e| **e != Extra::default()) {
             Some(extra) => self.side_mut().extra = Some(extra),
             None => {
                 if let Some(side) = self.side.as_mut() {
@@ -515,7 +525,7 @@ impl Record {
 
     /// The task's flow-control key, if it has one.
     pub fn key(&self) -> Option<&str> {
-        self.extra().and_then(|e| e.key.as_deref())
+        self.side.as_ref().and_then(|s| s.key.as_deref())
     }
 
     /// What its expiry does.
@@ -592,7 +602,7 @@ impl Record {
             trace: extra.and_then(|e| e.trace.clone()),
             expires_at_ms: extra.and_then(|e| e.expires_at_ms),
             on_expire: extra.map(|e| e.on_expire).unwrap_or_default(),
-            key: extra.and_then(|e| e.key.as_deref().map(str::to_owned)),
+            key: self.key().map(str::to_owned),
         }
     }
 }
@@ -648,12 +658,36 @@ mod tests {
             updated_at_ms: 0,
             deadline_ms: 0,
             receipt: 0,
+            key: None,
             extra: None,
         }
     }
 
     fn record_with(data: Box<[u8]>, id_last: u8) -> Record {
         Record::new(fields(data, id_last))
+    }
+
+    #[test]
+    fn a_key_lives_in_the_side_box_without_the_extra_one() {
+        let (data, id_last) = Record::pack("a", b"body").unwrap();
+        let r = Record::new(RecordFields {
+            key: Some("merchant-7".into()),
+            // As older versions' logs decode: an empty extra beside the key.
+            extra: Some(Box::default()),
+            ..fields(data, id_last)
+        });
+        assert_eq!(r.key(), Some("merchant-7"));
+        assert!(r.side.is_some());
+        assert!(r.extra().is_none(), "an empty extra is none");
+        assert_eq!(r.info("t").key.as_deref(), Some("merchant-7"));
+        assert_eq!(r.delivery("t").key.as_deref(), Some("merchant-7"));
+        // A plain record with an empty extra has no box at all.
+        let (data, id_last) = Record::pack("b", b"body").unwrap();
+        let r = Record::new(RecordFields {
+            extra: Some(Box::default()),
+            ..fields(data, id_last)
+        });
+        assert!(r.side.is_none());
     }
 
     #[test]

@@ -548,20 +548,17 @@ impl<J: Journal> Shard<J> {
             updated_at_ms: now,
             deadline_ms: 0,
             receipt: 0,
-            extra: (spec.backoff.is_some()
-                || spec.trace.is_some()
-                || spec.expires_at_ms.is_some()
-                || spec.key.is_some())
-            .then(|| {
-                Box::new(Extra {
-                    backoff: spec.backoff,
-                    trace: spec.trace,
-                    expires_at_ms: spec.expires_at_ms,
-                    on_expire: spec.on_expire,
-                    key: spec.key.map(String::into_boxed_str),
-                    ..Extra::default()
-                })
-            }),
+            key: spec.key.map(String::into_boxed_str),
+            extra: (spec.backoff.is_some() || spec.trace.is_some() || spec.expires_at_ms.is_some())
+                .then(|| {
+                    Box::new(Extra {
+                        backoff: spec.backoff,
+                        trace: spec.trace,
+                        expires_at_ms: spec.expires_at_ms,
+                        on_expire: spec.on_expire,
+                        ..Extra::default()
+                    })
+                }),
         });
         record.set_seq(self.next_seq());
         self.insert_record(record, now);
