@@ -530,11 +530,11 @@ def main():
         judged=bool(restarts) and at_target, detail=restarts or None,
         notes=([] if at_target else [f"measured with {pending} pending, not 10M: not judged"]) if restarts
         else ["not measured in this run"]))
-    k, v = lib_line("heap per delayed task")
+    k, v = lib_line("memory per delayed task")
     targets.append(entry(
         "memory per delayed task in process, 100-byte body not counted, at 10M",
         v[0] if v else None, "B/task", "<=", 150, "B/task",
-        source="cargo bench -p delayq --bench embedded (bytes requested from the allocator)",
+        source="cargo bench -p delayq --bench embedded (growth of the process's RSS, mimalloc)",
         judged=bool(v) and at_target,
         notes=([] if at_target else [f"measured at {pending} tasks, not 10M: not judged"]) if v
         else ["not measured in this run"]))

@@ -107,6 +107,7 @@ fn open(dir: &Path) -> Result<(Replay, RecoveryReport), OpenError<Infallible>> {
         match item {
             Replayed::Snapshot(bytes) => replayed.push((None, bytes.to_vec())),
             Replayed::Record { seq, bytes } => replayed.push((Some(seq), bytes.to_vec())),
+            Replayed::Begin { .. } => {}
         }
         Ok(())
     })?;

@@ -273,6 +273,7 @@ fn replay(dir: &Path) -> Vec<Vec<u8>> {
         |item| {
             match item {
                 Replayed::Snapshot(b) | Replayed::Record { bytes: b, .. } => all.push(b.to_vec()),
+                Replayed::Begin { .. } => {}
             }
             Ok::<(), std::convert::Infallible>(())
         },

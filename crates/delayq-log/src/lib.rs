@@ -10,6 +10,7 @@
 //!
 //! let (log, report) = Log::open("data/shard-0", LogOptions::default(), |item| {
 //!     match item {
+//!         Replayed::Begin { .. } => { /* size tables */ }
 //!         Replayed::Snapshot(bytes) => { /* load state */ }
 //!         Replayed::Record { seq, bytes } => { /* apply change */ }
 //!     }

@@ -73,8 +73,8 @@ impl Log {
     /// Opens (or creates) the log in `dir` and replays it into `replay`.
     ///
     /// Creates the directory if needed and locks it: a second open of the same directory, in
-    /// this process or another, fails with [`OpenError::Locked`]. Then calls `replay` with
-    /// every record of the newest valid snapshot ([`Replayed::Snapshot`]), then with every log
+    /// this process or another, fails with [`OpenError::Locked`]. Then calls `replay` once
+    /// with how much is coming ([`Replayed::Begin`]), with every record of the newest valid snapshot ([`Replayed::Snapshot`]), then with every log
     /// record after the snapshot ([`Replayed::Record`]), in order. A torn tail of the newest
     /// segment is cut and reported; damage anywhere else is an error naming the file and the
     /// byte offset. When `replay` returns an error, opening stops and returns it.

@@ -27,6 +27,14 @@ use crate::writer::{Active, Files, SegmentMeta};
 /// One item handed to the replay callback of [`Log::open`](crate::Log::open).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Replayed<'a> {
+    /// First, once: how much is coming, for the caller to size its tables before the records
+    /// arrive. A hint: the log's records are not counted ahead, only its size.
+    Begin {
+        /// How many records the chosen snapshot holds (0 without one).
+        snapshot_records: u64,
+        /// The bytes of the segments that will be read after it.
+        log_bytes: u64,
+    },
     /// One record of the snapshot, in the order they were given to
     /// [`Log::write_snapshot`](crate::Log::write_snapshot). All snapshot records come first.
     Snapshot(&'a [u8]),
@@ -99,6 +107,24 @@ pub(crate) fn recover<E>(
 
     let snapshot = choose_snapshot(&listing, &mut report)?;
     let covers = snapshot.as_ref().map_or(0, |s| s.covers_seq);
+    let segments = &listing.segments;
+    // Segments all of whose records the snapshot covers: the next segment starts at or
+    // before covers + 1. The newest segment is never obsolete.
+    let obsolete = segments
+        .windows(2)
+        .take_while(|w| w[1].0 <= covers + 1)
+        .count();
+    // A size that cannot be read counts 0: it is only a hint, and reading the segment
+    // reports the failure.
+    let log_bytes = segments[obsolete..]
+        .iter()
+        .map(|(_, path)| std::fs::metadata(path).map_or(0, |m| m.len()))
+        .sum();
+    replay(crate::Replayed::Begin {
+        snapshot_records: snapshot.as_ref().map_or(0, |s| s.records),
+        log_bytes,
+    })
+    .map_err(OpenError::Replay)?;
     if let Some(snap) = &snapshot {
         let records = snapshot::read(&snap.path, covers, |body| {
             replay(crate::Replayed::Snapshot(body))
@@ -109,13 +135,6 @@ pub(crate) fn recover<E>(
         report.snapshot_records = records;
     }
 
-    let segments = &listing.segments;
-    // Segments all of whose records the snapshot covers: the next segment starts at or
-    // before covers + 1. The newest segment is never obsolete.
-    let obsolete = segments
-        .windows(2)
-        .take_while(|w| w[1].0 <= covers + 1)
-        .count();
     let replayed = SegmentReplay {
         dir,
         options,

@@ -2,15 +2,16 @@
 //!
 //! - durable add throughput through the library, batched and single, per fsync policy, with
 //!   several concurrent producers;
-//! - heap per delayed task beyond its 100-byte body (bytes requested from the allocator, so
-//!   allocator overhead is not included);
+//! - memory per delayed task beyond its 100-byte body: the growth of the process's RSS over the
+//!   fill (mimalloc, as the server ships; so what the allocator keeps counts too);
 //! - bytes on disk per task;
 //! - restart: time from opening the data directory to serving, with N pending tasks.
 //!
-//! `cargo bench -p delayq --bench embedded` (N = 1M). Set `DELAYQ_BENCH_TASKS=10000000` for
-//! the 10M restart figure (needs ~4 GiB of memory and ~2 GiB of disk).
+//! `cargo bench -p delayq --bench embedded` (N = 1M in 8 topics). Set
+//! `DELAYQ_BENCH_TASKS=10000000` for the 10M restart figure (needs ~4 GiB of memory and ~2 GiB
+//! of disk), `DELAYQ_BENCH_TOPICS=1` for one topic (one shard then replays it all), and
+//! `DELAYQ_BENCH_ONLY=restart` to skip the add throughput rounds.
 
-use std::alloc::System;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,11 +19,21 @@ use std::time::{Duration, Instant};
 use delayq::storage::embedded::{self, EmbeddedOptions, EmbeddedStorage};
 use delayq::{NewTask, Queue, StorageContext, SystemClock};
 use delayq_log::FsyncPolicy;
-use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
-
-/// Counts heap bytes, so memory per task is measured, not estimated.
+use mimalloc::MiMalloc;
+/// The allocator the server ships with: memory and restart time both depend on it.
 #[global_allocator]
-static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+static GLOBAL: MiMalloc = MiMalloc;
+
+/// The process's resident set (`VmRSS`), in bytes.
+fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            let line = s.lines().find(|l| l.starts_with("VmRSS:"))?;
+            line.split_whitespace().nth(1)?.parse::<u64>().ok()
+        })
+        .map_or(0, |kib| kib * 1024)
+}
 
 const BODY: usize = 100;
 
@@ -65,11 +76,11 @@ async fn total_tasks(q: &Queue) -> usize {
         .sum::<u64>() as usize
 }
 
-fn batch(prefix: &str, start: usize, n: usize) -> Vec<NewTask> {
+fn batch(prefix: &str, start: usize, n: usize, topics: usize) -> Vec<NewTask> {
     let body = "x".repeat(BODY);
     (start..start + n)
         .map(|i| {
-            NewTask::new(format!("bench{}", i % 8), format!("{prefix}-{i}"))
+            NewTask::new(format!("bench{}", i % topics), format!("{prefix}-{i}"))
                 .body(body.clone())
                 .delay_ms(3_600_000)
         })
@@ -77,7 +88,13 @@ fn batch(prefix: &str, start: usize, n: usize) -> Vec<NewTask> {
 }
 
 /// Adds `total` tasks in batches of `batch_size` from `producers` concurrent producers.
-async fn add_batched(q: &Queue, total: usize, batch_size: usize, producers: usize) -> Duration {
+async fn add_batched(
+    q: &Queue,
+    total: usize,
+    batch_size: usize,
+    producers: usize,
+    topics: usize,
+) -> Duration {
     let per = total / producers;
     let started = Instant::now();
     let mut handles = Vec::new();
@@ -87,7 +104,11 @@ async fn add_batched(q: &Queue, total: usize, batch_size: usize, producers: usiz
             let mut i = 0;
             while i < per {
                 let n = batch_size.min(per - i);
-                for r in q.add_batch(batch(&format!("p{p}"), i, n)).await.unwrap() {
+                for r in q
+                    .add_batch(batch(&format!("p{p}"), i, n, topics))
+                    .await
+                    .unwrap()
+                {
                     r.unwrap();
                 }
                 i += n;
@@ -150,6 +171,12 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(if quick { 10_000 } else { 1_000_000 });
+    let topics: usize = std::env::var("DELAYQ_BENCH_TOPICS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(8);
+    let only_restart = std::env::var("DELAYQ_BENCH_ONLY").is_ok_and(|v| v == "restart");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -167,11 +194,11 @@ fn main() {
             ("interval 10ms", FsyncPolicy::default()),
             ("never", FsyncPolicy::Never),
         ];
-        for (name, policy) in policies {
+        for (name, policy) in policies.into_iter().filter(|_| !only_restart) {
             let dir = scratch();
             let (q, _) = open(dir.path(), policy).await;
             let n = if quick { 20_000 } else { 1_000_000 };
-            let d = add_batched(&q, n, 1_000, 4).await;
+            let d = add_batched(&q, n, 1_000, 4, 8).await;
             println!(
                 "{:<58} {}",
                 format!("add, batches of 1000, 4 producers, fsync {name}"),
@@ -189,21 +216,19 @@ fn main() {
 
         // Memory and disk per task, then restart time.
         let dir = scratch();
-        let region = Region::new(GLOBAL);
+        let rss_before = rss_bytes();
         let (q, _) = open(dir.path(), FsyncPolicy::default()).await;
-        let d = add_batched(&q, pending, 10_000, 2).await;
-        let change = region.change();
-        let heap =
-            (change.bytes_allocated as f64 - change.bytes_deallocated as f64) / pending as f64;
+        let d = add_batched(&q, pending, 10_000, 2, topics).await;
+        let rss = rss_bytes().saturating_sub(rss_before) as f64 / pending as f64;
         println!(
             "{:<58} {}",
-            format!("add {pending} tasks, batches of 10 000, fsync interval"),
+            format!("add {pending} tasks in {topics} topics, batches of 10 000, fsync interval"),
             rate(pending, d)
         );
         println!(
             "{:<58} {:>12.0} B/task",
-            "heap per delayed task beyond its body (counted)",
-            heap - BODY as f64
+            "memory per delayed task beyond its body (RSS)",
+            rss - BODY as f64
         );
         q.shutdown().await.unwrap();
         drop(q);

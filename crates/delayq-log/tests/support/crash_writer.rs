@@ -84,6 +84,7 @@ pub fn run_if_child() {
             Replayed::Snapshot(bytes) | Replayed::Record { bytes, .. } => {
                 state.push(bytes.to_vec())
             }
+            Replayed::Begin { .. } => {}
         }
         Ok::<(), std::convert::Infallible>(())
     });

@@ -33,13 +33,33 @@ pub fn open(
     options: LogOptions,
 ) -> Result<(Log, RecoveryReport, Replay), OpenError<Infallible>> {
     let mut replay = Replay::default();
+    let mut begin = None;
     let (log, report) = Log::open(dir, options, |item| {
         match item {
+            Replayed::Begin {
+                snapshot_records,
+                log_bytes,
+            } => {
+                assert!(
+                    begin.is_none() && replay.all().is_empty(),
+                    "Begin came first and once"
+                );
+                begin = Some((snapshot_records, log_bytes));
+            }
             Replayed::Snapshot(bytes) => replay.snapshot.push(bytes.to_vec()),
             Replayed::Record { seq, bytes } => replay.records.push((seq, bytes.to_vec())),
         }
         Ok(())
     })?;
+    // The hint tells the snapshot's size exactly, and the log's bytes at least as many as
+    // its records hold.
+    let (snapshot_records, log_bytes) = begin.expect("Begin was replayed");
+    assert_eq!(snapshot_records, replay.snapshot.len() as u64);
+    let record_bytes: usize = replay.records.iter().map(|(_, r)| r.len()).sum();
+    assert!(
+        log_bytes >= record_bytes as u64,
+        "{log_bytes} < {record_bytes}"
+    );
     Ok((log, report, replay))
 }
 

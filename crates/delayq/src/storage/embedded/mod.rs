@@ -31,8 +31,8 @@
 //!
 //! The settings' log is snapshotted the same way, after the same threshold.
 //!
-//! Recovery opens the shards' logs in parallel, replaying each into its shard, then the
-//! settings' log.
+//! Recovery opens the shards' logs in parallel, replaying each into its shard on two threads
+//! (one reads and decodes, one applies), then the settings' log.
 
 mod codec;
 
@@ -162,6 +162,57 @@ const SETTINGS_LOG_FORMAT: u32 = 3;
 
 /// The oldest data format this build reads.
 const OLDEST_FORMAT: u32 = 1;
+
+/// What replaying a log hands a shard or the settings.
+enum Replay<'a> {
+    /// First: about how many records are coming (the snapshot's count and a guess from the
+    /// log's bytes), to size the tables before they fill.
+    Expect(u64),
+    /// One change, in the log's order.
+    Change(Change<'a>),
+}
+
+/// A decoded change of a shard's log on its way to the thread that applies it (see
+/// `Opener::open_shard`): as [`Change`], with what it borrowed from the log's buffer owned.
+enum Restore {
+    Expect(u64),
+    Put(Arc<str>, Record),
+    Remove(Arc<str>, Box<str>),
+    Pause(Arc<str>, Pause),
+    JobIds(u64),
+}
+
+impl Restore {
+    fn apply(self, shard: &mut Shard<NoJournal>, now: u64) {
+        match self {
+            Restore::Expect(records) => shard.restore_expect(records),
+            Restore::Put(topic, record) => shard.restore(&topic, record, now),
+            Restore::Remove(topic, id) => shard.restore_removal(&topic, &id),
+            Restore::Pause(topic, pause) => shard.restore_pause(&topic, pause),
+            Restore::JobIds(reserved) => shard.restore_job_ids(reserved),
+        }
+    }
+}
+
+/// Changes handed to the applying thread at a time, and batches in flight: a few hundred
+/// kilobytes of decoded records, enough for neither thread to wait on the other.
+const APPLY_BATCH: usize = 1024;
+const APPLY_QUEUE: usize = 8;
+
+/// `name` as an `Arc`, the same one as the last change's when the topic is the same (a log
+/// mostly holds runs of one topic), so a change costs no allocation for its topic.
+fn shared(last: &mut Option<Arc<str>>, name: &str) -> Arc<str> {
+    match last {
+        Some(t) if &**t == name => Arc::clone(t),
+        _ => Arc::clone(last.insert(Arc::from(name))),
+    }
+}
+
+/// The guess of log bytes a record takes, for [`Replay::Expect`]: a task's record with a
+/// 100-byte body takes about 300 in the log (`cargo bench -p delayq --bench embedded`). A
+/// log of smaller records is under-guessed, and the tables then grow as they would have;
+/// one of updates to the same tasks is over-guessed, and the tables are trimmed after.
+const LOG_BYTES_PER_RECORD: u64 = 256;
 
 /// What recovery found, for logs and `delayq data check`.
 #[derive(Debug, Clone, Default)]
@@ -437,18 +488,63 @@ impl Opener {
             NoJournal,
         );
         let mut settings = SettingsMap::new();
-        let (log, report, replayed) = self.open_log(&dir, "recovering a shard", |change| {
-            match change {
-                Change::Put { topic, record } => shard.restore(topic, record, now),
-                Change::Remove { topic, id } => shard.restore_removal(topic, id),
-                Change::Pause { topic, pause } => shard.restore_pause(topic, pause),
-                Change::JobIds { reserved } => shard.restore_job_ids(reserved),
-                change @ (Change::MetaPut { .. } | Change::MetaDelete { .. }) => {
-                    restore_setting(&mut settings, change)
+        // Two stages on two threads: this one reads the log, checks its frames and decodes
+        // them; the other applies the changes to the shard (the id lookup, the orderings).
+        // Either half alone is about half of a shard's replay, and one topic lives in one
+        // shard, so without this one core restored it while the other idled.
+        let (opened, applied) = std::thread::scope(|scope| {
+            let (to_apply, batches) = std::sync::mpsc::sync_channel::<Vec<Restore>>(APPLY_QUEUE);
+            let shard = &mut shard;
+            let applier = scope.spawn(move || {
+                for batch in batches {
+                    for item in batch {
+                        item.apply(shard, now);
+                    }
                 }
+            });
+            let mut batch = Vec::with_capacity(APPLY_BATCH);
+            let mut topic = None;
+            let opened = self.open_log(&dir, "recovering a shard", |item| {
+                let restore = match item {
+                    Replay::Expect(records) => Restore::Expect(records),
+                    Replay::Change(Change::Put { topic: t, record }) => {
+                        Restore::Put(shared(&mut topic, t), record)
+                    }
+                    Replay::Change(Change::Remove { topic: t, id }) => {
+                        Restore::Remove(shared(&mut topic, t), id.into())
+                    }
+                    Replay::Change(Change::Pause { topic: t, pause }) => {
+                        Restore::Pause(shared(&mut topic, t), pause)
+                    }
+                    Replay::Change(Change::JobIds { reserved }) => Restore::JobIds(reserved),
+                    Replay::Change(
+                        change @ (Change::MetaPut { .. } | Change::MetaDelete { .. }),
+                    ) => {
+                        restore_setting(&mut settings, change);
+                        return Ok(());
+                    }
+                };
+                batch.push(restore);
+                if batch.len() == APPLY_BATCH {
+                    let full = std::mem::replace(&mut batch, Vec::with_capacity(APPLY_BATCH));
+                    // Only a panic stops the applier; joining it below passes that on.
+                    to_apply
+                        .send(full)
+                        .map_err(|_| "the thread applying the replay stopped".to_owned())?;
+                }
+                Ok(())
+            });
+            if !batch.is_empty() {
+                let _ = to_apply.send(batch);
             }
-            Ok(())
-        })?;
+            drop(to_apply);
+            (opened, applier.join())
+        });
+        if let Err(panic) = applied {
+            std::panic::resume_unwind(panic);
+        }
+        let (log, report, replayed) = opened?;
+        shard.restore_done();
         Ok((
             shard.with_journal(self.journal(log, replayed)),
             settings,
@@ -462,8 +558,9 @@ impl Opener {
         let dir = self.options.dir.join(SETTINGS_DIR);
         let mut values = SettingsMap::new();
         let (log, report, replayed) =
-            self.open_log(&dir, "recovering the settings", |change| match change {
-                change @ (Change::MetaPut { .. } | Change::MetaDelete { .. }) => {
+            self.open_log(&dir, "recovering the settings", |item| match item {
+                Replay::Expect(_) => Ok(()),
+                Replay::Change(change @ (Change::MetaPut { .. } | Change::MetaDelete { .. })) => {
                     restore_setting(&mut values, change);
                     Ok(())
                 }
@@ -474,14 +571,15 @@ impl Opener {
         Ok((settings, report))
     }
 
-    /// Opens the log in `dir`, replaying each change into `apply`. Returns the log, what
+    /// Opens the log in `dir`, replaying each change into `apply` (after a guess of how many
+    /// records are coming). Returns the log, what
     /// recovery found and the bytes of log records replayed (they count toward the next
     /// snapshot). `what` names the recovery in errors.
     fn open_log(
         &self,
         dir: &Path,
         what: &str,
-        mut apply: impl FnMut(Change<'_>) -> std::result::Result<(), String>,
+        mut apply: impl FnMut(Replay<'_>) -> std::result::Result<(), String>,
     ) -> Result<(Log, delayq_log::RecoveryReport, u64)> {
         let log_options = LogOptions::default()
             .with_fsync(self.options.fsync)
@@ -489,6 +587,13 @@ impl Opener {
         let mut replayed_bytes = 0u64;
         let opened = Log::open(dir, log_options, |item| {
             let (bytes, seq) = match item {
+                Replayed::Begin {
+                    snapshot_records,
+                    log_bytes,
+                } => {
+                    let records = snapshot_records + log_bytes / LOG_BYTES_PER_RECORD;
+                    return apply(Replay::Expect(records));
+                }
                 Replayed::Snapshot(bytes) => (bytes, None),
                 Replayed::Record { seq, bytes } => {
                     replayed_bytes += bytes.len() as u64;
@@ -497,7 +602,7 @@ impl Opener {
             };
             let place = || seq.map_or("the snapshot".to_owned(), |s| format!("record {s}"));
             let change = codec::decode(bytes).map_err(|e| format!("{}: {e}", place()))?;
-            apply(change).map_err(|e| format!("{}: {e}", place()))
+            apply(Replay::Change(change)).map_err(|e| format!("{}: {e}", place()))
         });
         let (log, report) = opened.map_err(|e| match e {
             delayq_log::OpenError::Locked { .. } => storage_error(

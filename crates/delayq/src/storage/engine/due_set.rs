@@ -69,6 +69,20 @@ impl<K: Ord + Copy> DueSet<K> {
 
     /// Adds `key`; returns whether it was new.
     pub(crate) fn insert(&mut self, key: K) -> bool {
+        // Past every key (adds with one delay, recovery of a log in due order): one walk down
+        // the map's right edge instead of three searches, with the same outcome as below.
+        if let Some(mut last) = self.chunks.last_entry()
+            && last.get().last().is_some_and(|max| *max < key)
+        {
+            self.len += 1;
+            let chunk = last.get_mut();
+            if chunk.len() < CAP {
+                chunk.push(key);
+            } else {
+                self.chunks.insert(key, vec![key]);
+            }
+            return true;
+        }
         let bound = match self.bound_of(&key) {
             Some(b) => b,
             None => match self.chunks.pop_first() {
