@@ -44,9 +44,9 @@ async fn follows_a_failover_and_keeps_what_it_acknowledged() {
         "delayq serves again after the failover to {new}"
     );
     let followed = killed.elapsed();
-    // The old master comes back and the sentinels make it a replica of the new one: writes
-    // are acknowledged as replicated again.
-    setup.restart(old);
+    // The old master comes back as a replica of the new one (it keeps no data, see
+    // `restart_as_replica_of`): writes are acknowledged as replicated again.
+    setup.restart_as_replica_of(old, new);
     let attempt = std::sync::atomic::AtomicU32::new(0);
     assert!(
         support::eventually(Duration::from_secs(60), || async {
