@@ -17,7 +17,7 @@ fn xorshift(state: &mut u64) -> u64 {
     *state
 }
 
-fn drain_all<T>(wheel: &mut Wheel<T>, now: u64) -> Vec<Expired<T>> {
+fn drain_all<T: Copy>(wheel: &mut Wheel<T>, now: u64) -> Vec<Expired<T>> {
     let mut out = Vec::new();
     wheel.drain_due(now, usize::MAX, &mut out);
     out
@@ -25,7 +25,7 @@ fn drain_all<T>(wheel: &mut Wheel<T>, now: u64) -> Vec<Expired<T>> {
 
 /// Plays the owner: sleep until `next_expiration`, drain at exactly that time, repeat.
 /// Returns `(fire time, deadline, value)` for every timer and the number of wake-ups.
-fn run_owner<T>(wheel: &mut Wheel<T>, limit: usize) -> (Vec<(u64, u64, T)>, usize) {
+fn run_owner<T: Copy>(wheel: &mut Wheel<T>, limit: usize) -> (Vec<(u64, u64, T)>, usize) {
     let mut fired = Vec::new();
     let mut wakeups = 0;
     let mut clock = wheel.elapsed();
@@ -307,6 +307,7 @@ fn with_capacity_grows_past_its_capacity() {
 
 #[test]
 fn debug_output_does_not_need_a_debug_value() {
+    #[derive(Clone, Copy)]
     struct Opaque;
     let mut wheel = Wheel::new(NOW);
     wheel.insert(NOW + 1, Opaque);
