@@ -5,7 +5,9 @@
 //! - memory per delayed task beyond its 100-byte body: the growth of the process's RSS over the
 //!   fill (mimalloc, as the server ships; so what the allocator keeps counts too);
 //! - bytes on disk per task;
-//! - restart: time from opening the data directory to serving, with N pending tasks.
+//! - restart: time from opening the data directory to serving, with N pending tasks, and the
+//!   process's CPU time over it (user and system): first from the log alone (the fill runs
+//!   with the background snapshots off), then from the snapshots of every shard.
 //!
 //! `cargo bench -p delayq --bench embedded` (N = 1M in 8 topics). Set
 //! `DELAYQ_BENCH_TASKS=10000000` for the 10M restart figure (needs ~4 GiB of memory and ~2 GiB
@@ -36,6 +38,28 @@ fn rss_bytes() -> u64 {
     kib * 1024
 }
 
+/// The CPU time of the whole process so far, user and system, in seconds: `utime` and `stime`
+/// of `/proc/self/stat`, in clock ticks of 1/100 s (Linux's `USER_HZ` on every architecture
+/// delayq builds for). Beside a wall-clock time it tells work from waiting.
+fn cpu_seconds() -> (f64, f64) {
+    let stat = std::fs::read_to_string("/proc/self/stat").expect("read /proc/self/stat");
+    // The command name, in parentheses, may hold spaces: count fields after its end.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .expect("a (comm) in /proc/self/stat")
+        .1
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| -> f64 {
+        fields[i]
+            .parse::<u64>()
+            .expect("utime and stime in /proc/self/stat") as f64
+            / 100.0
+    };
+    // Fields 14 and 15 of the line; the first after the name is field 3.
+    (ticks(14 - 3), ticks(15 - 3))
+}
+
 const BODY: usize = 100;
 
 fn dir_bytes(dir: &Path) -> u64 {
@@ -60,11 +84,28 @@ fn scratch() -> tempfile::TempDir {
         .unwrap()
 }
 
-async fn open(dir: &Path, fsync: FsyncPolicy) -> (Queue, Arc<EmbeddedStorage>) {
+/// What the background snapshotter does while a phase runs.
+#[derive(Clone, Copy)]
+enum Snapshots {
+    /// As the server does: a shard snapshots after 64 MiB of log.
+    Default,
+    /// Never on its own: the fill before "restart from the log" leaves only the log, so that
+    /// restart replays all of it (with the default, the fill's own snapshots left a snapshot
+    /// and its tail in some runs and not in others, and the two restarts measured the same).
+    Off,
+}
+
+async fn open(
+    dir: &Path,
+    fsync: FsyncPolicy,
+    snapshots: Snapshots,
+) -> (Queue, Arc<EmbeddedStorage>) {
     let ctx = StorageContext::new(Arc::new(SystemClock::new()));
-    let (storage, _) = embedded::start(ctx.clone(), EmbeddedOptions::new(dir).fsync(fsync))
-        .await
-        .unwrap();
+    let mut options = EmbeddedOptions::new(dir).fsync(fsync);
+    if let Snapshots::Off = snapshots {
+        options = options.snapshot_min_bytes(u64::MAX);
+    }
+    let (storage, _) = embedded::start(ctx.clone(), options).await.unwrap();
     (Queue::new(storage.clone(), ctx), storage)
 }
 
@@ -148,15 +189,24 @@ async fn add_single(q: &Queue, total: usize, producers: usize) -> Duration {
 }
 
 /// Opens the data directory, prints how long it took to serve `pending` tasks again.
-async fn timed_restart(dir: &Path, pending: usize, from: &str) -> (Queue, Arc<EmbeddedStorage>) {
+async fn timed_restart(
+    dir: &Path,
+    pending: usize,
+    from: &str,
+    snapshots: Snapshots,
+) -> (Queue, Arc<EmbeddedStorage>) {
+    let (user, system) = cpu_seconds();
     let started = Instant::now();
-    let opened = open(dir, FsyncPolicy::default()).await;
+    let opened = open(dir, FsyncPolicy::default(), snapshots).await;
     let restart = started.elapsed();
+    let (user_after, system_after) = cpu_seconds();
     assert_eq!(total_tasks(&opened.0).await, pending);
     println!(
-        "{:<58} {:>12.2} s",
+        "{:<58} {:>12.2} s   (CPU: {:.2} s user, {:.2} s system)",
         format!("restart with {pending} pending, from {from}"),
-        restart.as_secs_f64()
+        restart.as_secs_f64(),
+        user_after - user,
+        system_after - system,
     );
     opened
 }
@@ -197,7 +247,7 @@ fn main() {
         ];
         for (name, policy) in policies.into_iter().filter(|_| !only_restart) {
             let dir = scratch();
-            let (q, _) = open(dir.path(), policy).await;
+            let (q, _) = open(dir.path(), policy, Snapshots::Default).await;
             let n = if quick { 20_000 } else { 1_000_000 };
             let d = add_batched(&q, n, 1_000, 4, 8).await;
             println!(
@@ -218,7 +268,7 @@ fn main() {
         // Memory and disk per task, then restart time.
         let dir = scratch();
         let rss_before = rss_bytes();
-        let (q, _) = open(dir.path(), FsyncPolicy::default()).await;
+        let (q, _) = open(dir.path(), FsyncPolicy::default(), Snapshots::Off).await;
         let d = add_batched(&q, pending, 10_000, 2, topics).await;
         let rss = rss_bytes().saturating_sub(rss_before) as f64 / pending as f64;
         println!(
@@ -239,7 +289,7 @@ fn main() {
             dir_bytes(dir.path()) as f64 / pending as f64
         );
 
-        let (q, storage) = timed_restart(dir.path(), pending, "the log").await;
+        let (q, storage) = timed_restart(dir.path(), pending, "the log", Snapshots::Off).await;
         for shard in 0..storage.shard_count() {
             embedded::snapshot_shard(&storage, shard, true)
                 .await
@@ -252,7 +302,7 @@ fn main() {
             "bytes on disk per task (snapshot)",
             dir_bytes(dir.path()) as f64 / pending as f64
         );
-        let (q, _) = timed_restart(dir.path(), pending, "snapshots").await;
+        let (q, _) = timed_restart(dir.path(), pending, "snapshots", Snapshots::Default).await;
         q.shutdown().await.unwrap();
     });
 }
