@@ -209,10 +209,13 @@ fn shared(last: &mut Option<Arc<str>>, name: &str) -> Arc<str> {
 }
 
 /// The guess of log bytes a record takes, for [`Replay::Expect`]: a task's record with a
-/// 100-byte body takes about 300 in the log (`cargo bench -p delayq --bench embedded`). A
-/// log of smaller records is under-guessed, and the tables then grow as they would have;
-/// one of updates to the same tasks is over-guessed, and the tables are trimmed after.
-const LOG_BYTES_PER_RECORD: u64 = 256;
+/// 100-byte body and a 13-byte id takes about 170 in the log, frame included ("bytes on disk
+/// per task (log, no snapshot)" of `cargo bench -p delayq --bench embedded`). A guess below
+/// that sizes such a log's tables once and for all; at 256 a 10M log in one topic still grew
+/// its id table once, 2.5 % of the restart's samples. A log of much smaller records is
+/// under-guessed, and the tables then grow as they would have; one of updates to the same
+/// tasks is over-guessed, and the tables are trimmed after.
+const LOG_BYTES_PER_RECORD: u64 = 128;
 
 /// What recovery found, for logs and `delayq data check`.
 #[derive(Debug, Clone, Default)]
