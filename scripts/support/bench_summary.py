@@ -90,7 +90,7 @@ def criterion(home):
 
 
 # A label, a figure and its unit, and an optional note in parentheses (the restarts' CPU time).
-LIB_LINE = re.compile(r"^(.*\S)\s+([\d.]+) (tasks/s|B/task|s)(?:\s+\(.*\))?\s*$")
+LIB_LINE = re.compile(r"^(.*\S)\s+(-?[\d.]+) (tasks/s|B/task|s)(?:\s+\(.*\))?\s*$")
 
 
 def embedded_lib(text):
