@@ -101,6 +101,34 @@ pub fn rss_bytes(pid: u32) -> Result<u64, BenchError> {
     })
 }
 
+/// The CPU time process `pid` has used so far, in user and in kernel mode, from
+/// `/proc/<pid>/stat`. Beside a wall-clock time it tells work from waiting (the library
+/// bench prints it for each restart).
+pub fn cpu_time(pid: u32) -> Result<(Duration, Duration), BenchError> {
+    let path = format!("/proc/{pid}/stat");
+    let text = std::fs::read_to_string(&path).map_err(|err| BenchError::Bench {
+        bench: "memory",
+        reason: format!("cannot read {path}: {err}"),
+    })?;
+    parse_cpu_time(&text).ok_or_else(|| BenchError::Bench {
+        bench: "memory",
+        reason: format!("{path} has no utime and stime fields"),
+    })
+}
+
+/// `utime` and `stime` of a `/proc/<pid>/stat` line, fields 14 and 15, in clock ticks of
+/// 1/100 s (Linux's `USER_HZ` on every architecture delayq builds for).
+fn parse_cpu_time(stat: &str) -> Option<(Duration, Duration)> {
+    // The command name, in parentheses, may hold spaces: count fields after its end, where
+    // field 3 comes first.
+    let mut fields = stat.rsplit_once(')')?.1.split_whitespace().skip(14 - 3);
+    let mut ticks = || -> Option<Duration> {
+        let t: u64 = fields.next()?.parse().ok()?;
+        Some(Duration::from_millis(t * 10))
+    };
+    Some((ticks()?, ticks()?))
+}
+
 /// The `VmRSS:   123456 kB` line of a `/proc/<pid>/status`, in bytes.
 fn parse_vm_rss(status: &str) -> Option<u64> {
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
@@ -211,6 +239,22 @@ mod tests {
         assert_eq!(parse_vm_rss("Name:\tx\n"), None);
         assert_eq!(parse_vm_rss("VmRSS:\tlots kB\n"), None);
         assert_eq!(parse_vm_rss("VmRSS:\t12 MB\n"), None);
+    }
+
+    #[test]
+    fn cpu_time_is_fields_14_and_15_after_a_name_with_spaces() {
+        let line = "4242 (a b) c) S 1 2 3 4 5 6 7 8 9 10 150 25 0 0 20 0 1\n";
+        assert_eq!(
+            parse_cpu_time(line),
+            Some((Duration::from_millis(1500), Duration::from_millis(250)))
+        );
+        assert_eq!(parse_cpu_time("4242 (x) S 1 2 3\n"), None, "too few fields");
+        assert_eq!(parse_cpu_time("no name at all"), None);
+        assert_eq!(
+            parse_cpu_time("1 (x) S 1 2 3 4 5 6 7 8 9 10 many 25\n"),
+            None,
+            "not a number"
+        );
     }
 
     #[test]

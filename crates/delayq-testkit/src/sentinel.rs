@@ -15,19 +15,17 @@ pub struct RedisSentinel {
     sentinels: Vec<RedisServer>,
 }
 
+/// The arguments that start a data server as a replica of the one on `master`.
+fn replica_of(master: u16) -> Vec<String> {
+    vec!["--replicaof".into(), "127.0.0.1".into(), master.to_string()]
+}
+
 impl RedisSentinel {
     /// Starts everything and waits until every sentinel knows the replica and the other
     /// sentinels (so that a failover can be agreed on). Panics when that does not happen.
     pub fn start() -> Self {
         let master = RedisServer::start();
-        let replica = RedisServer::start_with_args(
-            false,
-            vec![
-                "--replicaof".into(),
-                "127.0.0.1".into(),
-                master.port().to_string(),
-            ],
-        );
+        let replica = RedisServer::start_with_args(false, replica_of(master.port()));
         let synced = wait_until(Duration::from_secs(30), || {
             replica
                 .info_field("replication", "master_link_status")
@@ -114,7 +112,7 @@ impl RedisSentinel {
     pub fn restart_as_replica_of(&mut self, port: u16, master: u16) {
         for s in &mut self.servers {
             if s.port() == port {
-                s.extra = vec!["--replicaof".into(), "127.0.0.1".into(), master.to_string()];
+                s.extra = replica_of(master);
                 s.restart();
             }
         }

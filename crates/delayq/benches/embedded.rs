@@ -26,38 +26,17 @@ use mimalloc::MiMalloc;
 #[global_allocator]
 static GLOBAL: MiMalloc = MiMalloc;
 
-/// The process's resident set (`VmRSS`), in bytes. Panics where it cannot be read: a memory
-/// figure of 0 would pass for a measurement.
+/// This process's resident set (`VmRSS`), in bytes, as `delayq bench memory` reads a server's.
+/// Panics where it cannot be read: a memory figure of 0 would pass for a measurement.
 fn rss_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
-    let kib = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-        .expect("a VmRSS line in /proc/self/status");
-    kib * 1024
+    delayq_bench::memory::rss_bytes(std::process::id()).expect("this process's VmRSS")
 }
 
-/// The CPU time of the whole process so far, user and system, in seconds: `utime` and `stime`
-/// of `/proc/self/stat`, in clock ticks of 1/100 s (Linux's `USER_HZ` on every architecture
-/// delayq builds for). Beside a wall-clock time it tells work from waiting.
+/// This process's CPU time so far, user and system, in seconds.
 fn cpu_seconds() -> (f64, f64) {
-    let stat = std::fs::read_to_string("/proc/self/stat").expect("read /proc/self/stat");
-    // The command name, in parentheses, may hold spaces: count fields after its end.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .expect("a (comm) in /proc/self/stat")
-        .1
-        .split_whitespace()
-        .collect();
-    let ticks = |i: usize| -> f64 {
-        fields[i]
-            .parse::<u64>()
-            .expect("utime and stime in /proc/self/stat") as f64
-            / 100.0
-    };
-    // Fields 14 and 15 of the line; the first after the name is field 3.
-    (ticks(14 - 3), ticks(15 - 3))
+    let (user, system) =
+        delayq_bench::memory::cpu_time(std::process::id()).expect("this process's CPU time");
+    (user.as_secs_f64(), system.as_secs_f64())
 }
 
 const BODY: usize = 100;
