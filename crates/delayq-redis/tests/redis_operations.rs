@@ -302,6 +302,92 @@ async fn retention_ends_by_the_queue_clock() {
     );
 }
 
+/// The promoter drops records whose retention passed in batches (tick.lua, `drop_retained`):
+/// every record and index entry of them goes, with nothing read first, a record of an earlier
+/// release's form too, and an index entry that no longer matches its record (planted here)
+/// goes without touching the record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_promoter_drops_what_retention_ended() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let i = Instance::manual(&server, &clock).await;
+    let q = &i.queue;
+    let ready = (0..300)
+        .map(|n| NewTask::new("t", format!("f{n}")))
+        .collect();
+    q.add_batch(ready).await.unwrap();
+    let delayed = (0..120)
+        .map(|n| NewTask::new("t", format!("c{n}")).delay_ms(3_600_000))
+        .collect();
+    q.add_batch(delayed).await.unwrap();
+    // Half finished by the pop itself, half one by one.
+    let auto = q
+        .pop("t", PopOptions::default().count(150).auto_finish(true))
+        .await
+        .unwrap();
+    assert_eq!(auto.len(), 150);
+    for d in q.pop("t", PopOptions::default().count(150)).await.unwrap() {
+        q.finish("t", &d.id, Some(&d.receipt)).await.unwrap();
+    }
+    for n in 0..120 {
+        q.cancel("t", &format!("c{n}")).await.unwrap();
+    }
+    q.add(NewTask::new("t", "kept").delay_ms(3_600_000))
+        .await
+        .unwrap();
+    let cmd = |line: &str| server.command(line).expect(line);
+    // A stale entry: "kept" is DELAYED, yet listed as FINISHED with a retention that ends.
+    cmd(&format!("ZADD dq:{{t#0}}:finished {T0} kept"));
+    cmd(&format!(
+        "ZADD dq:{{t#0}}:finished:expiry {} kept",
+        T0 + 1_000
+    ));
+    // A FINISHED record in the decimal form of an earlier release, its retention ending.
+    let old = format!(
+        "3,{},{},{},30000,3,,{},,,{:016x}",
+        T0 - 3_000,
+        T0 - 5_000,
+        T0 - 100,
+        T0 + 1_000,
+        (T0 - 5_000) << 20
+    );
+    cmd(&format!("HSET dq:{{t#0}}:records old \"{old}\\nbody\""));
+    cmd(&format!("ZADD dq:{{t#0}}:finished {} old", T0 - 3_000));
+    cmd(&format!(
+        "ZADD dq:{{t#0}}:finished:expiry {} old",
+        T0 + 1_000
+    ));
+    let count = |line: &str| {
+        cmd(line)
+            .trim()
+            .trim_start_matches(':')
+            .parse::<u64>()
+            .unwrap()
+    };
+    assert_eq!(count("HLEN dq:{t#0}:records"), 422);
+    assert_eq!(
+        q.get("t", "old").await.unwrap().body.as_slice(),
+        b"body".as_slice()
+    );
+    clock.advance(60_000);
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            count("HLEN dq:{t#0}:records") == 1
+                && count("ZCARD dq:{t#0}:finished:expiry") == 0
+                && count("ZCARD dq:{t#0}:cancelled:expiry") == 0
+        })
+        .await,
+        "records left: {}",
+        count("HLEN dq:{t#0}:records")
+    );
+    assert_eq!(count("ZCARD dq:{t#0}:finished"), 0);
+    assert_eq!(count("ZCARD dq:{t#0}:cancelled"), 0);
+    let kept = q.get("t", "kept").await.unwrap();
+    assert_eq!(kept.state, State::Delayed);
+    let stats = q.stats("t").await.unwrap();
+    assert_eq!((stats.total, stats.delayed), (1, 1));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_pages_by_due_across_states() {
     let server = RedisServer::start();

@@ -553,6 +553,41 @@ local function load(id)
   return rec
 end
 
+-- Removes the FINISHED or CANCELLED (`state`) tasks `ids`, whose retention passed by their
+-- entries in the retention set. Five commands for the batch, none a task, and no record
+-- decoded: a record of the short form in `state` is gone (its retention entry is scored by
+-- the deadline it holds, both written together); one of the older decimal form is judged by
+-- `load`; anything else is a stale index entry.
+local function drop_retained(state, ids)
+  local raws = redis.call('HMGET', RECORDS, unpack(ids))
+  local letter = 97 + state
+  -- `unset`: the ids to take out of the state's set (the gone ones and the stale entries).
+  local gone, unset = {}, {}
+  for i, id in ipairs(ids) do
+    local first = raws[i] and string.byte(raws[i], 1)
+    if first == letter then
+      gone[#gone + 1] = id
+      unset[#unset + 1] = id
+    elseif first and first < 97 then
+      -- load() purges it when its retention passed; else only the retention entry goes.
+      local rec = load(id)
+      if rec == nil or rec.state ~= state then
+        unset[#unset + 1] = id
+      end
+    else
+      unset[#unset + 1] = id
+    end
+  end
+  redis.call('ZREM', EXPIRY[state], unpack(ids))
+  if #unset > 0 then
+    redis.call('ZREM', SETS[state], unpack(unset))
+  end
+  if #gone > 0 then
+    redis.call('HDEL', RECORDS, unpack(gone))
+    redis.call('HDEL', EXTRAS, unpack(gone))
+  end
+end
+
 -- The first `max` DELAYED tasks not due yet, by due, then insertion (peek-delayed and kick).
 -- The set orders equal dues by id, so every task due at the last due read is read too (at
 -- most TIES_READ more; past that, ties fall back to id order) before sorting.

@@ -7,6 +7,8 @@
 -- Reply payload: the partition's next timer (-1: none), 1 when a batch was full (call again
 -- at once), the number of expired ttrs, then the promotions and traced events
 -- (`append_events`: fires, and the tasks an expired ttr made DEAD).
+-- How long after the end of a retention its record may still take memory (ms).
+local RETENTION_SWEEP = 100
 local token = tonumber(ARGV[7])
 local limit = tonumber(ARGV[8])
 local fence = tonumber(redis.call('GET', KEYS[18]) or '0')
@@ -48,13 +50,8 @@ for _, state in ipairs({FINISHED, CANCELLED}) do
   if #gone == limit then
     more = 1
   end
-  for _, id in ipairs(gone) do
-    -- load() purges a record whose retention passed; what is left is a stale index entry.
-    local rec = load(id)
-    if rec == nil or rec.state ~= state then
-      redis.call('ZREM', SETS[state], id)
-    end
-    redis.call('ZREM', EXPIRY[state], id)
+  if #gone > 0 then
+    drop_retained(state, gone)
   end
 end
 local lifted = redis.call('ZRANGEBYSCORE', BLOCKED, '-inf', NOW, 'LIMIT', 0, limit)
@@ -68,6 +65,12 @@ end
 local next = nil
 for _, key in ipairs({SETS[DELAYED], DEADLINES, EXPIRY[FINISHED], EXPIRY[CANCELLED], EXPIRIES, BLOCKED}) do
   local h = head_score(key)
+  if h and (key == EXPIRY[FINISHED] or key == EXPIRY[CANCELLED]) then
+    -- The end of a retention is judged exactly by every read (`load`, stats), so only the
+    -- memory waits for this sweep: one tick a RETENTION_SWEEP of them, not one a
+    -- millisecond at a steady rate of finishes.
+    h = h + RETENTION_SWEEP
+  end
   if h and (next == nil or h < next) then
     next = h
   end
