@@ -32,6 +32,19 @@ local refused = finish_all(held)
 local out = {pause or -2, calls}
 local batch = new_batch()
 local taken, used = 0, 0
+-- Without limits, each call takes READY's next members: one ZRANGE and ZREM for them all.
+local ahead, at = nil, 1
+if lim == nil and pause == nil then
+  local total = 0
+  for c = 0, calls - 1 do
+    if not refused[c + 1] then
+      total = total + tonumber(ARGV[12 + 4 * c])
+    end
+  end
+  if total > 0 then
+    ahead = take_ready(total)
+  end
+end
 for c = 0, calls - 1 do
   local a = 10 + 4 * c
   local refusal, max = refused[c + 1], tonumber(ARGV[a + 2])
@@ -45,7 +58,12 @@ for c = 0, calls - 1 do
   local count = #out + 1
   out[count] = 0
   if not refusal and max > 0 and pause == nil then
-    local got, receipts, next_at = hand_out(max, ARGV[a + 3] == '1', prefix, used, lim, out, batch)
+    local mine = nil
+    if ahead then
+      mine = {unpack(ahead, at, math.min(at + max - 1, #ahead))}
+      at = at + max
+    end
+    local got, receipts, next_at = hand_out(max, ARGV[a + 3] == '1', prefix, used, lim, out, batch, mine)
     out[count] = got
     taken, used = taken + got, used + receipts
     if next_at then

@@ -976,18 +976,21 @@ end
 -- in `batch` for the caller's `write_active`. READY holds only what
 -- max_active_per_key lets go (see the top), so its first tasks are the ones to take. Returns
 -- how many were taken, how many receipts were used, and when the rate lets none go while
--- tasks wait: the instant it will.
-local function hand_out(want, auto, prefix, first, lim, out, batch)
-  local max, next_at = allowance(want, lim, batch.n)
-  if max == 0 then
-    if next_at and redis.call('ZCARD', SETS[READY]) > 0 then
-      return 0, 0, next_at
+-- tasks wait: the instant it will. `members`, when given, are READY's members to hand out,
+-- already taken out of it by the caller (`take_ready`; only without limits).
+local function hand_out(want, auto, prefix, first, lim, out, batch, members)
+  if not members then
+    local max, next_at = allowance(want, lim, batch.n)
+    if max == 0 then
+      if next_at and redis.call('ZCARD', SETS[READY]) > 0 then
+        return 0, 0, next_at
+      end
+      return 0, 0, nil
     end
-    return 0, 0, nil
-  end
-  local members = redis.call('ZRANGE', SETS[READY], 0, max - 1)
-  if #members > 0 then
-    redis.call('ZREM', SETS[READY], unpack(members))
+    members = redis.call('ZRANGE', SETS[READY], 0, max - 1)
+    if #members > 0 then
+      redis.call('ZREM', SETS[READY], unpack(members))
+    end
   end
   local taken = 0
   for i, m in ipairs(members) do
@@ -1030,6 +1033,23 @@ local function hand_out(want, auto, prefix, first, lim, out, batch)
   end
   spend(lim, taken)
   return taken, #members, nil
+end
+
+-- The most members `take_ready` takes at once (one ZREM of them: Lua's unpack is bounded).
+local TAKE_MAX = 1000
+
+-- Takes READY's first `n` members out of it for hand_out (consume.lua: the calls of a round
+-- one after the other, without limits, take READY's first members in turn), or nil when `n`
+-- is more than TAKE_MAX: two commands for a round instead of two a call.
+local function take_ready(n)
+  if n > TAKE_MAX then
+    return nil
+  end
+  local members = redis.call('ZRANGE', SETS[READY], 0, n - 1)
+  if #members > 0 then
+    redis.call('ZREM', SETS[READY], unpack(members))
+  end
+  return members
 end
 
 -- How many tasks a script that promoted `promoted` and handed out `taken` tells other
