@@ -116,6 +116,13 @@ pub fn cpu_time(pid: u32) -> Result<(Duration, Duration), BenchError> {
     })
 }
 
+/// The CPU seconds process `pid` has used so far, user and kernel mode together
+/// ([`cpu_time`]).
+pub fn cpu_seconds(pid: u32) -> Result<f64, BenchError> {
+    let (user, system) = cpu_time(pid)?;
+    Ok((user + system).as_secs_f64())
+}
+
 /// `utime` and `stime` of a `/proc/<pid>/stat` line, fields 14 and 15, in clock ticks of
 /// 1/100 s (Linux's `USER_HZ` on every architecture delayq builds for).
 fn parse_cpu_time(stat: &str) -> Option<(Duration, Duration)> {

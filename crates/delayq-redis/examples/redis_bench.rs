@@ -47,14 +47,7 @@ fn redis_cpu(server: &RedisServer) -> f64 {
 
 /// CPU seconds this process used (user + system), from /proc.
 fn own_cpu() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after = stat.rsplit(')').next().unwrap_or_default();
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks: f64 = fields
-        .get(11..13)
-        .map(|f| f.iter().filter_map(|v| v.parse::<f64>().ok()).sum())
-        .unwrap_or(0.0);
-    ticks / 100.0
+    delayq_bench::memory::cpu_seconds(std::process::id()).expect("this process's CPU time")
 }
 
 /// (calls of commands clients sent, calls of every command) since the last CONFIG RESETSTAT.

@@ -35,14 +35,7 @@ struct Figures {
 
 /// CPU seconds this process used (user + system), from /proc.
 fn own_cpu() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after = stat.rsplit(')').next().unwrap_or_default();
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks: f64 = fields
-        .get(11..13)
-        .map(|f| f.iter().filter_map(|v| v.parse::<f64>().ok()).sum())
-        .unwrap_or(0.0);
-    ticks / 100.0
+    delayq_bench::memory::cpu_seconds(std::process::id()).expect("this process's CPU time")
 }
 
 /// CPU seconds the Redis servers on `ports` used (user + system, `INFO cpu`).
