@@ -2,7 +2,7 @@
 //!
 //! It keeps, for every held partition, the instant of its next timer (the earliest of: a
 //! DELAYED task's due, an ACTIVE task's ttr deadline, the end of a retained record's
-//! retention), sleeps on the queue's clock until the earliest of them, and then runs the
+//! retention plus the tick's sweep slack, `RETENTION_SWEEP` in tick.lua), sleeps on the queue's clock until the earliest of them, and then runs the
 //! `tick` script of every partition that came due, all in one pipeline. Each tick answers
 //! with the partition's next timer, so an idle partition costs nothing until then. It is
 //! woken early by [`Event::Wake`] when a script sets an earlier timer (this instance's own

@@ -305,7 +305,8 @@ async fn retention_ends_by_the_queue_clock() {
 /// The promoter drops records whose retention passed in batches (tick.lua, `drop_retained`):
 /// every record and index entry of them goes, with nothing read first, a record of an earlier
 /// release's form too, and an index entry that no longer matches its record (planted here)
-/// goes without touching the record.
+/// goes without touching the record; nothing goes before its retention ends, and the sweep
+/// comes at most 100 ms after it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_promoter_drops_what_retention_ended() {
     let server = RedisServer::start();
@@ -333,6 +334,10 @@ async fn the_promoter_drops_what_retention_ended() {
         q.cancel("t", &format!("c{n}")).await.unwrap();
     }
     q.add(NewTask::new("t", "kept").delay_ms(3_600_000))
+        .await
+        .unwrap();
+    // Due 1 ms before the retentions end: a tick runs then, and must sweep nothing of them.
+    q.add(NewTask::new("t", "nudge").run_at_ms(T0 + 59_999))
         .await
         .unwrap();
     let cmd = |line: &str| server.command(line).expect(line);
@@ -364,15 +369,34 @@ async fn the_promoter_drops_what_retention_ended() {
             .parse::<u64>()
             .unwrap()
     };
-    assert_eq!(count("HLEN dq:{t#0}:records"), 422);
+    assert_eq!(count("HLEN dq:{t#0}:records"), 423);
     assert_eq!(
         q.get("t", "old").await.unwrap().body.as_slice(),
         b"body".as_slice()
     );
-    clock.advance(60_000);
+    clock.advance(59_999);
+    // The tick that promoted "nudge" swept the two entries whose retention had ended ("old"
+    // and the stale one) and kept every record still in its retention (rule 10).
     assert!(
         eventually(Duration::from_secs(10), || async {
-            count("HLEN dq:{t#0}:records") == 1
+            count("ZCARD dq:{t#0}:delayed") == 1 && count("HLEN dq:{t#0}:records") == 422
+        })
+        .await,
+        "records: {}",
+        count("HLEN dq:{t#0}:records")
+    );
+    assert_eq!(count("ZCARD dq:{t#0}:finished:expiry"), 300);
+    assert_eq!(count("ZCARD dq:{t#0}:cancelled:expiry"), 120);
+    clock.advance(1);
+    // Reads judge the end exactly; the memory goes with the sweep, at most 100 ms later.
+    assert_eq!(
+        q.get("t", "f0").await.unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
+    clock.advance(100);
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            count("HLEN dq:{t#0}:records") == 2
                 && count("ZCARD dq:{t#0}:finished:expiry") == 0
                 && count("ZCARD dq:{t#0}:cancelled:expiry") == 0
         })
@@ -385,7 +409,7 @@ async fn the_promoter_drops_what_retention_ended() {
     let kept = q.get("t", "kept").await.unwrap();
     assert_eq!(kept.state, State::Delayed);
     let stats = q.stats("t").await.unwrap();
-    assert_eq!((stats.total, stats.delayed), (1, 1));
+    assert_eq!((stats.total, stats.delayed, stats.ready), (2, 1, 1));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

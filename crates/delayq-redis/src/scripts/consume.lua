@@ -32,16 +32,19 @@ local refused = finish_all(held)
 local out = {pause or -2, calls}
 local batch = new_batch()
 local taken, used = 0, 0
--- Without limits, each call takes READY's next members: one ZRANGE and ZREM for them all.
+-- Without limits, each call takes READY's next members: one ZRANGE and ZREM for them all
+-- (up to TAKE_MAX; a larger round takes them a call at a time).
+local TAKE_MAX = 1000
 local ahead, at = nil, 1
 if lim == nil and pause == nil then
   local total = 0
   for c = 0, calls - 1 do
+    local a = 10 + 4 * c
     if not refused[c + 1] then
-      total = total + tonumber(ARGV[12 + 4 * c])
+      total = total + tonumber(ARGV[a + 2])
     end
   end
-  if total > 0 then
+  if total > 0 and total <= TAKE_MAX then
     ahead = take_ready(total)
   end
 end

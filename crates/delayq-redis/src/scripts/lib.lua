@@ -569,9 +569,10 @@ local function drop_retained(state, ids)
       gone[#gone + 1] = id
       unset[#unset + 1] = id
     elseif first and first < 97 then
-      -- load() purges it when its retention passed; else only the retention entry goes.
+      -- load() purges it (every index entry) when its retention passed; one in another
+      -- state is a stale entry; one whose retention has not passed loses only this entry.
       local rec = load(id)
-      if rec == nil or rec.state ~= state then
+      if rec and rec.state ~= state then
         unset[#unset + 1] = id
       end
     else
@@ -968,6 +969,16 @@ local function write_active(batch)
   end
 end
 
+-- Takes READY's first `n` members out of it (to hand out): its first tasks in rule 11's
+-- order. `n` must fit one ZREM (Lua's unpack is bounded: callers keep it to 1 000 or so).
+local function take_ready(n)
+  local members = redis.call('ZRANGE', SETS[READY], 0, n - 1)
+  if #members > 0 then
+    redis.call('ZREM', SETS[READY], unpack(members))
+  end
+  return members
+end
+
 -- Hands out up to `want` READY tasks in the order of rule 11, as far as the flow limits `lim`
 -- let them go, appending 10 values per task to `out` (id, body, retries, receipt, due, ttr,
 -- priority, insertion number, trace context as the record holds it: '' for none, key: ''
@@ -977,7 +988,8 @@ end
 -- max_active_per_key lets go (see the top), so its first tasks are the ones to take. Returns
 -- how many were taken, how many receipts were used, and when the rate lets none go while
 -- tasks wait: the instant it will. `members`, when given, are READY's members to hand out,
--- already taken out of it by the caller (`take_ready`; only without limits).
+-- already taken out of it by the caller (`take_ready`, for a round of calls without limits:
+-- consume.lua).
 local function hand_out(want, auto, prefix, first, lim, out, batch, members)
   if not members then
     local max, next_at = allowance(want, lim, batch.n)
@@ -987,10 +999,7 @@ local function hand_out(want, auto, prefix, first, lim, out, batch, members)
       end
       return 0, 0, nil
     end
-    members = redis.call('ZRANGE', SETS[READY], 0, max - 1)
-    if #members > 0 then
-      redis.call('ZREM', SETS[READY], unpack(members))
-    end
+    members = take_ready(max)
   end
   local taken = 0
   for i, m in ipairs(members) do
@@ -1033,23 +1042,6 @@ local function hand_out(want, auto, prefix, first, lim, out, batch, members)
   end
   spend(lim, taken)
   return taken, #members, nil
-end
-
--- The most members `take_ready` takes at once (one ZREM of them: Lua's unpack is bounded).
-local TAKE_MAX = 1000
-
--- Takes READY's first `n` members out of it for hand_out (consume.lua: the calls of a round
--- one after the other, without limits, take READY's first members in turn), or nil when `n`
--- is more than TAKE_MAX: two commands for a round instead of two a call.
-local function take_ready(n)
-  if n > TAKE_MAX then
-    return nil
-  end
-  local members = redis.call('ZRANGE', SETS[READY], 0, n - 1)
-  if #members > 0 then
-    redis.call('ZREM', SETS[READY], unpack(members))
-  end
-  return members
 end
 
 -- How many tasks a script that promoted `promoted` and handed out `taken` tells other
