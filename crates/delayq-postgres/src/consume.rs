@@ -84,15 +84,21 @@ impl Inner {
         self.transact(&op, async |tx, effects, now| {
             let mut answers: Vec<Result<Vec<Delivery>>> =
                 calls.iter().map(|_| Ok(Vec::new())).collect();
-            let held: Vec<&str> = calls
+            let mut held: Vec<&str> = calls
                 .iter()
                 .filter_map(|c| c.held.as_ref().map(|(id, _)| id.as_str()))
                 .collect();
+            // Sorted, so that two rounds lock their rows in the same order.
+            held.sort_unstable();
+            held.dedup();
             if !held.is_empty() {
+                // One primary-key lookup an id, whatever the table's statistics say: with
+                // `id = ANY($2)` a planner that misjudges the topic's size (a table that grew
+                // since its last ANALYZE) scans the whole topic instead.
                 let sql = format!(
                     "SELECT {T_COLUMNS}, (SELECT p.limits FROM topics p WHERE p.topic = t.topic) \
-                     FROM tasks t WHERE t.topic = $1 AND t.id = ANY($2) \
-                     ORDER BY t.id FOR UPDATE OF t"
+                     FROM unnest($2::text[]) AS u(id) CROSS JOIN LATERAL \
+                     (SELECT * FROM tasks WHERE topic = $1 AND id = u.id LIMIT 1 FOR UPDATE) t"
                 );
                 let st = tx.prepare_cached(&sql).await?;
                 let rows = tx.query(&st, &[&topic, &held]).await?;

@@ -3,8 +3,8 @@
 //!
 //! The topics' rows are read once (their pauses and flow limits; those with limits locked
 //! for the whole transaction, so the ACTIVE counts and the rate read there are exact across
-//! instances), with the ACTIVE counts they need, and the due DELAYED tasks of the topics are
-//! promoted once. Then each pop in turn gets what a pop alone would get after the ones
+//! instances), with the ACTIVE counts they need, and, if the local driver lags, the due
+//! DELAYED tasks of the topics are promoted once. Then each pop in turn gets what a pop alone would get after the ones
 //! before it: the counts, the keys at their limit and the rate's state are kept up to date
 //! as tasks are taken (an `auto_finish` pop's tasks end FINISHED, so they hold no slot for
 //! the pops after it), and READY rows are read with `FOR UPDATE SKIP LOCKED` in rule 11's
@@ -166,8 +166,11 @@ impl Topics {
 impl Inner {
     /// Takes READY tasks over `topics` (sorted, without repeats) for each of `wants` in turn,
     /// obeying pauses and flow limits, in the transaction `tx`: what each pop gets, in order.
-    /// Due DELAYED tasks of those topics are promoted first, so a pop never waits for a
-    /// driver that lags. See the module doc.
+    /// Due DELAYED tasks of those topics are promoted first when the local driver lags
+    /// ([`crate::driver::Driver::lags`]), so a pop never waits for it. Otherwise the driver
+    /// promotes them: the look costs a scan past every promoted task's index entry that
+    /// vacuum has not removed yet, which made it the dearest statement of a pop. See the
+    /// module doc.
     pub(crate) async fn take_ready(
         &self,
         tx: &Transaction<'_>,
@@ -187,7 +190,7 @@ impl Inner {
             .filter(|topic| t.allowance(topic, now, total).0 > 0)
             .cloned()
             .collect();
-        if !live.is_empty() {
+        if !live.is_empty() && self.driver.lags(now) {
             self.promote(tx, Some(&live), now, PROMOTE_BATCH, effects)
                 .await?;
         }
@@ -366,6 +369,11 @@ impl Inner {
 
 /// Writes the state, receipt and deadline of tasks a transaction changed (handed out,
 /// finished) in one statement.
+///
+/// Each row is found by one primary-key lookup and updated by its ctid (a TID scan), so no
+/// plan scans the table: joined on `(topic, id)`, a planner that misjudged the table's size
+/// (it grew since its last ANALYZE, or since the cached plan was made) hash-joined a scan of
+/// the whole table. The rows are locked by the transaction, so the ctids it reads hold.
 pub(crate) async fn write_states(
     tx: &Transaction<'_>,
     tasks: &[Task],
@@ -373,11 +381,12 @@ pub(crate) async fn write_states(
 ) -> std::result::Result<(), tokio_postgres::Error> {
     let st = tx
         .prepare_cached(
-            "UPDATE tasks t SET state = u.state, receipt = u.receipt, deadline_ms = u.deadline, \
-             updated_at_ms = $1 \
-             FROM unnest($2::text[], $3::text[], $4::smallint[], $5::text[], $6::bigint[]) \
-             AS u(topic, id, state, receipt, deadline) \
-             WHERE t.topic = u.topic AND t.id = u.id",
+            "WITH u AS (SELECT * FROM unnest($2::text[], $3::text[], $4::smallint[], \
+             $5::text[], $6::bigint[]) AS u(topic, id, state, receipt, deadline)), \
+             r AS (SELECT k.c, u.state, u.receipt, u.deadline FROM u CROSS JOIN LATERAL \
+             (SELECT ctid AS c FROM tasks WHERE topic = u.topic AND id = u.id LIMIT 1) k) \
+             UPDATE tasks t SET state = r.state, receipt = r.receipt, deadline_ms = r.deadline, \
+             updated_at_ms = $1 FROM r WHERE t.ctid = r.c",
         )
         .await?;
     let topics: Vec<&str> = tasks.iter().map(|t| t.topic.as_str()).collect();

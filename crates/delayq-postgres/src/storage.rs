@@ -33,8 +33,8 @@ use delayq_core::{
 use parking_lot::Mutex;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
+use tokio_postgres::{Row, Statement};
 
 use crate::consume::Consumers;
 use crate::driver::Driver;
@@ -351,32 +351,38 @@ impl Inner {
         limit: i64,
         effects: &mut Effects,
     ) -> TxResult<usize> {
-        let filter = if topics.is_some() {
+        let st = self.promote_statement(tx, topics.is_some()).await?;
+        let list = topics.map(<[String]>::to_vec);
+        let rows = tx.query(&st, &[&db(now), &limit, &list]).await?;
+        Ok(self.promoted(rows, effects))
+    }
+
+    /// The statement of [`Inner::promote`], of some topics or of all: its parameters are
+    /// `now`, the most rows, and the topics (`NULL` for all).
+    pub(crate) async fn promote_statement(
+        &self,
+        tx: &Transaction<'_>,
+        of_topics: bool,
+    ) -> TxResult<Statement> {
+        let filter = if of_topics {
             "topic = ANY($3) AND state = 0"
         } else {
             "state = 0 AND $3::text[] IS NULL"
         };
+        // By the rows' ctids (a TID scan), as `write_states` does, so that no plan joins a
+        // scan of the whole table; the rows are locked, so their ctids hold.
         let sql = format!(
-            "WITH due AS (SELECT topic, id FROM tasks WHERE {filter} AND due_ms <= $1 \
+            "UPDATE tasks SET state = 1, updated_at_ms = $1 WHERE ctid = ANY(ARRAY( \
+             SELECT ctid FROM tasks WHERE {filter} AND due_ms <= $1 \
              AND (expires_at_ms IS NULL OR expires_at_ms > $1) ORDER BY due_ms LIMIT $2 \
-             FOR UPDATE SKIP LOCKED) \
-             UPDATE tasks t SET state = 1, updated_at_ms = $1 FROM due \
-             WHERE t.topic = due.topic AND t.id = due.id \
-             RETURNING t.topic, t.id, t.due_ms, t.trace"
+             FOR UPDATE SKIP LOCKED)) \
+             RETURNING topic, id, due_ms, trace"
         );
-        let st = tx.prepare_cached(&sql).await?;
-        let none: Option<Vec<String>> = None;
-        let list = topics.map(<[String]>::to_vec);
-        let rows = tx
-            .query(
-                &st,
-                &[
-                    &db(now),
-                    &limit,
-                    if topics.is_some() { &list } else { &none },
-                ],
-            )
-            .await?;
+        Ok(tx.prepare_cached(&sql).await?)
+    }
+
+    /// The effects of the rows [`Inner::promote_statement`] returned: how many moved.
+    pub(crate) fn promoted(&self, rows: Vec<Row>, effects: &mut Effects) -> usize {
         let n = rows.len();
         for row in rows {
             let topic: String = row.get(0);
@@ -389,7 +395,7 @@ impl Inner {
                 trace: trace.and_then(|v| serde_json::from_value(v).ok()),
             });
         }
-        Ok(n)
+        n
     }
 
     /// Applies the expiry of a task the transaction holds: DEAD or deleted.
