@@ -22,6 +22,10 @@
 //! `enqueue` called once a task in batch order, from one `INSERT` of the tasks whose ids are
 //! new and a call of `enqueue_row` (the row logic `enqueue` now calls too) for each of the
 //! rest.
+//!
+//! Migration 4 turns the primary key into (id, topic) and drops the index on the id alone,
+//! which the key's prefix now serves: one index fewer for every row version a state change
+//! writes.
 
 use delayq_core::validate::{Limits, TaskDefaults};
 use tokio_postgres::Client;
@@ -75,7 +79,7 @@ CREATE INDEX tasks_expiry ON {s}.tasks (expires_at_ms)
 CREATE INDEX tasks_topic_state_due ON {s}.tasks (topic, state, due_ms, seq);
 -- kick and peek-buried: oldest buried first
 CREATE INDEX tasks_dead ON {s}.tasks (topic, updated_at_ms, seq) WHERE state = 5;
--- beanstalkd's job ids name no tube
+-- beanstalkd's job ids name no tube (migration 4 drops it: the key leads with the id)
 CREATE INDEX tasks_id ON {s}.tasks (id);
 CREATE TABLE {s}.topics (
     topic text PRIMARY KEY,
@@ -100,6 +104,8 @@ CREATE TABLE {s}.settings (
     include_str!("migrations/002_sql_api.sql"),
     // 3: `enqueue_batch`, a batch's adds in one INSERT and the few it cannot take.
     include_str!("migrations/003_enqueue_batch.sql"),
+    // 4: the primary key (id, topic) in place of (topic, id) and the index on the id.
+    include_str!("migrations/004_id_first_key.sql"),
 ];
 
 /// The newest schema version this build knows.

@@ -2,7 +2,8 @@
 //! tasks in it, is migrated to the newest version when an instance of this build starts; the
 //! tasks are still there and served, and what the newer migrations add works; the same from
 //! version 2 to the batched add of version 3, after which a build that knows only version 2
-//! refuses the schema. (A schema newer than the build is refused: `pg_instances.rs` too.)
+//! refuses the schema; and from version 3 to the key of version 4, which leads with the id.
+//! (A schema newer than the build is refused: `pg_instances.rs` too.)
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,7 +31,17 @@ async fn laid_out_at(pg: &PostgresServer, version: i32) -> tokio_postgres::Clien
     client
 }
 
-/// The schema version the database is at.
+/// An instance of this build on `pg`, whose schema was at `version`: it migrates it.
+async fn instance(pg: &PostgresServer, version: i32) -> Queue {
+    let ctx = StorageContext::new(Arc::new(SystemClock::new()));
+    let storage = delayq_postgres::start(ctx.clone(), PostgresOptions::new(pg.url()))
+        .await
+        .unwrap_or_else(|e| {
+            panic!("an instance of this build migrates a version {version} schema: {e}")
+        });
+    Queue::new(Arc::new(storage), ctx)
+}
+
 /// How many functions of schema `delayq` are called `name`.
 async fn functions_named(client: &tokio_postgres::Client, name: &str) -> i64 {
     client
@@ -44,6 +55,7 @@ async fn functions_named(client: &tokio_postgres::Client, name: &str) -> i64 {
         .get(0)
 }
 
+/// The schema version the database is at.
 async fn version_of(client: &tokio_postgres::Client) -> i32 {
     client
         .query_one("SELECT version FROM delayq.schema_version", &[])
@@ -79,11 +91,7 @@ async fn a_version_1_database_with_tasks_is_migrated_and_its_tasks_served() {
         "version 1 has no SQL API"
     );
 
-    let ctx = StorageContext::new(Arc::new(SystemClock::new()));
-    let storage = delayq_postgres::start(ctx.clone(), PostgresOptions::new(pg.url()))
-        .await
-        .expect("an instance of this build migrates a version 1 schema");
-    let q = Queue::new(Arc::new(storage), ctx);
+    let q = instance(&pg, 1).await;
     assert_eq!(version_of(&client).await, schema::known_version());
 
     // The tasks are there, as they were, and served.
@@ -152,11 +160,7 @@ async fn a_version_2_database_gets_the_batched_add_and_a_version_2_build_then_re
         "version 2 has no enqueue_batch"
     );
 
-    let ctx = StorageContext::new(Arc::new(SystemClock::new()));
-    let storage = delayq_postgres::start(ctx.clone(), PostgresOptions::new(pg.url()))
-        .await
-        .expect("an instance of this build migrates a version 2 schema");
-    let q = Queue::new(Arc::new(storage), ctx);
+    let q = instance(&pg, 2).await;
     assert_eq!(functions_named(&client, "enqueue_batch").await, 1);
     // A batch over the old rows: one kept, one replaced, new ones added, one rejected.
     let results = q
@@ -210,4 +214,77 @@ async fn a_version_2_database_gets_the_batched_add_and_a_version_2_build_then_re
         "{text}"
     );
     assert_eq!(version_of(&client).await, schema::known_version());
+}
+
+/// The names of the key columns of `index`, in order.
+async fn key_columns(client: &tokio_postgres::Client, index: &str) -> Vec<String> {
+    client
+        .query(
+            "SELECT a.attname::text FROM pg_index i \
+             JOIN pg_class c ON c.oid = i.indexrelid \
+             JOIN pg_namespace n ON n.oid = c.relnamespace \
+             CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, nth) \
+             JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum \
+             WHERE n.nspname = 'delayq' AND c.relname = $1 ORDER BY k.nth",
+            &[&index],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_3_database_gets_the_key_that_leads_with_the_id() {
+    let pg = PostgresServer::start();
+    let client = laid_out_at(&pg, 3).await;
+    // The same id in two topics, as version 3 adds them.
+    client
+        .batch_execute(
+            "SELECT delayq.add('one', 'same', 'x'); \
+             SELECT delayq.add('two', 'same', 'y', delay_ms => 600000)",
+        )
+        .await
+        .unwrap();
+    assert_eq!(key_columns(&client, "tasks_pkey").await, ["topic", "id"]);
+    assert_eq!(key_columns(&client, "tasks_id").await, ["id"]);
+
+    let q = instance(&pg, 3).await;
+    assert_eq!(version_of(&client).await, schema::known_version());
+    // The key leads with the id, so a lookup by the id alone reads its prefix.
+    assert_eq!(key_columns(&client, "tasks_pkey").await, ["id", "topic"]);
+    assert!(
+        key_columns(&client, "tasks_id").await.is_empty(),
+        "the index on the id alone is gone"
+    );
+    // The old rows are found by id, by (topic, id), and served.
+    assert_eq!(q.locate("same").await.unwrap(), ["one", "two"]);
+    assert_eq!(q.get("two", "same").await.unwrap().state, State::Delayed);
+    let got = q.pop("one", PopOptions::default()).await.unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].body, b"x");
+    // The key still refuses a duplicate, through the instance and through the SQL API.
+    assert!(matches!(
+        q.add(NewTask::new("two", "same")).await,
+        Err(Error::Duplicate { .. })
+    ));
+    let err = client
+        .execute("SELECT delayq.add('two', 'same', 'z')", &[])
+        .await
+        .expect_err("a duplicate is rejected");
+    assert_eq!(err.as_db_error().unwrap().code().code(), "23505");
+    // And a batch over the old rows: the same id in a third topic is new.
+    let results = q
+        .add_batch(vec![
+            NewTask::new("three", "same"),
+            NewTask::new("one", "same").on_duplicate(OnDuplicate::Keep),
+        ])
+        .await
+        .unwrap();
+    assert!(matches!(
+        results.as_slice(),
+        [Ok(AddOutcome::Added), Ok(AddOutcome::Existed)]
+    ));
+    assert_eq!(q.locate("same").await.unwrap(), ["one", "three", "two"]);
 }
