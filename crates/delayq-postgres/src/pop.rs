@@ -4,10 +4,10 @@
 //! The topics' rows are read once (their pauses and flow limits; those with limits locked
 //! for the whole transaction, so the ACTIVE counts and the rate read there are exact across
 //! instances), with the ACTIVE counts they need, and, if the local driver lags, the due
-//! DELAYED tasks of the topics are promoted once. Then each pop in turn gets what a pop alone would get after the ones
-//! before it: the counts, the keys at their limit and the rate's state are kept up to date
-//! as tasks are taken (an `auto_finish` pop's tasks end FINISHED, so they hold no slot for
-//! the pops after it), and READY rows are read with `FOR UPDATE SKIP LOCKED` in rule 11's
+//! DELAYED tasks of the topics are promoted once. Then each pop in turn gets what a pop
+//! alone would get after the ones before it: the counts, the keys at their limit and the
+//! rate's state are kept up to date as tasks are taken (an `auto_finish` pop's tasks end
+//! FINISHED, so they hold no slot for the pops after it), and READY rows are read with `FOR UPDATE SKIP LOCKED` in rule 11's
 //! order.
 //!
 //! What makes a round cheap: a topic without limits is read once for the pop at hand and
@@ -381,9 +381,9 @@ pub(crate) async fn write_states(
 ) -> std::result::Result<(), tokio_postgres::Error> {
     let st = tx
         .prepare_cached(
-            "WITH u AS (SELECT * FROM unnest($2::text[], $3::text[], $4::smallint[], \
-             $5::text[], $6::bigint[]) AS u(topic, id, state, receipt, deadline)), \
-             r AS (SELECT k.c, u.state, u.receipt, u.deadline FROM u CROSS JOIN LATERAL \
+            "WITH r AS (SELECT k.c, u.state, u.receipt, u.deadline \
+             FROM unnest($2::text[], $3::text[], $4::smallint[], $5::text[], $6::bigint[]) \
+             AS u(topic, id, state, receipt, deadline) CROSS JOIN LATERAL \
              (SELECT ctid AS c FROM tasks WHERE topic = u.topic AND id = u.id LIMIT 1) k) \
              UPDATE tasks t SET state = r.state, receipt = r.receipt, deadline_ms = r.deadline, \
              updated_at_ms = $1 FROM r WHERE t.ctid = r.c",
