@@ -7,8 +7,8 @@
 //! DELAYED tasks of the topics are promoted once. Then each pop in turn gets what a pop
 //! alone would get after the ones before it: the counts, the keys at their limit and the
 //! rate's state are kept up to date as tasks are taken (an `auto_finish` pop's tasks end
-//! FINISHED, so they hold no slot for the pops after it), and READY rows are read with `FOR UPDATE SKIP LOCKED` in rule 11's
-//! order.
+//! FINISHED, so they hold no slot for the pops after it), and READY rows are read with
+//! `FOR UPDATE SKIP LOCKED` in rule 11's order.
 //!
 //! What makes a round cheap: a topic without limits is read once for the pop at hand and
 //! the ones after it (`LIMIT` their sum); they take the rows in turn. A topic with limits is
