@@ -24,11 +24,39 @@ use delayq::Delivery;
 use delayq_core::flow::take;
 use delayq_core::lifecycle;
 use delayq_core::{Millis, State};
+use tokio_postgres::types::ToSql;
 
 use crate::effects::Effects;
 use crate::error::TxResult;
 use crate::storage::{Inner, PROMOTE_BATCH, TopicRow};
 use crate::task::{COLUMNS, Task, db};
+
+/// The topics a statement reads, as its first parameter: `topic = $1` for one topic,
+/// `topic = ANY($1)` for more. PostgreSQL plans a statement with `= ANY` of an array
+/// parameter afresh at every call (its generic plan, made for an array of unknown length,
+/// costs more than a custom one for a single element): the topics' read of a consumer round,
+/// which reads one topic, spent twenty times as long in planning as in running
+/// (`pg_stat_statements`, docs/performance.md).
+struct TopicParam<'a>(&'a [String]);
+
+impl TopicParam<'_> {
+    /// `template` with `{topics}` replaced by the condition.
+    fn sql(&self, template: &str) -> String {
+        let condition = match self.0 {
+            [_] => "topic = $1",
+            _ => "topic = ANY($1)",
+        };
+        template.replace("{topics}", condition)
+    }
+
+    /// The parameter the condition reads.
+    fn param(&self) -> &(dyn ToSql + Sync) {
+        match self.0 {
+            [one] => one,
+            _ => &self.0,
+        }
+    }
+}
 
 /// One pop among those a transaction serves.
 #[derive(Debug, Clone, Copy)]
@@ -56,14 +84,15 @@ struct Topics {
 impl Topics {
     /// Reads the rows of `topics` (sorted), locking those with limits, and their counts.
     async fn read(tx: &Transaction<'_>, topics: &[String]) -> TxResult<Topics> {
+        let these = TopicParam(topics);
         let st = tx
-            .prepare_cached(
+            .prepare_cached(&these.sql(
                 "SELECT topic, paused, pause_until_ms, limits, tat FROM topics \
-                 WHERE topic = ANY($1) ORDER BY topic",
-            )
+                 WHERE {topics} ORDER BY topic",
+            ))
             .await?;
         let mut info: BTreeMap<String, TopicRow> = BTreeMap::new();
-        for row in tx.query(&st, &[&topics]).await? {
+        for row in tx.query(&st, &[these.param()]).await? {
             let t = TopicRow::from_row(&row)?;
             info.insert(t.topic.clone(), t);
         }
@@ -74,13 +103,14 @@ impl Topics {
             .collect();
         if !limited.is_empty() {
             // Read again under the lock: what another instance's pop left is what counts.
+            let these = TopicParam(&limited);
             let st = tx
-                .prepare_cached(
+                .prepare_cached(&these.sql(
                     "SELECT topic, paused, pause_until_ms, limits, tat FROM topics \
-                     WHERE topic = ANY($1) ORDER BY topic FOR UPDATE",
-                )
+                     WHERE {topics} ORDER BY topic FOR UPDATE",
+                ))
                 .await?;
-            for row in tx.query(&st, &[&limited]).await? {
+            for row in tx.query(&st, &[these.param()]).await? {
                 let t = TopicRow::from_row(&row)?;
                 info.insert(t.topic.clone(), t);
             }
@@ -406,13 +436,16 @@ async fn active_counts(
     tx: &Transaction<'_>,
     topics: &[String],
 ) -> std::result::Result<BTreeMap<String, usize>, tokio_postgres::Error> {
+    let these = TopicParam(topics);
     let st = tx
         .prepare_cached(
-            "SELECT topic, count(*) FROM tasks WHERE topic = ANY($1) AND state = 2 GROUP BY topic",
+            &these.sql(
+                "SELECT topic, count(*) FROM tasks WHERE {topics} AND state = 2 GROUP BY topic",
+            ),
         )
         .await?;
     Ok(tx
-        .query(&st, &[&topics])
+        .query(&st, &[these.param()])
         .await?
         .into_iter()
         .map(|r| (r.get::<_, String>(0), r.get::<_, i64>(1) as usize))
@@ -424,16 +457,58 @@ async fn key_counts(
     tx: &Transaction<'_>,
     topics: &[String],
 ) -> std::result::Result<Vec<((String, String), usize)>, tokio_postgres::Error> {
+    let these = TopicParam(topics);
     let st = tx
-        .prepare_cached(
-            "SELECT topic, key, count(*) FROM tasks WHERE topic = ANY($1) AND state = 2 \
+        .prepare_cached(&these.sql(
+            "SELECT topic, key, count(*) FROM tasks WHERE {topics} AND state = 2 \
              AND key IS NOT NULL GROUP BY topic, key",
-        )
+        ))
         .await?;
     Ok(tx
-        .query(&st, &[&topics])
+        .query(&st, &[these.param()])
         .await?
         .into_iter()
         .map(|r| ((r.get(0), r.get(1)), r.get::<_, i64>(2) as usize))
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::BytesMut;
+    use tokio_postgres::types::Type;
+
+    use super::TopicParam;
+
+    #[test]
+    fn one_topic_is_read_by_equality_more_by_any() {
+        let template = "SELECT topic FROM topics WHERE {topics} ORDER BY topic";
+        for (topics, sql) in [
+            (
+                &["a"][..],
+                "SELECT topic FROM topics WHERE topic = $1 ORDER BY topic",
+            ),
+            (
+                &["a", "b"][..],
+                "SELECT topic FROM topics WHERE topic = ANY($1) ORDER BY topic",
+            ),
+            (
+                &[][..],
+                "SELECT topic FROM topics WHERE topic = ANY($1) ORDER BY topic",
+            ),
+        ] {
+            let topics: Vec<String> = topics.iter().map(|t| t.to_string()).collect();
+            let these = TopicParam(&topics);
+            assert_eq!(these.sql(template), sql, "{topics:?}");
+            // The parameter fits the condition: text for `=`, text[] for `ANY`.
+            let fits = |ty: Type| {
+                these
+                    .param()
+                    .to_sql_checked(&ty, &mut BytesMut::new())
+                    .is_ok()
+            };
+            let one = topics.len() == 1;
+            assert_eq!(fits(Type::TEXT), one, "{topics:?} as text");
+            assert_eq!(fits(Type::TEXT_ARRAY), !one, "{topics:?} as text[]");
+        }
+    }
 }
