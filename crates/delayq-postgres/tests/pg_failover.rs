@@ -19,9 +19,14 @@
 //!   long-poll parked on each instance wakes for a delayed task added through another (the
 //!   driver promotes it, the listener carries the wake-up), and a task whose ttr runs out is
 //!   handed out again (only a driver does that).
+//! - `a_crash_and_restart_of_postgres_loses_nothing_the_driver_did`: the server crashes
+//!   (immediate shutdown) and restarts under a running instance, right after its driver
+//!   promoted tasks and ran out others' ttr; the instance comes back by itself and every one
+//!   of them is delivered, once.
 
 mod support;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -241,4 +246,80 @@ async fn every_instance_s_driver_and_listener_work_after_a_failover() {
     assert_ne!(again[0].receipt, first[0].receipt);
     a.shutdown().await.ok();
     b.shutdown().await.ok();
+}
+
+/// PostgreSQL crashes (an immediate shutdown: SIGQUIT, no checkpoint) and restarts on the
+/// same data directory while an instance runs: the tasks the driver promoted and the tasks
+/// whose ttr it ran out are READY at the crash; after the restart the instance reconnects by
+/// itself and every one of them is delivered, once, the expired ones as a redelivery, none
+/// lost and none early.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_and_restart_of_postgres_loses_nothing_the_driver_did() {
+    let mut server = tokio::task::block_in_place(PostgresServer::start);
+    let url = server.url();
+    let q = instance_of(&url, 4).await;
+    let topic = "crash";
+    for i in 0..20 {
+        q.add(NewTask::new(topic, format!("ttr-{i}")).ttr_ms(300))
+            .await
+            .unwrap();
+    }
+    let held = q.pop(topic, PopOptions::default().count(20)).await.unwrap();
+    assert_eq!(held.len(), 20, "the tasks whose ttr will run out are held");
+    for i in 0..100 {
+        q.add(NewTask::new(topic, format!("due-{i}")).delay_ms(300 + i))
+            .await
+            .unwrap();
+    }
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            q.stats(topic).await.is_ok_and(|s| s.ready == 120)
+        })
+        .await,
+        "the driver promotes the 100 and hands the 20 back: {:?}",
+        q.stats(topic).await
+    );
+    tokio::task::block_in_place(|| {
+        server.stop();
+        server.restart();
+    });
+
+    let mut got: HashMap<String, u32> = HashMap::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while got.len() < 120 && Instant::now() < deadline {
+        // Errors while the instance reconnects; it comes back by itself.
+        let Ok(tasks) = q
+            .pop(
+                topic,
+                PopOptions::default()
+                    .count(200)
+                    .timeout_ms(1_000)
+                    .auto_finish(true),
+            )
+            .await
+        else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        let now = SystemClock::new().now_ms();
+        for t in tasks {
+            assert!(
+                now >= t.due_ms,
+                "never early: {} due {} at {now}",
+                t.id,
+                t.due_ms
+            );
+            assert!(
+                got.insert(t.id.clone(), t.retries).is_none(),
+                "{} delivered twice after the crash",
+                t.id
+            );
+        }
+    }
+    assert_eq!(got.len(), 120, "every task is delivered after the restart");
+    for (id, retries) in &got {
+        let expected = u32::from(id.starts_with("ttr-"));
+        assert_eq!(*retries, expected, "{id}: its retries after the crash");
+    }
+    q.shutdown().await.ok();
 }

@@ -373,6 +373,20 @@ impl PostgresServer {
 }
 
 impl PostgresServer {
+    /// Starts the server again, on its data directory and port, after [`PostgresServer::stop`]
+    /// or [`PostgresServer::kill`]: it recovers from its WAL as after a crash. Panics with its
+    /// log when it does not come up.
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "restart: the server still runs");
+        let root = self.root;
+        assert!(
+            self.spawn(root),
+            "postgres did not come back on {}; its log:\n{}",
+            self.port,
+            self.log()
+        );
+    }
+
     /// Writes `contents` to `name` in the server's data directory, readable by the server
     /// alone (mode 0600, owned by the server's user): how a test hands it a TLS key, a
     /// certificate or a `pg_hba.conf`, which then take effect on `SELECT pg_reload_conf()`.
