@@ -289,3 +289,36 @@ async fn tick(inner: &Inner) -> Result<Tick> {
 }
 
 use crate::storage::save;
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+
+    use super::Driver;
+
+    /// A pop promotes its topics' due tasks itself only while this says the driver lags; a
+    /// driver at work or asleep until later leaves promotion to the driver.
+    #[test]
+    fn the_driver_lags_only_asleep_with_its_timer_due() {
+        for (awake, armed, now, lags, why) in [
+            (true, 0, 10, false, "at work: it reads the due rows itself"),
+            (true, 5, 10, false, "at work, whatever it slept until"),
+            (false, u64::MAX, 10, false, "asleep, nothing due"),
+            (false, 11, 10, false, "asleep until later"),
+            (
+                false,
+                10,
+                10,
+                true,
+                "asleep, its timer due now and not fired yet",
+            ),
+            (false, 3, 10, true, "asleep, its timer overdue"),
+            (false, 0, 10, true, "waiting out a failure (armed 0)"),
+        ] {
+            let driver = Driver::default();
+            driver.awake.store(awake, Ordering::SeqCst);
+            driver.armed.store(armed, Ordering::SeqCst);
+            assert_eq!(driver.lags(now), lags, "{why}");
+        }
+    }
+}
