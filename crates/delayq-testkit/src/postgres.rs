@@ -374,8 +374,9 @@ impl PostgresServer {
 
 impl PostgresServer {
     /// Starts the server again, on its data directory and port, after [`PostgresServer::stop`]
-    /// or [`PostgresServer::kill`]: it recovers from its WAL as after a crash. Panics with its
-    /// log when it does not come up.
+    /// (an immediate shutdown): it recovers from its WAL as after a crash. Panics with its log
+    /// when it does not come up. (After [`PostgresServer::kill`] its backends may still hold
+    /// the shared memory for a moment, and a new postmaster refuses to start then.)
     pub fn restart(&mut self) {
         assert!(self.child.is_none(), "restart: the server still runs");
         let root = self.root;
