@@ -10,8 +10,10 @@
 //! another instance created and then died before acting on. It never polls on a short
 //! interval: an idle deployment costs each instance one transaction per [`IDLE_LOOK`].
 //!
-//! Every driver does the same work with `FOR UPDATE SKIP LOCKED`: instances that wake
-//! together split the due rows between them, and each row's change is made once. One tick
+//! Only one instance's driver ticks when a timer is due: the lead ([`crate::lead`]); the
+//! others look [`FOLLOW_GRACE_MS`] later, in case the lead is stuck. Every driver does the
+//! same work with `FOR UPDATE SKIP LOCKED`, so drivers that tick together split the due rows
+//! between them, and each row's change is made once. One tick
 //! is one transaction whose statements go out as one pipeline (at most [`PROMOTE_BATCH`]
 //! rows of each kind; a full batch looks again at once). A pop promotes its topics' due
 //! tasks itself only while the driver lags ([`Driver::lags`]).
@@ -26,6 +28,7 @@ use tokio::sync::{Notify, watch};
 use tokio_postgres::types::ToSql;
 
 use crate::effects::TimeDead;
+use crate::lead::FOLLOW_GRACE_MS;
 use crate::storage::{Inner, PROMOTE_BATCH};
 use crate::task::{Expired, Failed, T_COLUMNS, Task, db, ms};
 
@@ -40,6 +43,14 @@ pub(crate) struct Driver {
     armed: AtomicU64,
     /// Whether the driver is working (it looks again before sleeping).
     awake: AtomicBool,
+    /// Whether this instance leads ([`crate::lead`]): it ticks at its timers, not
+    /// [`FOLLOW_GRACE_MS`] after them.
+    leads: AtomicBool,
+    /// The earliest timer it was told of since it last slept (`u64::MAX`: none). A follower
+    /// sleeps on until that timer's grace instead of ticking at once.
+    told: AtomicU64,
+    /// Whether a wake-up asked for a tick whatever it leads ([`Driver::wake`]).
+    look: AtomicBool,
 }
 
 impl Default for Driver {
@@ -48,30 +59,70 @@ impl Default for Driver {
             notify: Notify::new(),
             armed: AtomicU64::new(u64::MAX),
             awake: AtomicBool::new(true),
+            leads: AtomicBool::new(false),
+            told: AtomicU64::new(u64::MAX),
+            look: AtomicBool::new(false),
         }
     }
 }
 
 impl Driver {
-    /// Wakes the driver if `at` is earlier than what it sleeps until. While it works, the
-    /// wake-up is kept for its next sleep (`Notify` stores one permit), so a timer created
-    /// while it reads the next one is never missed.
+    /// Wakes the driver if it would tick for `at` before what it sleeps until. While it
+    /// works, the wake-up is kept for its next sleep (`Notify` stores one permit), so a timer
+    /// created while it reads the next one is never missed.
     pub fn wake_if_earlier(&self, at: Millis) {
-        if self.awake.load(Ordering::SeqCst) || at < self.armed.load(Ordering::SeqCst) {
+        if self.awake.load(Ordering::SeqCst) || self.look_at(at) < self.armed.load(Ordering::SeqCst)
+        {
+            self.told.fetch_min(at, Ordering::SeqCst);
             self.notify.notify_one();
         }
     }
 
-    /// Whether the driver is behind at `now`: asleep although something it knows of is due
-    /// (its timer has not fired yet, or it waits out a failure). An awake driver is working
-    /// through what is due, and one asleep until later knows of nothing due.
+    /// When the driver ticks for a timer at `at`: then if it leads, [`FOLLOW_GRACE_MS`]
+    /// later if it follows.
+    fn look_at(&self, at: Millis) -> Millis {
+        if self.leads() {
+            at
+        } else {
+            at.saturating_add(FOLLOW_GRACE_MS)
+        }
+    }
+
+    /// Records whether this instance leads ([`crate::lead`]).
+    pub fn set_leads(&self, leads: bool) {
+        self.leads.store(leads, Ordering::SeqCst);
+    }
+
+    /// Whether this instance leads ([`crate::lead`]).
+    pub fn leads(&self) -> bool {
+        self.leads.load(Ordering::SeqCst)
+    }
+
+    /// Whether the driver is behind at `now`: asleep although it meant to tick by now (its
+    /// timer has not fired yet, or it waits out a failure). An awake driver is working
+    /// through what is due, and one asleep until later knows of nothing due (a follower's
+    /// sleep includes its grace: until then the lead promotes).
     pub fn lags(&self, now: Millis) -> bool {
         !self.awake.load(Ordering::SeqCst) && now >= self.armed.load(Ordering::SeqCst)
     }
 
-    /// Wakes the driver.
+    /// Wakes the driver for a tick now (also a follower's).
     pub fn wake(&self) {
+        self.look.store(true, Ordering::SeqCst);
         self.notify.notify_one();
+    }
+
+    /// What a woken driver does, asleep until `until`: `None` to tick now, or the instant to
+    /// sleep on until. A lead ticks at once: its wake-ups are timers due now or about to be. A
+    /// follower told of an earlier timer only moves its sleep to that timer's grace; ticking
+    /// at once would race the lead for rows coming due.
+    fn woken(&self, until: Option<Millis>) -> Option<Millis> {
+        let told = self.told.swap(u64::MAX, Ordering::SeqCst);
+        if self.look.swap(false, Ordering::SeqCst) || self.leads() || told == u64::MAX {
+            return None;
+        }
+        let at = self.look_at(told);
+        Some(until.map_or(at, |u| u.min(at)))
     }
 }
 
@@ -109,20 +160,32 @@ pub(crate) async fn run(inner: Arc<Inner>, mut stop: watch::Receiver<bool>) {
                 continue;
             }
         };
+        let mut until = next.map(|at| inner.driver.look_at(at));
+        // Armed before it is marked asleep: a wake-up in between compares with this sleep.
         inner
             .driver
             .armed
-            .store(next.unwrap_or(u64::MAX), Ordering::SeqCst);
+            .store(until.unwrap_or(u64::MAX), Ordering::SeqCst);
         inner.driver.awake.store(false, Ordering::SeqCst);
-        let sleep = match next {
-            Some(at) => inner.ctx.clock.sleep_until(at),
-            None => Box::pin(std::future::pending()),
-        };
-        tokio::select! {
-            _ = sleep => {}
-            _ = inner.driver.notify.notified() => {}
-            _ = tokio::time::sleep(IDLE_LOOK) => {}
-            _ = stop.changed() => return,
+        let idle = tokio::time::sleep(IDLE_LOOK);
+        tokio::pin!(idle);
+        loop {
+            let sleep = match until {
+                Some(at) => inner.ctx.clock.sleep_until(at),
+                None => Box::pin(std::future::pending()),
+            };
+            tokio::select! {
+                _ = sleep => break,
+                _ = inner.driver.notify.notified() => match inner.driver.woken(until) {
+                    None => break,
+                    Some(at) => {
+                        until = Some(at);
+                        inner.driver.armed.store(at, Ordering::SeqCst);
+                    }
+                },
+                _ = &mut idle => break,
+                _ = stop.changed() => return,
+            }
         }
     }
 }
@@ -319,6 +382,92 @@ mod tests {
             driver.awake.store(awake, Ordering::SeqCst);
             driver.armed.store(armed, Ordering::SeqCst);
             assert_eq!(driver.lags(now), lags, "{why}");
+        }
+    }
+
+    /// A woken lead ticks; a woken follower ticks only when asked to look, and otherwise
+    /// moves its sleep to the grace of the earliest timer it was told of.
+    #[test]
+    fn a_woken_follower_moves_its_sleep_and_a_lead_ticks() {
+        use crate::lead::FOLLOW_GRACE_MS as G;
+        for (leads, told, look, until, then, why) in [
+            (
+                true,
+                Some(100),
+                false,
+                Some(500),
+                None,
+                "a lead ticks for a timer",
+            ),
+            (true, None, true, None, None, "a lead asked to look"),
+            (
+                false,
+                None,
+                true,
+                Some(500),
+                None,
+                "a follower asked to look",
+            ),
+            (
+                false,
+                None,
+                false,
+                Some(500),
+                None,
+                "a follower woken for nothing told",
+            ),
+            (
+                false,
+                Some(100),
+                false,
+                Some(500),
+                Some(100 + G),
+                "an earlier timer: its grace",
+            ),
+            (
+                false,
+                Some(900),
+                false,
+                Some(500),
+                Some(500),
+                "a later one keeps the sleep",
+            ),
+            (
+                false,
+                Some(100),
+                false,
+                None,
+                Some(100 + G),
+                "asleep with nothing due",
+            ),
+            (
+                false,
+                Some(100),
+                true,
+                Some(500),
+                None,
+                "told and asked to look",
+            ),
+        ] {
+            let driver = Driver::default();
+            driver.set_leads(leads);
+            driver.awake.store(false, Ordering::SeqCst);
+            driver
+                .armed
+                .store(until.unwrap_or(u64::MAX), Ordering::SeqCst);
+            if let Some(at) = told {
+                driver.told.store(at, Ordering::SeqCst);
+            }
+            if look {
+                driver.wake();
+            }
+            assert_eq!(driver.woken(until), then, "{why}");
+            assert_eq!(
+                driver.told.load(Ordering::SeqCst),
+                u64::MAX,
+                "{why}: told is taken"
+            );
+            assert!(!driver.look.load(Ordering::SeqCst), "{why}: look is taken");
         }
     }
 }

@@ -73,11 +73,22 @@ impl Effects {
         self.timer = Some(self.timer.map_or(at, |t| t.min(at)));
     }
 
-    /// Sends the notices to the other instances inside the transaction (delivered on commit).
-    pub async fn notify(&self, inner: &Inner, tx: &Transaction<'_>) -> TxResult<()> {
+    /// Sends the notices to the other instances inside the transaction (delivered on commit),
+    /// at `now`.
+    ///
+    /// A follower also tells of its earliest new timer ([`crate::lead`]): the lead does not
+    /// know of it and might sleep past it. Not one the lead will see anyway: it reads the next
+    /// timer at least once every [`IDLE_LOOK`](crate::IDLE_LOOK).
+    pub async fn notify(&self, inner: &Inner, tx: &Transaction<'_>, now: Millis) -> TxResult<()> {
         let mut payloads: Vec<String> = Vec::new();
         for topic in &self.ready {
             payloads.push(format!("{}|r|{topic}", inner.instance));
+        }
+        if let Some(at) = self.timer {
+            let seen_anyway = now.saturating_add(crate::IDLE_LOOK.as_millis() as u64);
+            if at < seen_anyway && !inner.driver.leads() {
+                payloads.push(format!("{}|t|{at}", inner.instance));
+            }
         }
         for ns in &self.settings {
             payloads.push(format!("{}|s|{ns}", inner.instance));

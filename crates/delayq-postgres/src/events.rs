@@ -9,7 +9,7 @@
 //! |------|----------|--------------|
 //! | `r`  | a topic  | wakes the consumers parked on the topic (tasks became ready, a slot freed, a pause ended) |
 //! | `s`  | a namespace | tells the settings readers that the namespace changed |
-//! | `t`  | a due time | wakes the driver if it sleeps past it (a timer an application's own transaction made: `delayq.add`, `.cancel`, `.reschedule`) |
+//! | `t`  | a due time | wakes the driver if it sleeps past it (a timer an application's own transaction made: `delayq.add`, `.cancel`, `.reschedule`; or one a follower made, for the lead: `crate::lead`) |
 //!
 //! The sender is an instance's id, or `sql` for the SQL API called by an application (no
 //! instance applies its effects locally, so every instance hears of its timers). Notices an
@@ -28,12 +28,12 @@
 //! until TCP says so; parked consumers still wake at their timeout meanwhile.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures_util::StreamExt;
 use tokio::sync::{mpsc, watch};
 use tokio_postgres::AsyncMessage;
 
+use crate::reconnect::Backoff;
 use crate::storage::Inner;
 
 /// The listener's loop, until `stop`.
@@ -42,38 +42,24 @@ pub(crate) async fn listen(
     connector: crate::Connector,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut failures: u32 = 0;
+    let mut backoff = Backoff::default();
     let mut listened_before = false;
-    loop {
-        if *stop.borrow() {
-            return;
-        }
+    while !*stop.borrow() {
         let mut listened = false;
-        match session(
+        let result = session(
             &inner,
             &connector,
             listened_before,
             &mut listened,
             &mut stop,
-        )
-        .await
+        );
+        let Err(e) = result.await else { return };
+        listened_before |= listened;
+        if !backoff
+            .failed("the LISTEN connection", &e, listened, &mut stop)
+            .await
         {
-            Ok(()) => return, // stopped
-            Err(e) => {
-                if listened {
-                    failures = 0;
-                    listened_before = true;
-                }
-                failures = failures.saturating_add(1);
-                if failures == 1 || failures.is_power_of_two() {
-                    tracing::warn!(error = %e, failures, "the LISTEN connection failed; reconnecting");
-                }
-            }
-        }
-        let pause = Duration::from_millis(50u64 << failures.min(6));
-        tokio::select! {
-            _ = tokio::time::sleep(pause) => {}
-            _ = stop.changed() => return,
+            return;
         }
     }
 }

@@ -46,9 +46,11 @@
 //! # Time-driven work and wake-ups
 //!
 //! Every instance runs a `driver` that sleeps until the earliest timer in the database and
-//! does what is due with `SKIP LOCKED` (so instances split it), and one LISTEN connection
-//! (`events`) through which the others' commits wake its parked consumers. No instance
-//! polls on a short interval.
+//! does what is due with `SKIP LOCKED` (so instances split it). One instance at a time leads
+//! (`lead`: it holds an advisory lock) and ticks when a timer is due; the others tick a
+//! grace later, in case the lead is stuck. One LISTEN connection per instance (`events`)
+//! carries the others' commits, which wake its parked consumers. No instance polls on a
+//! short interval.
 
 pub mod clock;
 mod consume;
@@ -56,8 +58,10 @@ mod driver;
 mod effects;
 pub mod error;
 mod events;
+mod lead;
 pub mod options;
 mod pop;
+mod reconnect;
 pub mod schema;
 mod storage;
 mod task;
@@ -177,6 +181,11 @@ pub async fn start(ctx: StorageContext, options: PostgresOptions) -> Result<Post
     let (stop, stopped) = watch::channel(false);
     let tasks = vec![
         tokio::spawn(driver::run(Arc::clone(&inner), stopped.clone())),
+        tokio::spawn(lead::hold(
+            Arc::clone(&inner),
+            connector.clone(),
+            stopped.clone(),
+        )),
         tokio::spawn(events::listen(Arc::clone(&inner), connector, stopped)),
     ];
     Ok(PostgresStorage {

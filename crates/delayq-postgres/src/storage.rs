@@ -134,7 +134,7 @@ impl Inner {
             let now = self.now();
             let mut effects = Effects::default();
             let out = work(&tx, &mut effects, now).await?;
-            effects.notify(self, &tx).await?;
+            effects.notify(self, &tx, now).await?;
             Ok::<_, TxError>((tx, effects, out, now))
         }
         .await
@@ -760,6 +760,12 @@ impl PostgresStorage {
     /// The schema this instance uses.
     pub fn schema(&self) -> &str {
         &self.inner.options.schema
+    }
+
+    /// Whether this instance leads the time-driven work now: it holds the schema's driver
+    /// lock and ticks when timers are due, while the other instances look a grace later.
+    pub fn leads(&self) -> bool {
+        self.inner.driver.leads()
     }
 
     async fn read<T>(

@@ -1,13 +1,13 @@
 //! Several instances over one database (issue 28): the schema is created once and shared, a
 //! schema newer than an instance knows is refused, pops on two instances never hand a task
-//! out twice, max_active holds across instances, and a long-poll parked on one instance wakes
-//! for a task added through another.
+//! out twice, max_active holds across instances, a long-poll parked on one instance wakes
+//! for a task added through another, and one instance at a time leads the time-driven work.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use delayq::{FlowLimits, NewTask, PopOptions, Queue, StorageContext, SystemClock};
+use delayq::{FlowLimits, ManualClock, NewTask, PopOptions, Queue, StorageContext, SystemClock};
 use delayq_postgres::PostgresOptions;
 use delayq_testkit::PostgresServer;
 
@@ -176,4 +176,89 @@ async fn the_database_clock_bounds_itself_and_reads_the_servers_time() {
         "ours {ours}, the database's {theirs}"
     );
     assert!(clock.upper_ms() >= theirs);
+}
+
+/// An instance on `clock`, with its storage kept apart to ask whether it leads.
+async fn instance_on(
+    pg: &PostgresServer,
+    clock: &ManualClock,
+) -> (Queue, Arc<delayq_postgres::PostgresStorage>, StorageContext) {
+    let ctx = StorageContext::new(Arc::new(clock.clone()));
+    let storage = Arc::new(
+        delayq_postgres::start(ctx.clone(), PostgresOptions::new(pg.url()))
+            .await
+            .expect("start the PostgreSQL backend"),
+    );
+    (Queue::new(Arc::clone(&storage), ctx.clone()), storage, ctx)
+}
+
+/// Waits up to 10 s (real time) for `check`.
+async fn within_10s(what: &str, check: impl Fn() -> bool) {
+    let start = std::time::Instant::now();
+    while !check() {
+        assert!(start.elapsed() < Duration::from_secs(10), "{what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Waits up to 3 s (real time) until the instance of `ctx` has promoted `n` tasks in all (a
+/// read reports a due task READY before any driver moved it: only the counter tells).
+async fn fired_within_3s(ctx: &StorageContext, n: u64) {
+    let start = std::time::Instant::now();
+    while ctx.metrics.snapshot().fired < n {
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "{n} promotions not made 3 s after the due time: {}",
+            ctx.metrics.snapshot().fired
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// One instance leads the time-driven work (the driver lock); a follower ticks only a grace
+/// after a timer, so the lead must hear of the timers the follower makes. Both instances run
+/// on one manual clock that the test moves exactly to the due time: the follower's grace is
+/// never reached, so only the lead can promote, and it does so without waiting for its slow
+/// look (5 s of real time) only if the follower's add told it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lead_promotes_what_a_follower_adds_at_its_due_time() {
+    let pg = PostgresServer::start();
+    let clock = ManualClock::new(1_800_000_000_000);
+    let (a, a_storage, a_ctx) = instance_on(&pg, &clock).await;
+    within_10s("the first instance leads", || a_storage.leads()).await;
+    let (b, b_storage, b_ctx) = instance_on(&pg, &clock).await;
+    // b asks for the lock at once and then every second: it never gets it while a holds it.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert!(
+        a_storage.leads() && !b_storage.leads(),
+        "one lead at a time"
+    );
+
+    for (n, delay) in [(1, 1_000), (2, 40), (3, 5)] {
+        b.add(NewTask::new("later", format!("f{n}")).delay_ms(delay))
+            .await
+            .unwrap();
+        clock.advance(delay);
+        fired_within_3s(&a_ctx, n).await;
+    }
+    assert_eq!(a_ctx.metrics.snapshot().fired, 3, "the lead promoted them");
+    assert_eq!(
+        b_ctx.metrics.snapshot().fired,
+        0,
+        "the follower waited its grace"
+    );
+    let got = a
+        .pop("later", PopOptions::default().count(3))
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 3);
+
+    // A lead that stops lets the lock go: the follower leads and promotes at the due time.
+    a.shutdown().await.unwrap();
+    within_10s("the follower leads", || b_storage.leads()).await;
+    b.add(NewTask::new("later", "after").delay_ms(100))
+        .await
+        .unwrap();
+    clock.advance(100);
+    fired_within_3s(&b_ctx, 1).await;
 }
