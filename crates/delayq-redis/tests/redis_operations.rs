@@ -658,3 +658,48 @@ fn fcalls(server: &RedisServer) -> u64 {
         .expect("calls=");
     calls.parse::<u64>().expect("a count")
 }
+
+/// A window a consumer gets starts no earlier than the partition's latest tick. A script's
+/// clock is read before it is sent, so a pop may reach Redis after a tick that ran at a later
+/// `now` and expired the task's previous attempt; counted from the pop's older reading, the
+/// new ttr would end before it began and the next tick would expire it at once (the
+/// conformance case `callback_past_ttr_is_redelivered` once saw two redeliveries so). Here
+/// the pops come from an instance whose clock stands a whole ttr behind the ticking one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pop_with_a_clock_older_than_the_last_tick_gets_its_whole_ttr() {
+    let server = RedisServer::start();
+    let ticking = ManualClock::new(T0);
+    let a = Instance::manual(&server, &ticking).await;
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            support::lease_owners(&server).values().sum::<usize>()
+                == delayq_redis::keys::LEASE_BUCKETS as usize
+        })
+        .await,
+        "the first instance holds every lease"
+    );
+    let behind = ManualClock::new(T0);
+    let b = Instance::manual(&server, &behind).await;
+    a.queue
+        .add(NewTask::new("t", "slow").ttr_ms(1_000))
+        .await
+        .unwrap();
+    let first = b.queue.pop_one("t", 0).await.unwrap().expect("ready");
+    assert_eq!(first.retries, 0);
+    ticking.advance(1_000);
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            a.queue.get("t", "slow").await.unwrap().retries == 1
+        })
+        .await,
+        "the tick at T0 + 1 000 expired the first attempt"
+    );
+    let again = b.queue.pop_one("t", 0).await.unwrap().expect("redelivered");
+    assert_eq!(again.retries, 1);
+    let info = a.queue.get("t", "slow").await.unwrap();
+    assert_eq!(
+        (info.state, info.deadline_ms),
+        (State::Active, Some(T0 + 2_000)),
+        "the ttr counts from the tick's now, not from the pop's older reading"
+    );
+}

@@ -126,6 +126,8 @@ local MOVED = 0
 -- The receipts of the tasks that left ACTIVE in a partition whose limits are topic-wide:
 -- their permits to give back.
 local FREED_R = {}
+-- The latest `now` a tick of the partition ran at, once read (`since_tick`).
+local TICKED = nil
 -- The keys of a topic's permits (the `permit_*` functions, see the end).
 local P_PERMITS, P_KEYS, P_KACTIVE, P_INFO, P_BLOCKS
 -- The receipts a permit function freed, and the keys whose holds it lifted: {key, partitions}.
@@ -440,11 +442,28 @@ local function leave(rec)
   end
 end
 
+-- The `now` of the partition's latest tick (0 before the first).
+local function ticked()
+  if TICKED == nil then
+    TICKED = tonumber(redis.call('HGET', INFO, 'ticked') or '0')
+  end
+  return TICKED
+end
+
+-- Where a window handed to a consumer starts (a ttr, a backoff): UPPER, or the latest
+-- tick's `now` if that is later. A script's clock is read before the script is sent; a tick
+-- that ran in between at a later `now` may have expired what this script now hands out
+-- again, and a window counted from the older reading would end before it began: the next
+-- tick would expire the new delivery at once.
+local function since_tick()
+  return math.max(UPPER, ticked())
+end
+
 -- Makes a record's fields ACTIVE with `receipt` until its ttr deadline.
 local function mark_active(rec, receipt)
   rec.state = ACTIVE
   rec.updated = NOW
-  rec.deadline = UPPER + rec.ttr
+  rec.deadline = since_tick() + rec.ttr
   rec.receipt = receipt
 end
 
@@ -813,7 +832,7 @@ local function fail(rec, delay, outcome, err)
     enter(rec, READY, rec.due)
     return READY
   end
-  enter(rec, DELAYED, UPPER + wait)
+  enter(rec, DELAYED, since_tick() + wait)
   return DELAYED
 end
 
@@ -1207,6 +1226,7 @@ local function begin(keys, argv)
   HELD, KORDER, KACTIVE, BLOCKED = keys[14], keys[15], keys[16], keys[17]
   READY_N, WAKE, DEAD_N, EXPIRED_N, SCANNED = 0, nil, 0, 0, 0
   HEADS, TRACED, FREED, MOVED, LIM, FREED_R = {}, {}, 0, 0, nil, {}
+  TICKED = nil
   upgrade()
 end
 

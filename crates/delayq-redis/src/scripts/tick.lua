@@ -18,6 +18,11 @@ end
 if token > fence then
   redis.call('SET', KEYS[18], ARGV[7])
 end
+-- The windows that scripts sent before this tick hand out start no earlier (`since_tick`).
+if NOW > ticked() then
+  redis.call('HSET', INFO, 'ticked', NOW)
+  TICKED = NOW
+end
 local more = 0
 local dues = promote(limit)
 if SCANNED == limit then
