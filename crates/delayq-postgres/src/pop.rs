@@ -330,7 +330,7 @@ impl Inner {
                     let Some(mut task) = carried.remove(i) else {
                         break;
                     };
-                    task.activate(self.receipt(), now);
+                    task.activate(self.receipt(), now, self.ctx.clock.window_start(now));
                     got.push(task.delivery());
                     if want.auto_finish {
                         let due = task.due_ms;

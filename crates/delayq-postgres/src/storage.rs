@@ -894,9 +894,15 @@ impl TaskStore for PostgresStorage {
                 if let Some(priority) = options.priority {
                     t.priority = priority;
                 }
-                let failed = t.fail(now, options.delay_ms, "released", options.error, max_error);
+                let start = inner.ctx.clock.window_start(now);
+                let failed = t.fail(
+                    start,
+                    options.delay_ms,
+                    "released",
+                    options.error,
+                    max_error,
+                );
                 let write = after_failure(t, fx, failed);
-                let _ = inner;
                 Ok((failed.state(), write))
             })
             .await
@@ -906,7 +912,12 @@ impl TaskStore for PostgresStorage {
         self.inner
             .with_task("touching a task", topic, id, |t, fx, _, now| {
                 t.check(Op::Touch, receipt)?;
-                t.deadline_ms = now.saturating_add(t.ttr_ms);
+                t.deadline_ms = self
+                    .inner
+                    .ctx
+                    .clock
+                    .window_start(now)
+                    .saturating_add(t.ttr_ms);
                 fx.timer(t.deadline_ms);
                 Ok((t.deadline_ms, Write::Save))
             })
@@ -1420,7 +1431,7 @@ impl BeanstalkOps for PostgresStorage {
                     }
                     _ => {}
                 }
-                t.activate(receipt, now);
+                t.activate(receipt, now, self.inner.ctx.clock.window_start(now));
                 fx.timer(t.deadline_ms);
                 Ok((Ok(t.delivery()), Write::Save))
             })

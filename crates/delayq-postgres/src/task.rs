@@ -264,11 +264,15 @@ impl Task {
         }
     }
 
-    /// Makes the task ACTIVE for a new attempt with `receipt`.
-    pub fn activate(&mut self, receipt: String, now: Millis) {
+    /// Makes the task ACTIVE for a new attempt with `receipt` at `now`, its ttr counted from
+    /// `start` (the clock's upper bound, docs/clock.md) or from the task's last change if that
+    /// is later. `now` is read when the transaction begins; a tick that committed since, at a
+    /// later `now`, may have made this very task READY again (its ttr expired), and a ttr
+    /// counted from the older reading could end before it began.
+    pub fn activate(&mut self, receipt: String, now: Millis, start: Millis) {
         let due = self.due_ms;
         self.receipt = Some(receipt);
-        self.deadline_ms = now.saturating_add(self.ttr_ms);
+        self.deadline_ms = start.max(self.updated_at_ms).saturating_add(self.ttr_ms);
         self.enter(State::Active, due, now, 0);
     }
 
@@ -386,4 +390,49 @@ pub(crate) enum Expired {
     Dead,
     /// The row is deleted.
     Drop,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Task;
+
+    /// A task READY since 1 000 (its last change), ttr 30 s.
+    fn ready_since(at: u64) -> Task {
+        let spec = delayq::core::validate::validate_task(
+            delayq::NewTask::new("t", "a").ttr_ms(30_000),
+            &delayq::Limits::default(),
+            &delayq::TaskDefaults::default(),
+            at,
+        )
+        .unwrap();
+        Task::new(spec, at)
+    }
+
+    /// A ttr starts at the clock's upper bound, or at the task's last change if that is later
+    /// (a tick that committed after this transaction read its clock).
+    #[test]
+    fn a_ttr_starts_at_the_upper_bound_or_the_last_change() {
+        for (now, start, changed, deadline, why) in [
+            (5_000, 5_000, 1_000, 35_000, "an exact clock"),
+            (
+                5_000,
+                5_002,
+                1_000,
+                35_002,
+                "the upper bound of an interval",
+            ),
+            (
+                5_000,
+                5_000,
+                6_000,
+                36_000,
+                "changed by a later tick: from then",
+            ),
+        ] {
+            let mut task = ready_since(changed);
+            task.activate("r".to_owned(), now, start);
+            assert_eq!(task.deadline_ms, deadline, "{why}");
+            assert_eq!(task.updated_at_ms, now, "{why}: the attempt starts now");
+        }
+    }
 }

@@ -262,3 +262,41 @@ async fn the_lead_promotes_what_a_follower_adds_at_its_due_time() {
     clock.advance(100);
     fired_within_3s(&b_ctx, 1).await;
 }
+
+/// A ttr starts no earlier than the task's last change. A pop reads the clock when its
+/// transaction begins; a tick may commit a later `now` before the pop reaches the row, and
+/// may have made this very task READY again (its ttr expired). Here the pops come from an
+/// instance whose clock stands a whole ttr behind the lead's: counted from its own reading the
+/// new ttr would end before it began.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pop_with_a_clock_older_than_the_last_tick_gets_its_whole_ttr() {
+    const T0: u64 = 1_800_000_000_000;
+    let pg = PostgresServer::start();
+    let ticking = ManualClock::new(T0);
+    let (a, a_storage, _) = instance_on(&pg, &ticking).await;
+    within_10s("the first instance leads", || a_storage.leads()).await;
+    let behind = ManualClock::new(T0);
+    let (b, _, _) = instance_on(&pg, &behind).await;
+    a.add(NewTask::new("t", "slow").ttr_ms(1_000))
+        .await
+        .unwrap();
+    let first = b.pop("t", PopOptions::default()).await.unwrap();
+    assert_eq!(first[0].retries, 0);
+    ticking.advance(1_000);
+    let start = std::time::Instant::now();
+    while a.get("t", "slow").await.unwrap().retries != 1 {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the lead's tick expired the ttr"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let again = b.pop("t", PopOptions::default()).await.unwrap();
+    assert_eq!(again[0].retries, 1);
+    let info = a.get("t", "slow").await.unwrap();
+    assert_eq!(
+        (info.state, info.deadline_ms),
+        (delayq::State::Active, Some(T0 + 2_000)),
+        "the ttr counts from the tick's change, not from the pop's older reading"
+    );
+}

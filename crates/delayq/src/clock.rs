@@ -84,6 +84,16 @@ pub trait Clock: Send + Sync + 'static {
         self.now_ms()
     }
 
+    /// The moment a window handed to a consumer starts from (the ttr of a pop or a touch, the
+    /// backoff or delay of a release), in an operation that read `now` (the lower reading,
+    /// which decides what is due): [`Clock::upper_ms`], read after it. A window measured from
+    /// `now` could end up to a millisecond before the consumer's own clock says it should,
+    /// and a second consumer would get the task while the first still holds a valid receipt;
+    /// from the upper bound it is at most a millisecond late, never early.
+    fn window_start(&self, now: Millis) -> Millis {
+        self.upper_ms().max(now)
+    }
+
     /// The due time of something `delay_ms` from now: [`Clock::upper_ms`] plus `delay_ms`
     /// (saturating). A delay of 0 is [`Clock::now_ms`], so such a task is ready at once.
     fn due_after(&self, delay_ms: u64) -> Millis {

@@ -237,7 +237,7 @@ impl InstanceState {
             let key = p.get(1).and_then(text).ok_or_else(bad)?;
             let ttr = p.get(2).and_then(int).and_then(|t| u64::try_from(t).ok());
             let now = self.ctx.clock.now_ms();
-            let until = self.ctx.clock.upper_ms().max(now) + ttr.ok_or_else(bad)? + GRANT_GRACE_MS;
+            let until = self.ctx.clock.window_start(now) + ttr.ok_or_else(bad)? + GRANT_GRACE_MS;
             if !self.hold_permit(topic, &holder, &key, until, false).await? {
                 // Its permit's time passed (so did its ttr) and the topic has no room: as far
                 // as the limits go, the task is READY again, for another consumer.

@@ -144,7 +144,7 @@ impl InstanceState {
         now: Millis,
     ) -> ScriptInvocation<'s> {
         // Read after `now`, so never below the true time when `now` was read.
-        let upper = self.ctx.clock.upper_ms().max(now);
+        let upper = self.ctx.clock.window_start(now);
         let header = Header {
             now,
             upper,

@@ -316,7 +316,7 @@ impl InstanceState {
     ) -> Result<(), BackendError> {
         let what = format!("giving back permits of topic {topic:?}");
         let now = self.ctx.clock.now_ms();
-        let upper = self.ctx.clock.upper_ms().max(now);
+        let upper = self.ctx.clock.window_start(now);
         let mut inv = self.permit_invocation(&SCRIPTS.permit_release, topic, now, upper);
         inv.arg(refund).arg(settle.len());
         for (r, deadline) in settle {
@@ -342,7 +342,7 @@ impl InstanceState {
     ) -> Result<bool, BackendError> {
         let what = format!("holding a permit of topic {topic:?}");
         let now = self.ctx.clock.now_ms();
-        let upper = self.ctx.clock.upper_ms().max(now);
+        let upper = self.ctx.clock.window_start(now);
         let mut inv = self.permit_invocation(&SCRIPTS.permit_hold, topic, now, upper);
         inv.arg(receipt)
             .arg(key)
@@ -377,7 +377,7 @@ impl InstanceState {
     pub(super) async fn permit_stats(&self, topic: &str) -> Result<(bool, bool), BackendError> {
         let what = format!("reading the permits of topic {topic:?}");
         let now = self.ctx.clock.now_ms();
-        let upper = self.ctx.clock.upper_ms().max(now);
+        let upper = self.ctx.clock.window_start(now);
         let inv = self.permit_invocation(&SCRIPTS.permit_stats, topic, now, upper);
         let reply = self.run_permit(&what, &inv, topic).await?;
         let flag = |i: usize| reply.payload.get(i).and_then(int) == Some(1);
@@ -398,7 +398,7 @@ impl InstanceState {
         now: Millis,
     ) -> Result<(Vec<(u64, Delivery)>, bool, bool), BackendError> {
         let candidates = &candidates[..candidates.len().min(MOST_CANDIDATES)];
-        let upper = self.ctx.clock.upper_ms().max(now);
+        let upper = self.ctx.clock.window_start(now);
         let prefix = self.receipts.prefix();
         let receipts: Vec<String> = (1..=candidates.len())
             .map(|i| format!("{prefix}{i:04x}"))

@@ -46,7 +46,6 @@ use super::{
     AddResult, BeanstalkOps, JobIds, LIMITS_NAMESPACE, ReleaseOptions, SettingsStore,
     StorageContext, TaskStore, decode_limits,
 };
-use crate::clock::Clock;
 use crate::error::{Error, Result};
 
 /// How many timers a driver applies under one lock before letting operations in.
@@ -402,16 +401,6 @@ impl Wakers {
     }
 }
 
-/// The moment a window handed to a consumer starts from: the ttr of a pop or a touch, the
-/// backoff or delay of a release. `now` (the clock's lower reading, rounded down) decides what
-/// is due; a window measured from it could end up to a millisecond before the consumer's own
-/// clock says it should, and a second consumer would get the task while the first still holds
-/// a valid receipt. So windows start from [`Clock::upper_ms`]: at most a millisecond late,
-/// never early.
-fn window_start(clock: &dyn Clock, now: Millis) -> Millis {
-    clock.upper_ms().max(now)
-}
-
 /// The shard a topic lives in: a stable hash (FNV-1a), so a data directory written by one run
 /// maps topics to the same shards in the next.
 pub(crate) fn shard_of(topic: &str, shards: usize) -> usize {
@@ -534,7 +523,7 @@ impl<J: Journal> TaskStore for Engine<J> {
     async fn pop(&self, topic: &str, max: usize, auto_finish: bool) -> Result<Vec<Delivery>> {
         let clock = &*self.ctx.clock;
         self.with_shard(topic, |s, now| {
-            Ok(s.pop(topic, max, auto_finish, window_start(clock, now)))
+            Ok(s.pop(topic, max, auto_finish, clock.window_start(now)))
         })
         .await
     }
@@ -560,7 +549,7 @@ impl<J: Journal> TaskStore for Engine<J> {
             // One shard: one lock gives the exact order.
             return self
                 .with_shard_index(*index, |s, now| {
-                    Ok(s.pop_any(group, max, auto_finish, window_start(clock, now)))
+                    Ok(s.pop_any(group, max, auto_finish, clock.window_start(now)))
                 })
                 .await;
         }
@@ -588,7 +577,7 @@ impl<J: Journal> TaskStore for Engine<J> {
             let group = &groups.iter().find(|(i, _)| *i == index).expect("a group").1;
             let got = self
                 .with_shard_index(index, |s, now| {
-                    Ok(s.pop_any(group, 1, auto_finish, window_start(clock, now)))
+                    Ok(s.pop_any(group, 1, auto_finish, clock.window_start(now)))
                 })
                 .await;
             match got {
@@ -673,7 +662,7 @@ impl<J: Journal> TaskStore for Engine<J> {
     async fn release(&self, topic: &str, id: &str, options: ReleaseOptions) -> Result<State> {
         let clock = &*self.ctx.clock;
         self.with_shard(topic, |s, now| {
-            s.release(topic, id, options, window_start(clock, now))
+            s.release(topic, id, options, clock.window_start(now))
         })
         .await
     }
@@ -681,7 +670,7 @@ impl<J: Journal> TaskStore for Engine<J> {
     async fn touch(&self, topic: &str, id: &str, receipt: Option<&str>) -> Result<Millis> {
         let clock = &*self.ctx.clock;
         self.with_shard(topic, |s, now| {
-            s.touch(topic, id, receipt, window_start(clock, now))
+            s.touch(topic, id, receipt, clock.window_start(now))
         })
         .await
     }
@@ -812,7 +801,7 @@ impl<J: Journal> BeanstalkOps for Engine<J> {
 
     async fn take(&self, topic: &str, id: &str) -> Result<Delivery> {
         let clock = &*self.ctx.clock;
-        self.with_shard(topic, |s, now| s.take(topic, id, window_start(clock, now)))
+        self.with_shard(topic, |s, now| s.take(topic, id, clock.window_start(now)))
             .await
     }
 
