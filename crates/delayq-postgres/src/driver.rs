@@ -5,8 +5,8 @@
 //! first entry of each partial index, no scan), and the driver sleeps on the queue's clock
 //! until then. It wakes early when this instance creates an earlier timer (an add, a pop's
 //! ttr deadline, a pause with an end; [`Driver::wake_if_earlier`]) or when another
-//! instance's transaction tells it so over LISTEN/NOTIFY (`delayq.add()` called from an
-//! application's own transaction does); a slow look every [`IDLE_LOOK`] covers timers that
+//! transaction tells it so over LISTEN/NOTIFY (`delayq.add()` called from an application's
+//! own transaction does, and so does a follower's for the lead); a slow look every [`IDLE_LOOK`] covers timers that
 //! another instance created and then died before acting on. It never polls on a short
 //! interval: an idle deployment costs each instance one transaction per [`IDLE_LOOK`].
 //!

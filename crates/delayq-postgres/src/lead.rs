@@ -155,6 +155,9 @@ mod tests {
     #[test]
     fn each_schema_has_its_own_lock() {
         assert_ne!(lock_name("delayq"), lock_name("other"));
-        assert_ne!(lock_name("delayq"), "delayq schema delayq");
+        assert_ne!(
+            lock_name("delayq"),
+            crate::schema::migration_lock_name("delayq")
+        );
     }
 }

@@ -141,7 +141,7 @@ pub async fn migrate_as_build(
     let tx = client.transaction().await.map_err(e)?;
     tx.execute(
         "SELECT pg_advisory_xact_lock(hashtext($1))",
-        &[&format!("delayq schema {schema}")],
+        &[&migration_lock_name(schema)],
     )
     .await
     .map_err(e)?;
@@ -238,4 +238,9 @@ pub async fn publish_config(
             pg(op, outcome, e)
         })?;
     Ok(())
+}
+
+/// The name of the advisory lock that migrations of `schema` take (hashed by `hashtext`).
+pub(crate) fn migration_lock_name(schema: &str) -> String {
+    format!("delayq schema {schema}")
 }
