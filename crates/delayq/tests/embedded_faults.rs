@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use delayq::storage::embedded::{self, EmbeddedOptions};
-use delayq::{ErrorKind, ManualClock, NewTask, Outcome, Queue, StorageContext};
+use delayq::{
+    ErrorKind, Held, ManualClock, NewTask, Outcome, PopOptions, Queue, State, StorageContext,
+};
 use delayq_log::FsyncPolicy;
 
 const START: u64 = 1_800_000_000_000;
@@ -91,6 +93,34 @@ async fn a_failed_log_write_is_outcome_unknown_and_later_writes_are_not_applied(
     );
     let finish = q.finish("t", &id, None).await.expect_err("refused");
     assert_eq!(finish.outcome(), Outcome::NotApplied, "{finish}");
+}
+
+/// Ack and take the next on a failed log is refused before the finish or the pop is applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ack_and_take_the_next_on_a_failed_log_changes_nothing() {
+    let dir = scratch();
+    let q = open(&dir, 1).await;
+    for id in ["held", "next"] {
+        q.add(NewTask::new("t", id)).await.unwrap();
+    }
+    let now = PopOptions::default().timeout_ms(0);
+    let held = q.pop("t", now).await.unwrap().pop().expect("ready");
+    assert_eq!(held.id, "held");
+    block_rotation(&dir, 1);
+    add_until_the_disk_fails(&q, "t").await;
+
+    let done = Held {
+        topic: "t",
+        id: "held",
+        receipt: Some(&held.receipt),
+    };
+    let err = q
+        .finish_then_pop(done, "t", now)
+        .await
+        .expect_err("the log is failed");
+    assert_eq!(err.outcome(), Outcome::NotApplied, "{err}");
+    assert_eq!(q.get("t", "held").await.unwrap().state, State::Active);
+    assert_eq!(q.get("t", "next").await.unwrap().state, State::Ready);
 }
 
 /// The sizes of each shard's first segment.

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use delayq::storage::embedded::{self, EmbeddedOptions};
 use delayq::{
-    ErrorKind, ManualClock, MaxRetries, NewTask, PopOptions, Queue, ReleaseOptions, State,
+    ErrorKind, Held, ManualClock, MaxRetries, NewTask, PopOptions, Queue, ReleaseOptions, State,
     StorageContext, TaskInfo,
 };
 use delayq_log::FsyncPolicy;
@@ -415,6 +415,84 @@ async fn a_finish_batch_answers_each_task_and_what_it_finished_survives_a_restar
     let err = q.finish_batch(&many).await.expect_err("over max_batch");
     assert_eq!(err.kind(), ErrorKind::TooLarge);
     assert!(err.to_string().contains(&max.to_string()), "{err}");
+    q.shutdown().await.unwrap();
+}
+
+/// Ack and take the next is one step and one durable write when the held task and the popped
+/// topic share a shard, two steps when they do not: either way the finish and the new attempt
+/// are both there after a restart, and a refused finish pops nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ack_and_take_the_next_survives_a_restart_within_a_shard_and_across() {
+    let dir = scratch();
+    let clock = ManualClock::new(START);
+    let q = open(&dir, &clock, |o| o).await;
+    // Four topics over three shards: some pairs share a shard and some do not.
+    let topics = ["t-a", "t-b", "t-c", "t-d"];
+    for topic in topics {
+        for id in ["1", "2"] {
+            q.add(NewTask::new(topic, id)).await.unwrap();
+        }
+    }
+    let now = PopOptions::default().timeout_ms(0);
+    let mut held = q.pop("t-a", now).await.unwrap().pop().expect("ready");
+    let mut finished = Vec::new();
+    // t-a then t-a again (one topic), then t-b, t-c and t-d.
+    for topic in ["t-a", "t-b", "t-c", "t-d"] {
+        let done = Held {
+            topic: &held.topic,
+            id: &held.id,
+            receipt: Some(&held.receipt),
+        };
+        let mut next = q
+            .finish_then_pop(done, topic, now)
+            .await
+            .expect("the finish")
+            .expect("the pop");
+        finished.push((held.topic.clone(), held.id.clone()));
+        assert_eq!(next.len(), 1, "{topic}");
+        held = next.pop().unwrap();
+        assert_eq!(held.topic, topic);
+    }
+    // A stale receipt: refused, and nothing of t-d is popped.
+    let stale = Held {
+        topic: &held.topic,
+        id: &held.id,
+        receipt: Some("stale"),
+    };
+    let refused = q
+        .finish_then_pop(stale, "t-d", now)
+        .await
+        .expect_err("stale");
+    assert_eq!(refused.kind(), ErrorKind::Conflict, "{refused}");
+    q.shutdown().await.unwrap();
+    drop(q);
+
+    let q = open(&dir, &clock, |o| o).await;
+    for (topic, id) in &finished {
+        assert_eq!(
+            q.get(topic, id).await.unwrap().state,
+            State::Finished,
+            "{topic}/{id}"
+        );
+    }
+    let active = q.get(&held.topic, &held.id).await.unwrap();
+    assert_eq!(active.state, State::Active, "the last one taken");
+    let ready: Vec<(String, String)> = [("t-b", "2"), ("t-c", "2"), ("t-d", "2")]
+        .iter()
+        .filter(|(t, i)| (*t, *i) != (held.topic.as_str(), held.id.as_str()))
+        .map(|(t, i)| (t.to_string(), i.to_string()))
+        .collect();
+    for (topic, id) in &ready {
+        assert_eq!(
+            q.get(topic, id).await.unwrap().state,
+            State::Ready,
+            "{topic}/{id}"
+        );
+    }
+    // The attempt that was handed out is the one that survived: its receipt finishes it.
+    q.finish(&held.topic, &held.id, Some(&held.receipt))
+        .await
+        .unwrap();
     q.shutdown().await.unwrap();
 }
 

@@ -43,7 +43,7 @@ pub(crate) use self::record::Record;
 pub(crate) use self::settings::{Settings, SettingsMap};
 pub(crate) use self::shard::Shard;
 use super::{
-    AddResult, BeanstalkOps, JobIds, LIMITS_NAMESPACE, ReleaseOptions, SettingsStore,
+    AddResult, BeanstalkOps, Held, JobIds, LIMITS_NAMESPACE, ReleaseOptions, SettingsStore,
     StorageContext, TaskStore, decode_limits,
 };
 use crate::error::{Error, Result};
@@ -657,6 +657,30 @@ impl<J: Journal> TaskStore for Engine<J> {
     async fn finish(&self, topic: &str, id: &str, receipt: Option<&str>) -> Result<()> {
         self.with_shard(topic, |s, now| s.finish(topic, id, receipt, now))
             .await
+    }
+
+    /// One lock and one durable write for both when the held task and `topic` share a shard
+    /// (always for one topic): a consumer loop of one request a task then waits for the log
+    /// once a task, not twice. A durability failure is the outer error (outcome unknown), as
+    /// for a lone finish: the popped task stays ACTIVE and comes back after its ttr.
+    async fn finish_then_pop(
+        &self,
+        held: Held<'_>,
+        topic: &str,
+        max: usize,
+        auto_finish: bool,
+    ) -> Result<Result<Vec<Delivery>>> {
+        let index = self.shard_index(topic);
+        if self.shard_index(held.topic) != index {
+            self.finish(held.topic, held.id, held.receipt).await?;
+            return Ok(self.pop(topic, max, auto_finish).await);
+        }
+        let clock = &*self.ctx.clock;
+        self.with_shard_index(index, |s, now| {
+            s.finish(held.topic, held.id, held.receipt, now)?;
+            Ok(Ok(s.pop(topic, max, auto_finish, clock.window_start(now))))
+        })
+        .await
     }
 
     async fn release(&self, topic: &str, id: &str, options: ReleaseOptions) -> Result<State> {
