@@ -391,23 +391,33 @@ def main():
               "add-embedded-always.json", "add", None, None, None, storage="embedded (fsync always)")
     http_line("HTTP /add, 50 clients, 1 task a request, --storage memory",
               "add-memory.json", "add", None, None, None, storage="memory")
+    def versus(what, name, base_name, value, unit, against_what, notes=lambda: []):
+        """A run's /add rate as a share of another run's in the same scripts/bench run."""
+        r, base = result(J(name), "add"), result(J(base_name), "add")
+        if r and base and base["figure"]:
+            targets.append(entry(
+                what, round(r["figure"]), r["unit"], ">=", value, unit,
+                against={"what": against_what, "value": round(base["figure"])},
+                ratio=round(100 * r["figure"] / base["figure"], 1),
+                source=f"delayq bench ({r['measured']}; against: {base['measured']})",
+                notes=notes()))
+        else:
+            targets.append(entry(what, None, "tasks/s", ">=", value, unit,
+                                 source=f"delayq bench ({name}, {base_name})", judged=False,
+                                 notes=["not measured in this run (step failed?)"]))
+
+    # Issue 27: what durability costs, the embedded add against --storage memory's.
+    versus("HTTP /add, 50 clients, 1 task a request, embedded (fsync interval) vs --storage memory",
+           "add-embedded.json", "add-memory.json", 90, "% of --storage memory",
+           "the same adds to --storage memory, same run")
     # The cost of delayq's own spans: the same traced adds with export off and on.
-    off, on = result(J("add-traced-off.json"), "add"), result(J("add-traced-on.json"), "add")
-    what = ("HTTP /add, 50 clients, every task traced, span export on (OTLP/HTTP to a local sink) "
-            "vs off, --storage memory")
-    if off and on and off["figure"]:
-        spans = [counter(read(os.path.join(raw, "metrics-traced-on.txt")), name)
-                 for name in ("delayq_spans_exported_total", "delayq_spans_dropped_total")]
-        targets.append(entry(
-            what, round(on["figure"]), on["unit"], ">=", 95, "% of export off",
-            against={"what": "the same adds with export off, same run", "value": round(off["figure"])},
-            ratio=round(100 * on["figure"] / off["figure"], 1),
-            source=f"delayq bench ({on['measured']}; off: {off['measured']})",
-            notes=[f"spans exported {spans[0]}, dropped {spans[1]}"]))
-    else:
-        targets.append(entry(what, None, "tasks/s", ">=", 95, "% of export off",
-                             source="delayq bench (add-traced-off, add-traced-on)", judged=False,
-                             notes=["not measured in this run (step failed?)"]))
+    versus("HTTP /add, 50 clients, every task traced, span export on (OTLP/HTTP to a local sink) "
+           "vs off, --storage memory",
+           "add-traced-on.json", "add-traced-off.json", 95, "% of export off",
+           "the same adds with export off, same run",
+           notes=lambda: ["spans exported {}, dropped {}".format(*[
+               counter(read(os.path.join(raw, "metrics-traced-on.txt")), name)
+               for name in ("delayq_spans_exported_total", "delayq_spans_dropped_total")])])
     http_line("HTTP pop + finish, 32 workers, count 1, embedded",
               "pop-embedded.json", "pop", ">=", 80, "% of half the ceiling", storage="embedded")
     http_line("HTTP pop count=N + one batched finish, 32 workers, embedded (issue 15)",
