@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use async_trait::async_trait;
 use deadpool_postgres::{Object, Pool, Transaction};
 use delayq::storage::coalesce::ConsumerCall;
+use delayq::storage::finish_then_pop_in_two_steps;
 use delayq::{
     AddResult, BeanstalkOps, Error, Held, JobIds, Outcome, Result, SettingsStore, StorageContext,
     TaskStore,
@@ -878,8 +879,7 @@ impl TaskStore for PostgresStorage {
         auto_finish: bool,
     ) -> Result<Result<Vec<Delivery>>> {
         if held.topic != topic {
-            self.finish(held.topic, held.id, held.receipt).await?;
-            return Ok(self.pop(topic, max, auto_finish).await);
+            return finish_then_pop_in_two_steps(self, held, topic, max, auto_finish).await;
         }
         let call = ConsumerCall::finish_then_pop(held.id, held.receipt, max, auto_finish);
         self.inner.consume(topic, call).await.map(Ok)

@@ -48,7 +48,7 @@ pub use beanstalk::BeanstalkOps;
 pub use delayq_core::ReleaseOptions;
 pub use job_ids::JobIds;
 pub use settings::{SettingsChanges, SettingsStore};
-pub use tasks::{Held, TaskStore};
+pub use tasks::{Held, TaskStore, finish_then_pop_in_two_steps};
 
 use std::sync::Arc;
 

@@ -20,6 +20,20 @@ pub struct Held<'a> {
     pub receipt: Option<&'a str>,
 }
 
+/// [`TaskStore::finish_then_pop`] as a finish, then, only when that succeeded, a pop: the
+/// default, and what a backend that does both in one step falls back to where it cannot (the
+/// held task on another shard or topic than the popped one).
+pub async fn finish_then_pop_in_two_steps<S: TaskStore + ?Sized>(
+    store: &S,
+    held: Held<'_>,
+    topic: &str,
+    max: usize,
+    auto_finish: bool,
+) -> Result<Result<Vec<Delivery>>> {
+    store.finish(held.topic, held.id, held.receipt).await?;
+    Ok(store.pop(topic, max, auto_finish).await)
+}
+
 /// The tasks of a backend. Every method is one atomic transition (or one atomic read) of the
 /// state of the tasks it names; the rules of docs/design.md §2 hold for every backend alike.
 /// A topic's pause is part of it, as it decides what a pop takes (rule 14).
@@ -75,8 +89,7 @@ pub trait TaskStore: Send + Sync + 'static {
         max: usize,
         auto_finish: bool,
     ) -> Result<Result<Vec<Delivery>>> {
-        self.finish(held.topic, held.id, held.receipt).await?;
-        Ok(self.pop(topic, max, auto_finish).await)
+        finish_then_pop_in_two_steps(self, held, topic, max, auto_finish).await
     }
 
     /// ACTIVE → READY, DELAYED or DEAD: a failed attempt. Returns the new state.

@@ -44,7 +44,7 @@ pub(crate) use self::settings::{Settings, SettingsMap};
 pub(crate) use self::shard::Shard;
 use super::{
     AddResult, BeanstalkOps, Held, JobIds, LIMITS_NAMESPACE, ReleaseOptions, SettingsStore,
-    StorageContext, TaskStore, decode_limits,
+    StorageContext, TaskStore, decode_limits, finish_then_pop_in_two_steps,
 };
 use crate::error::{Error, Result};
 
@@ -672,8 +672,7 @@ impl<J: Journal> TaskStore for Engine<J> {
     ) -> Result<Result<Vec<Delivery>>> {
         let index = self.shard_index(topic);
         if self.shard_index(held.topic) != index {
-            self.finish(held.topic, held.id, held.receipt).await?;
-            return Ok(self.pop(topic, max, auto_finish).await);
+            return finish_then_pop_in_two_steps(self, held, topic, max, auto_finish).await;
         }
         let clock = &*self.ctx.clock;
         self.with_shard_index(index, |s, now| {
