@@ -505,8 +505,9 @@ impl Queue {
     /// outer error is the finish's (nothing was popped; its [`Error::outcome`] says whether
     /// it may have been applied); the inner result is the pop's.
     ///
-    /// The storage does the finish and the first look in one step where it can (Redis: one
-    /// script), so a consumer loop costs one round trip a task.
+    /// The storage does the finish and the first look in one step where it can (embedded:
+    /// one shard step and one log write; Redis: one script; PostgreSQL: one transaction), so
+    /// a consumer loop costs one round trip a task.
     pub async fn finish_then_pop(
         &self,
         held: Held<'_>,

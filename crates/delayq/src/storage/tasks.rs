@@ -78,10 +78,12 @@ pub trait TaskStore: Send + Sync + 'static {
 
     /// A consumer's "ack and take the next": finishes `held` exactly as
     /// [`finish`](TaskStore::finish) does, then, only when that succeeded, pops as
-    /// [`pop`](TaskStore::pop) does. The outer error is the finish's (nothing was popped);
-    /// the inner result is the pop's. A backend that can do both in one step overrides this
-    /// (Redis: one script when the held task and the popped topic share a partition); the
-    /// default is the two calls one after the other.
+    /// [`pop`](TaskStore::pop) does. The outer error is the finish's (nothing was popped,
+    /// unless its outcome is unknown: a backend that does both in one step may have applied
+    /// both before its write or reply was lost); the inner result is the pop's. Such a
+    /// backend overrides this (embedded: one shard step and one log write when both topics
+    /// live in one shard; Redis: one script when they share a partition; PostgreSQL: one
+    /// transaction for one topic); the default is [`finish_then_pop_in_two_steps`].
     async fn finish_then_pop(
         &self,
         held: Held<'_>,
