@@ -544,9 +544,12 @@ async fn requeue_all_and_delete() {
 async fn racing_consumers_leave_no_ready_task_behind() {
     let server = RedisServer::start();
     let clock = ManualClock::new(T0);
-    let a = Instance::manual(&server, &clock).await;
-    let b = Instance::manual(&server, &clock).await;
-    // One task per partition (4 by default), all ready; as many consumers as tasks, all
+    let four = || {
+        let ctx = delayq::StorageContext::new(std::sync::Arc::new(clock.clone()));
+        Instance::start(ctx, options(&server).partitions(4))
+    };
+    let (a, b) = (four().await, four().await);
+    // One task per partition (4), all ready; as many consumers as tasks, all
     // aiming first at the partition with the earliest task. Each must get one: a consumer
     // that loses the race for a partition goes on to the others instead of returning empty.
     for round in 0..20u64 {
@@ -645,6 +648,88 @@ async fn concurrent_consumers_share_scripts_and_keep_their_own_outcomes() {
         || async { fcalls(&server) },
     )
     .await;
+}
+
+/// Ack and take the next on a topic of several partitions takes the next task from the held
+/// task's partition in the same script as the finish (`storage/acks.rs`), what that partition
+/// lacks from the others, and on a fair turn the best task of the topic: a consumer that keeps
+/// finding work in its partition does not leave a better task of another partition waiting
+/// until its own runs dry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ack_and_next_across_partitions_stays_but_leaves_no_partition_behind() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let ctx = delayq::StorageContext::new(std::sync::Arc::new(clock.clone()));
+    let i = Instance::start(ctx, options(&server).partitions(4)).await;
+    let q = &i.queue;
+    let id_in = |p: u32, n: u64| {
+        (0..)
+            .map(|k| format!("p{p}-{n}-{k}"))
+            .find(|id| delayq_redis::partition_of(id, 4) == p)
+            .unwrap()
+    };
+    let tasks = (0..40).map(|n| {
+        NewTask::new("t", id_in(0, n))
+            .run_at_ms(T0 + 1 + n)
+            .priority(10)
+    });
+    q.add_batch(tasks.collect()).await.unwrap();
+    clock.advance(100);
+    let mut held = q.pop_one("t", 0).await.unwrap().expect("ready");
+    assert_eq!(held.id, id_in(0, 0));
+    // Once the consumer works in partition 0, a better task lands in partition 1.
+    let lone = id_in(1, 0);
+    q.add(NewTask::new("t", &lone).priority(1)).await.unwrap();
+    let before = fcalls(&server);
+    let mut order = Vec::new();
+    loop {
+        let (id, receipt) = (held.id.clone(), held.receipt.clone());
+        let next = q
+            .finish_then_pop(
+                delayq::Held {
+                    topic: "t",
+                    id: &id,
+                    receipt: Some(&receipt),
+                },
+                "t",
+                PopOptions::default().timeout_ms(0),
+            )
+            .await
+            .expect("the finish")
+            .expect("the pop");
+        assert!(next.len() <= 1);
+        let Some(d) = next.into_iter().next() else {
+            break;
+        };
+        order.push(d.id.clone());
+        held = d;
+    }
+    let calls = order.len() as u64 + 1;
+    let scripts = fcalls(&server) - before;
+    assert_eq!(order.len(), 40, "every other task once: {order:?}");
+    let mut unique = order.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), 40, "none twice: {order:?}");
+    let at = order
+        .iter()
+        .position(|id| *id == lone)
+        .expect("the lone task");
+    assert!(
+        at < 9,
+        "partition 1's task waited for {at} of partition 0's (a fair turn is one call in 8)"
+    );
+    // Partition 0's tasks in their order around it.
+    let zeros: Vec<&String> = order.iter().filter(|id| **id != lone).collect();
+    let want: Vec<String> = (1..40).map(|n| id_in(0, n)).collect();
+    assert_eq!(zeros, want.iter().collect::<Vec<_>>());
+    // Most calls were one script; a look across the topic is five (a peek a partition and
+    // a pop) after the finish's.
+    assert!(
+        scripts < 2 * calls,
+        "{calls} ack-and-next calls ran {scripts} scripts"
+    );
+    assert_eq!(q.stats("t").await.unwrap().finished, 41);
 }
 
 /// How many functions Redis has run (`FCALL`s), from `INFO commandstats`.

@@ -7,6 +7,7 @@
 //! pages through each partition's DEAD set, [`REQUEUE_CHUNK`] tasks per script.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use super::InstanceState;
 use super::permits::GRANT_GRACE_MS;
@@ -44,6 +45,23 @@ fn refusal(status: Status, topic: &str, id: &str, op: Option<Op>, what: &str) ->
             BackendError::protocol(what, format!("{status:?} is no refusal")).into()
         }
     }
+}
+
+/// Every how many ack-and-next calls on an instance one takes its next task by a pop across
+/// all of the topic's partitions ([`next_from`]).
+const FAIR_TURN: u64 = 8;
+
+/// Where an ack-and-next of a task in partition `held` of a topic of `parts` partitions
+/// takes its next task from, on the instance's `turn`-th such call: that partition
+/// (`Some`), or all of them by a planned pop (`None`).
+///
+/// From the held task's partition it is one script for both, where a planned pop is a look
+/// at every partition first. But a consumer that always stays leaves a partition without
+/// consumers while the others have ready tasks; on every [`FAIR_TURN`]th call it takes the
+/// best task of the topic instead, so consumers drift to the partition whose ready tasks
+/// wait longest.
+fn next_from(parts: u32, held: u32, turn: u64) -> Option<u32> {
+    (parts == 1 || turn % FAIR_TURN != 0).then_some(held)
 }
 
 /// Most DEAD tasks one requeue-all script moves.
@@ -130,10 +148,13 @@ impl InstanceState {
     }
 
     /// Ack and take the next: finishes `held`, then pops `topic` (see
-    /// [`delayq::TaskStore::finish_then_pop`]). When the held task is of `topic` and the topic
-    /// has one partition (the default on one Redis), both are one call of a `consume` script
-    /// (`consume.rs`): one round trip a task for a consumer loop, shared with the other
-    /// consumers. Otherwise the finish, then the pop.
+    /// [`delayq::TaskStore::finish_then_pop`]). When the held task is of `topic`, both are
+    /// one call of a `consume` script on the held task's partition (`consume.rs`): one round
+    /// trip a task for a consumer loop, shared with the other consumers. With several
+    /// partitions the next task so comes from the held task's partition, not from the best
+    /// of all of them (rule 11 across partitions is best effort, docs/storage.md), except on
+    /// a fair turn ([`next_from`]); what that partition lacks comes from a pop across the
+    /// topic. A held task of another topic: the finish, then the pop.
     pub(super) async fn finish_then_pop(
         self: &Arc<Self>,
         held: Held<'_>,
@@ -142,18 +163,42 @@ impl InstanceState {
         auto_finish: bool,
     ) -> Result<Result<Vec<Delivery>>> {
         self.check_open()?;
-        let one_partition = held.topic == topic && self.partitions(topic, false).await? == Some(1);
-        if !one_partition {
+        let parts = if held.topic == topic {
+            self.partitions(topic, false).await?
+        } else {
+            None
+        };
+        let turn = self.ack_turns.fetch_add(1, Ordering::Relaxed);
+        let from = parts.and_then(|n| next_from(n, partition_of(held.id, n), turn));
+        let (Some(parts), Some(p)) = (parts, from) else {
             self.finish(held.topic, held.id, held.receipt).await?;
             return Ok(self.pop(&[topic], max, auto_finish).await);
-        }
+        };
         let call = ConsumerCall::finish_then_pop(held.id, held.receipt, max, auto_finish);
-        let consumed = self.consume(topic, 0, call).await?;
+        let consumed = self.consume(topic, p, call).await?;
         if let Some(status) = consumed.refused {
             let what = format!("finishing task {:?} of topic {topic:?}", held.id);
             return Err(refusal(status, topic, held.id, Some(Op::Finish), &what));
         }
-        Ok(Ok(consumed.tasks))
+        let mut tasks = consumed.tasks;
+        if parts == 1 || tasks.len() >= max {
+            return Ok(Ok(tasks));
+        }
+        // The held task's partition had too few ready: the rest from across the topic.
+        match self.pop(&[topic], max - tasks.len(), auto_finish).await {
+            Ok(more) => {
+                tasks.extend(more);
+                tasks.sort_by_key(|d| (d.priority, d.due_ms));
+                Ok(Ok(tasks))
+            }
+            Err(e) if tasks.is_empty() => Ok(Err(e)),
+            Err(e) => {
+                // The tasks taken are the consumer's now (ACTIVE); the error is only that
+                // there are not more of them.
+                tracing::warn!(topic, error = %e, "popping the rest of an ack and take the next");
+                Ok(Ok(tasks))
+            }
+        }
     }
 
     /// ACTIVE → FINISHED, in one `consume` script with the other consumers' calls on its
@@ -399,5 +444,37 @@ impl InstanceState {
                 .map_err(maybe_applied)?;
         }
         Ok(total)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_next_task_comes_from_the_held_tasks_partition_but_on_a_fair_turn() {
+        // (partitions, the held task's partition, turn) -> where the next comes from.
+        let table = [
+            ((1, 0, 0), Some(0)),
+            ((1, 0, FAIR_TURN), Some(0)),
+            ((4, 2, 0), None),
+            ((4, 2, 1), Some(2)),
+            ((4, 2, FAIR_TURN - 1), Some(2)),
+            ((4, 2, FAIR_TURN), None),
+            ((4, 3, 3 * FAIR_TURN + 5), Some(3)),
+            ((16, 9, u64::MAX - u64::MAX % FAIR_TURN), None),
+        ];
+        for ((parts, held, turn), want) in table {
+            assert_eq!(
+                next_from(parts, held, turn),
+                want,
+                "{parts} partitions, held in {held}, turn {turn}"
+            );
+        }
+        // One turn in FAIR_TURN looks across the topic, whatever the start.
+        let fair = (100..100 + 8 * FAIR_TURN)
+            .filter(|&t| next_from(4, 1, t).is_none())
+            .count();
+        assert_eq!(fair, 8);
     }
 }

@@ -100,6 +100,8 @@ pub(crate) struct InstanceState {
     consumers: consume::Consumers,
     /// Concurrent pops of one topic of several partitions, sharing a round.
     shared_pops: pop::SharedPops,
+    /// The ack-and-next calls so far, for their fair turn (`acks.rs`, `next_from`).
+    ack_turns: AtomicU64,
     closed: AtomicBool,
 }
 
@@ -271,6 +273,7 @@ pub async fn start(ctx: StorageContext, options: RedisOptions) -> Result<Arc<Red
         adds: add::Adds::default(),
         consumers: consume::Consumers::default(),
         shared_pops: pop::SharedPops::default(),
+        ack_turns: AtomicU64::new(0),
         closed: AtomicBool::new(false),
         options,
     });
