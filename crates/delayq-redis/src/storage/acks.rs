@@ -61,7 +61,7 @@ const FAIR_TURN: u64 = 8;
 /// best task of the topic instead, so consumers drift to the partition whose ready tasks
 /// wait longest.
 fn next_from(parts: u32, held: u32, turn: u64) -> Option<u32> {
-    (parts == 1 || turn % FAIR_TURN != 0).then_some(held)
+    (parts == 1 || !turn.is_multiple_of(FAIR_TURN)).then_some(held)
 }
 
 /// Most DEAD tasks one requeue-all script moves.
