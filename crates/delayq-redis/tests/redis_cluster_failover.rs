@@ -19,7 +19,9 @@ async fn a_master_dies_and_nothing_acknowledged_is_lost() {
         .partitions(8)
         .connect_timeout(Duration::from_millis(500))
         .response_timeout(Duration::from_secs(2))
-        .wait_replicas(1, Duration::from_millis(500));
+        // Generous (below the response timeout): with the whole suite running, two tests
+        // at a time on two cores, a replica's ack once took over 500 ms before any failover.
+        .wait_replicas(1, Duration::from_millis(1_500));
     let instance = support::Instance::system(options.clone()).await;
     let q = instance.queue.clone();
     // A second instance, to check that events (pub/sub) still cross instances after the

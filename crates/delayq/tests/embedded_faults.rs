@@ -123,6 +123,54 @@ async fn an_ack_and_take_the_next_on_a_failed_log_changes_nothing() {
     assert_eq!(q.get("t", "next").await.unwrap().state, State::Ready);
 }
 
+/// Ack and take the next across two shards is two steps, each with its own log write: when
+/// the write of the pop fails (its shard's log cannot rotate), the finish on the other shard is
+/// done and the pop's error is the inner one; within one shard, where both are one write, it
+/// would be the outer error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ack_and_take_the_next_across_shards_finishes_even_when_the_pop_fails() {
+    let dir = scratch();
+    let q = open(&dir, 2).await;
+    let (broken, healthy) = two_shards(&q, &dir).await;
+    let now = PopOptions::default().timeout_ms(0);
+    // The probes: the broken topic's out of the way, the healthy one's held.
+    let probe = q.pop("broken", now).await.unwrap().pop().expect("ready");
+    q.finish("broken", &probe.id, Some(&probe.receipt))
+        .await
+        .unwrap();
+    let held = q.pop(&healthy, now).await.unwrap().pop().expect("ready");
+    // Handing this one out writes its whole record: more than the segment has left.
+    q.add(NewTask::new("broken", "big").body("x".repeat(3_000)))
+        .await
+        .unwrap();
+    let last = std::fs::read_dir(dir.join(format!("shard-{broken}")))
+        .unwrap()
+        .filter_map(|e| e.unwrap().file_name().into_string().ok())
+        .filter_map(|name| name.strip_suffix(".seg")?.parse::<u64>().ok())
+        .max()
+        .expect("a segment");
+    for seq in last + 1..=last + 100 {
+        std::fs::create_dir(dir.join(format!("shard-{broken}/{seq:020}.seg"))).unwrap();
+    }
+
+    let done = Held {
+        topic: &healthy,
+        id: &held.id,
+        receipt: Some(&held.receipt),
+    };
+    let pop = q
+        .finish_then_pop(done, "broken", now)
+        .await
+        .expect("the finish, on the healthy shard");
+    let err = pop.expect_err("the pop, whose write failed");
+    assert_eq!(err.kind(), ErrorKind::Storage, "{err}");
+    assert_eq!(err.outcome(), Outcome::Unknown, "{err}");
+    assert_eq!(
+        q.get(&healthy, &held.id).await.unwrap().state,
+        State::Finished
+    );
+}
+
 /// The sizes of each shard's first segment.
 fn segment_sizes(dir: &Path, shards: usize) -> Vec<u64> {
     (0..shards)
@@ -143,20 +191,24 @@ async fn shard_of(q: &Queue, dir: &Path, shards: usize, topic: &str) -> usize {
         .expect("one log grew")
 }
 
+/// Of a queue of two shards: the shard of topic `broken`, and a topic on the other one (each
+/// with its probe task).
+async fn two_shards(q: &Queue, dir: &Path) -> (usize, String) {
+    let broken = shard_of(q, dir, 2, "broken").await;
+    for n in 0..64 {
+        let topic = format!("healthy-{n}");
+        if shard_of(q, dir, 2, &topic).await != broken {
+            return (broken, topic);
+        }
+    }
+    panic!("no topic on the other shard");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_that_fails_on_one_shard_reports_each_task() {
     let dir = scratch();
     let q = open(&dir, 2).await;
-    let broken = shard_of(&q, &dir, 2, "broken").await;
-    let mut healthy = None;
-    for n in 0..64 {
-        let topic = format!("healthy-{n}");
-        if shard_of(&q, &dir, 2, &topic).await != broken {
-            healthy = Some(topic);
-            break;
-        }
-    }
-    let healthy = healthy.expect("a topic on the other shard");
+    let (broken, healthy) = two_shards(&q, &dir).await;
     // Only the broken shard's log cannot rotate; this batch overflows its segment.
     for seq in 2..=100u64 {
         std::fs::create_dir(dir.join(format!("shard-{broken}/{seq:020}.seg"))).unwrap();
