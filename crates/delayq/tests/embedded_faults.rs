@@ -169,6 +169,14 @@ async fn an_ack_and_take_the_next_across_shards_finishes_even_when_the_pop_fails
         q.get(&healthy, &held.id).await.unwrap().state,
         State::Finished
     );
+    // Now every shard refuses changes, and names the log whose write failed.
+    let refused = q
+        .add(NewTask::new(&healthy, "after"))
+        .await
+        .expect_err("refused");
+    assert_eq!(refused.outcome(), Outcome::NotApplied, "{refused}");
+    let cause = format!("{refused:?}");
+    assert!(cause.contains(&format!("shard-{broken}")), "{cause}");
 }
 
 /// The sizes of each shard's first segment.

@@ -64,7 +64,6 @@ pub mod fuzzing {
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use delayq_core::Pause;
@@ -252,7 +251,7 @@ pub async fn start(
     .map_err(|e| storage_error("opening the data directory", &dir, e))??;
 
     let wake_snapshotter = Arc::new(Notify::new());
-    let failed = Arc::new(AtomicBool::new(false));
+    let failed = Arc::new(FailedLog::new());
     let opener = Opener {
         ctx: ctx.clone(),
         options: options.clone(),
@@ -440,7 +439,7 @@ struct Opener {
     options: EmbeddedOptions,
     now: u64,
     wake_snapshotter: Arc<Notify>,
-    failed: Arc<AtomicBool>,
+    failed: Arc<FailedLog>,
 }
 
 impl Opener {
@@ -664,7 +663,7 @@ pub struct LogJournal {
     snapshot_min_bytes: u64,
     snapshot_requested: bool,
     wake_snapshotter: Arc<Notify>,
-    failed: Arc<AtomicBool>,
+    failed: Arc<FailedLog>,
 }
 
 impl LogJournal {
@@ -674,10 +673,14 @@ impl LogJournal {
     }
 }
 
+/// The first log of the data directory whose write failed, once one did: every shard then
+/// refuses changes, since what the failed one holds on disk is no longer known.
+type FailedLog = std::sync::OnceLock<PathBuf>;
+
 /// What an operation waits for: its batch in the log, or the error appending it.
 pub struct LogTicket {
     ticket: std::result::Result<Ticket, delayq_log::LogError>,
-    failed: Arc<AtomicBool>,
+    failed: Arc<FailedLog>,
     dir: PathBuf,
 }
 
@@ -685,10 +688,11 @@ impl Journal for LogJournal {
     type Ticket = LogTicket;
 
     fn check(&self) -> Result<()> {
-        if self.failed.load(Ordering::Acquire) {
+        if let Some(dir) = self.failed.get() {
+            // The log whose write failed, which may be another shard's than this one.
             return Err(storage_error(
                 "writing the log, which takes no more changes since a write failed",
-                self.log.dir(),
+                dir,
                 "an earlier write failed; the data directory needs attention (see the log)",
             ));
         }
@@ -764,7 +768,7 @@ impl Journal for LogJournal {
                 tracing::warn!(dir = %ticket.dir.display(), error = %e, "no space to write the log; changes are refused until space is freed");
                 return out_of_space(&ticket.dir, &e);
             }
-            ticket.failed.store(true, Ordering::Release);
+            let _ = ticket.failed.set(ticket.dir.clone());
             tracing::error!(dir = %ticket.dir.display(), error = %e, "a log write failed; refusing further changes");
             storage_error("writing the log", &ticket.dir, e)
         })
