@@ -10,7 +10,7 @@ use delayq::{
     AddOutcome, Backoff, Clock, ErrorKind, ManualClock, MaxRetries, NewTask, PopOptions,
     ReleaseOptions, State,
 };
-use support::{Instance, RedisServer, eventually, options};
+use support::{Instance, RedisServer, eventually};
 
 const T0: u64 = 1_800_000_000_000;
 
@@ -448,10 +448,9 @@ async fn list_pages_by_due_across_states() {
 async fn partition_count_is_recorded_and_never_silently_changed() {
     let server = RedisServer::start();
     let clock = ManualClock::new(T0);
-    let ctx = || delayq::StorageContext::new(std::sync::Arc::new(clock.clone()));
-    let a = Instance::start(ctx(), options(&server).partitions(4)).await;
+    let a = Instance::manual_with(&server, &clock, |o| o.partitions(4)).await;
     a.queue.add(NewTask::new("orders", "o-1")).await.unwrap();
-    let b = Instance::start(ctx(), options(&server).partitions(8)).await;
+    let b = Instance::manual_with(&server, &clock, |o| o.partitions(8)).await;
     let err = b
         .queue
         .add(NewTask::new("orders", "o-2"))
@@ -465,10 +464,9 @@ async fn partition_count_is_recorded_and_never_silently_changed() {
     );
     assert!(b.queue.get("orders", "o-1").await.is_err());
     // Per-topic settings that agree are fine, and other topics use the default.
-    let c = Instance::start(
-        ctx(),
-        options(&server).partitions(8).topic_partitions("orders", 4),
-    )
+    let c = Instance::manual_with(&server, &clock, |o| {
+        o.partitions(8).topic_partitions("orders", 4)
+    })
     .await;
     assert_eq!(
         c.queue.get("orders", "o-1").await.unwrap().state,
@@ -544,10 +542,7 @@ async fn requeue_all_and_delete() {
 async fn racing_consumers_leave_no_ready_task_behind() {
     let server = RedisServer::start();
     let clock = ManualClock::new(T0);
-    let four = || {
-        let ctx = delayq::StorageContext::new(std::sync::Arc::new(clock.clone()));
-        Instance::start(ctx, options(&server).partitions(4))
-    };
+    let four = || Instance::manual_with(&server, &clock, |o| o.partitions(4));
     let (a, b) = (four().await, four().await);
     // One task per partition (4), all ready; as many consumers as tasks, all
     // aiming first at the partition with the earliest task. Each must get one: a consumer
@@ -594,8 +589,7 @@ async fn racing_consumers_leave_no_ready_task_behind() {
 async fn concurrent_adds_share_scripts_and_keep_their_own_outcomes() {
     let server = RedisServer::start();
     let clock = ManualClock::new(T0);
-    let ctx = delayq::StorageContext::new(std::sync::Arc::new(clock.clone()));
-    let i = Instance::start(ctx, options(&server).partitions(1)).await;
+    let i = Instance::manual_with(&server, &clock, |o| o.partitions(1)).await;
     let q = &i.queue;
     // Registers the topic and loads the script, so that what follows is adds only.
     q.add(NewTask::new("orders", "first")).await.unwrap();
@@ -640,8 +634,7 @@ async fn concurrent_adds_share_scripts_and_keep_their_own_outcomes() {
 async fn concurrent_consumers_share_scripts_and_keep_their_own_outcomes() {
     let server = RedisServer::start();
     let clock = ManualClock::new(T0);
-    let ctx = delayq::StorageContext::new(std::sync::Arc::new(clock.clone()));
-    let i = Instance::start(ctx, options(&server).partitions(1)).await;
+    let i = Instance::manual_with(&server, &clock, |o| o.partitions(1)).await;
     delayq_conformance::consumers::share_rounds_and_keep_their_own_outcomes(
         &i.queue,
         "scripts",
@@ -659,8 +652,7 @@ async fn concurrent_consumers_share_scripts_and_keep_their_own_outcomes() {
 async fn ack_and_next_across_partitions_stays_but_leaves_no_partition_behind() {
     let server = RedisServer::start();
     let clock = ManualClock::new(T0);
-    let ctx = delayq::StorageContext::new(std::sync::Arc::new(clock.clone()));
-    let i = Instance::start(ctx, options(&server).partitions(4)).await;
+    let i = Instance::manual_with(&server, &clock, |o| o.partitions(4)).await;
     let q = &i.queue;
     let id_in = |p: u32, n: u64| {
         (0..)

@@ -572,8 +572,7 @@ async fn a_partition_of_the_previous_version_is_upgraded() {
         T0 - 200
     ));
     cmd(&format!("ZADD dq:{{old#0}}:dead {} gone", T0 - 300));
-    let ctx = StorageContext::new(Arc::new(clock.clone()));
-    let i = Instance::start(ctx, support::options(&server).partitions(1)).await;
+    let i = Instance::manual_with(&server, &clock, |o| o.partitions(1)).await;
     let q = &i.queue;
     assert_eq!(q.get("old", "r1").await.unwrap().priority, 1024);
     q.add(NewTask::new("old", "new").priority(1024))
@@ -752,8 +751,7 @@ async fn records_of_the_previous_release_read_and_move() {
     ]);
 
     let clock = ManualClock::new(T0);
-    let ctx = StorageContext::new(Arc::new(clock.clone()));
-    let i = Instance::start(ctx, support::options(&server).partitions(1)).await;
+    let i = Instance::manual_with(&server, &clock, |o| o.partitions(1)).await;
     let q = &i.queue;
     let get = |id: &'static str| async move { q.get("cur", id).await.expect(id) };
     let d1 = get("d1").await;

@@ -35,13 +35,19 @@ async fn open(dir: &Path, shards: usize) -> Queue {
     Queue::new(storage, ctx)
 }
 
-/// Puts a directory where each shard's next segments would go, so the next rotation fails.
-fn block_rotation(dir: &Path, shards: usize) {
-    for shard in 0..shards {
-        for seq in 2..=2_000u64 {
-            let blocker = dir.join(format!("shard-{shard}/{seq:020}.seg"));
-            std::fs::create_dir(&blocker).expect("create a blocking directory");
-        }
+/// Puts a directory where the next segments of `shard`'s log would go (after its newest), so
+/// its next rotation fails.
+fn block_rotation(dir: &Path, shard: usize) {
+    let shard_dir = dir.join(format!("shard-{shard}"));
+    let newest = std::fs::read_dir(&shard_dir)
+        .expect("the shard's directory")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter_map(|name| name.strip_suffix(".seg")?.parse::<u64>().ok())
+        .max()
+        .unwrap_or(0);
+    for seq in newest + 1..=newest + 100 {
+        let blocker = shard_dir.join(format!("{seq:020}.seg"));
+        std::fs::create_dir(&blocker).expect("create a blocking directory");
     }
 }
 
@@ -63,7 +69,7 @@ async fn add_until_the_disk_fails(q: &Queue, topic: &str) -> (String, delayq::Er
 async fn a_failed_log_write_is_outcome_unknown_and_later_writes_are_not_applied() {
     let dir = scratch();
     let q = open(&dir, 1).await;
-    block_rotation(&dir, 1);
+    block_rotation(&dir, 0);
 
     let (id, err) = add_until_the_disk_fails(&q, "t").await;
     assert_eq!(err.kind(), ErrorKind::Storage, "{err}");
@@ -106,7 +112,7 @@ async fn an_ack_and_take_the_next_on_a_failed_log_changes_nothing() {
     let now = PopOptions::default().timeout_ms(0);
     let held = q.pop("t", now).await.unwrap().pop().expect("ready");
     assert_eq!(held.id, "held");
-    block_rotation(&dir, 1);
+    block_rotation(&dir, 0);
     add_until_the_disk_fails(&q, "t").await;
 
     let done = Held {
@@ -143,15 +149,7 @@ async fn an_ack_and_take_the_next_across_shards_finishes_even_when_the_pop_fails
     q.add(NewTask::new("broken", "big").body("x".repeat(3_000)))
         .await
         .unwrap();
-    let last = std::fs::read_dir(dir.join(format!("shard-{broken}")))
-        .unwrap()
-        .filter_map(|e| e.unwrap().file_name().into_string().ok())
-        .filter_map(|name| name.strip_suffix(".seg")?.parse::<u64>().ok())
-        .max()
-        .expect("a segment");
-    for seq in last + 1..=last + 100 {
-        std::fs::create_dir(dir.join(format!("shard-{broken}/{seq:020}.seg"))).unwrap();
-    }
+    block_rotation(&dir, broken);
 
     let done = Held {
         topic: &healthy,
@@ -218,9 +216,7 @@ async fn a_batch_that_fails_on_one_shard_reports_each_task() {
     let q = open(&dir, 2).await;
     let (broken, healthy) = two_shards(&q, &dir).await;
     // Only the broken shard's log cannot rotate; this batch overflows its segment.
-    for seq in 2..=100u64 {
-        std::fs::create_dir(dir.join(format!("shard-{broken}/{seq:020}.seg"))).unwrap();
-    }
+    block_rotation(&dir, broken);
     let big = "x".repeat(3_000);
     let results = q
         .add_batch(vec![

@@ -427,8 +427,8 @@ async fn an_ack_and_take_the_next_survives_a_restart_within_a_shard_and_across()
     let clock = ManualClock::new(START);
     let q = open(&dir, &clock, |o| o).await;
     // Four topics over three shards: t-a, t-b and t-d share one, t-c is on another (the
-    // hash is fixed by the format, `shard_of_is_stable_and_in_range`), so the walk below
-    // takes both paths. `embedded_faults` tells the two steps apart with a failed log.
+    // hash is fixed by the format; `shard_of_is_stable_and_in_range` holds these four), so
+    // the walk below takes both paths. `embedded_faults` tells the two steps apart.
     let topics = ["t-a", "t-b", "t-c", "t-d"];
     for topic in topics {
         for id in ["1", "2"] {

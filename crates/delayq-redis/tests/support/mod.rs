@@ -35,8 +35,17 @@ impl Instance {
 
     /// An instance on a manual clock standing at `now`.
     pub async fn manual(server: &RedisServer, clock: &ManualClock) -> Self {
+        Self::manual_with(server, clock, |o| o).await
+    }
+
+    /// An instance on a manual clock with the test's `options` (e.g. a partition count).
+    pub async fn manual_with(
+        server: &RedisServer,
+        clock: &ManualClock,
+        options: impl FnOnce(RedisOptions) -> RedisOptions,
+    ) -> Self {
         let ctx = StorageContext::new(Arc::new(clock.clone()));
-        Self::start(ctx, options(server)).await
+        Self::start(ctx, options(self::options(server))).await
     }
 
     /// An instance on the system clock.

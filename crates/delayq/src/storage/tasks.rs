@@ -82,8 +82,9 @@ pub trait TaskStore: Send + Sync + 'static {
     /// unless its outcome is unknown: a backend that does both in one step may have applied
     /// both before its write or reply was lost); the inner result is the pop's. Such a
     /// backend overrides this (embedded: one shard step and one log write when both topics
-    /// live in one shard; Redis: one script when they share a partition; PostgreSQL: one
-    /// transaction for one topic); the default is [`finish_then_pop_in_two_steps`].
+    /// live in one shard; Redis: one script on the held task's partition when it is of the
+    /// popped topic, but on a fair turn; PostgreSQL: one transaction for one topic); the
+    /// default is [`finish_then_pop_in_two_steps`].
     async fn finish_then_pop(
         &self,
         held: Held<'_>,
