@@ -98,7 +98,7 @@ async fn a_master_dies_and_nothing_acknowledged_is_lost() {
         "{:?}",
         woke.elapsed()
     );
-    load.check(&q, followed).await;
+    load.check(&q, followed, || cluster.report()).await;
     let _ = q.shutdown().await;
     let _ = other.queue.shutdown().await;
 }

@@ -66,6 +66,6 @@ async fn follows_a_failover_and_keeps_what_it_acknowledged() {
         .await,
         "writes are acknowledged again once a replica is back"
     );
-    load.check(&q, followed).await;
+    load.check(&q, followed, || setup.report()).await;
     let _ = q.shutdown().await;
 }

@@ -122,6 +122,11 @@ impl RedisCluster {
         format!("redis+cluster://{}", seeds.join(","))
     }
 
+    /// The end of every node's log, for a failed test to show.
+    pub fn report(&self) -> String {
+        self.nodes.iter().map(|n| n.log_tail(40)).collect()
+    }
+
     /// The ports of all six nodes.
     pub fn ports(&self) -> Vec<u16> {
         self.nodes.iter().map(RedisServer::port).collect()

@@ -148,7 +148,9 @@ impl RedisServer {
                 eprintln!("redis-server on {} exited: {status}", self.port);
                 return false;
             }
-            if self.ping() {
+            // Our own process must answer (a server another test started on the port while
+            // ours was down would answer a PING too), and be done loading its data.
+            if self.process_id() == Some(self.child.as_ref().unwrap().id()) && self.ping() {
                 return true;
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -193,6 +195,11 @@ impl RedisServer {
             .unwrap_or(false)
     }
 
+    /// The pid of the server that answers on the port, if one does.
+    fn process_id(&self) -> Option<u32> {
+        self.info_field("server", "process_id")?.parse().ok()
+    }
+
     /// Sends one inline command and returns the raw reply.
     pub fn command(&self, line: &str) -> std::io::Result<String> {
         let mut s = TcpStream::connect(("127.0.0.1", self.port))?;
@@ -216,6 +223,14 @@ impl RedisServer {
         info.lines()
             .find_map(|l| l.strip_prefix(&format!("{field}:")))
             .map(|v| v.trim().to_owned())
+    }
+
+    /// The last `lines` lines of its log, headed by its port, for a failed test to show.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let log = std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default();
+        let all: Vec<&str> = log.lines().collect();
+        let tail = all[all.len().saturating_sub(lines)..].join("\n");
+        format!("--- redis-server on {} ---\n{tail}\n", self.port)
     }
 
     /// The port it listens on (loopback).

@@ -103,19 +103,41 @@ impl RedisSentinel {
         })
     }
 
-    /// Starts the data server on `port` again as a replica of the one on `master`. This is how
-    /// a master that keeps no data comes back: restarted as a master, it is empty until the
-    /// sentinels demote it, and in that window the others can be made to sync its empty data
-    /// set (Redis's documented hazard of a master without persistence that restarts). A run of
-    /// the failover test once lost every task it had acknowledged before the kill, most likely
-    /// that way.
+    /// Starts the data server on `port` again as a replica of the one on `master`, with
+    /// `replica-priority 0`. This is how a master that keeps no data comes back.
+    ///
+    /// - Restarted as a master, it is empty until the sentinels demote it, and in that window
+    ///   the others can be made to sync its empty data set (Redis's documented hazard of a
+    ///   master without persistence that restarts).
+    /// - Restarted as a replica but promotable, it is promoted when the new master stalls for
+    ///   the sentinels' `down-after-milliseconds` (1 s here; a loaded test machine) before it
+    ///   has synced, and the new master then syncs its empty data set. Reproduced by hand:
+    ///   with the new master stopped (SIGSTOP, 12 s) when the old one came back, the old one
+    ///   (`master_link_down_since_seconds:-1`, 0 keys) was promoted over the new one's 100
+    ///   keys. With priority 0 the sentinels found no replica to promote and waited.
+    ///
+    /// The failover test lost every task it had acknowledged in one CI run with each of the
+    /// first two ways; which way was the cause was not established (the logs were gone: the
+    /// test now prints them, [`RedisSentinel::report`]).
     pub fn restart_as_replica_of(&mut self, port: u16, master: u16) {
         for s in &mut self.servers {
             if s.port() == port {
                 s.extra = replica_of(master);
+                s.extra
+                    .extend(["--replica-priority".to_owned(), "0".to_owned()]);
                 s.restart();
             }
         }
+    }
+
+    /// The end of every server's and sentinel's log (roles, syncs, failovers), for a failed
+    /// test to show.
+    pub fn report(&self) -> String {
+        self.servers
+            .iter()
+            .chain(&self.sentinels)
+            .map(|s| s.log_tail(40))
+            .collect()
     }
 
     /// SIGKILLs the data server on `port` (master or replica).

@@ -203,19 +203,27 @@ impl FailoverLoad {
     }
 
     /// Stops the writer and checks that every acknowledged add is there and that the task
-    /// due during the failover fires. `followed` is how long delayq took to serve again.
-    pub async fn check(self, queue: &Queue, followed: Duration) {
+    /// due during the failover fires. `followed` is how long delayq took to serve again;
+    /// `report` tells what the servers logged, shown when an add is missing.
+    pub async fn check(self, queue: &Queue, followed: Duration, report: impl Fn() -> String) {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
         let (during, failed) = self.writer.await.expect("writer");
         eprintln!(
             "served again {followed:?} after the kill; {} adds acknowledged, {failed} refused meanwhile",
             during.len()
         );
-        assert_eq!(
-            missing(queue, "jobs", &self.before).await,
-            Vec::<String>::new()
+        let lost_before = missing(queue, "jobs", &self.before).await;
+        let lost_during = missing(queue, "jobs", &during).await;
+        assert!(
+            lost_before.is_empty() && lost_during.is_empty(),
+            "acknowledged adds are missing: {} of {} before the kill ({lost_before:?}), {} of {} \
+             during it ({lost_during:?})\n{}",
+            lost_before.len(),
+            self.before.len(),
+            lost_during.len(),
+            during.len(),
+            report()
         );
-        assert_eq!(missing(queue, "jobs", &during).await, Vec::<String>::new());
         let fired = queue
             .pop("later", delayq::PopOptions::default().timeout_ms(20_000))
             .await
