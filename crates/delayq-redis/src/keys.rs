@@ -24,6 +24,7 @@
 //! | `dq:{lease}:token`                    | string | the fencing token counter                 |
 //! | `dq:jobs`                             | string | the beanstalk job id counter (`INCR`)     |
 //! | `dq:meta:<namespace>`                 | hash   | the settings store: key → value           |
+//! | `<base>:wait`, `{<base>}:wait`        | string | with `wait_replicas`: the write each `WAIT` follows (`pipeline.rs`) |
 //! | `dq:events` (channel)                 | pubsub | ready / wake / new-topic events           |
 //!
 //! DELAYED, ACTIVE, FINISHED and CANCELLED hold task ids scored by due. READY and DEAD carry

@@ -157,8 +157,16 @@ impl Redis {
     }
 
     /// With [`RedisOptions::wait_replicas`], waits until that many replicas have the writes
-    /// just made to the partitions at `bases` (their key prefixes): `WAIT` on the
-    /// connection, or in a cluster on the master of each slot written.
+    /// just made to the partitions at `bases` (their key prefixes): in a cluster on the master
+    /// of each slot written, else on the one master.
+    ///
+    /// `WAIT` waits for the replicas to reach the offset of the last write *of its own
+    /// connection*, and the shared connection may have been replaced between a write and its
+    /// `WAIT` (a reconnect after a reset): on the new one, `WAIT` answers at once with every
+    /// replica, even one that has stopped and lacks the write. So each `WAIT` goes in one
+    /// round trip behind a small write of its own (`SET <wait key> 1 PX`, in the slot of the
+    /// base): the replication stream is in order, so replicas that have that write have every
+    /// write the master ran before it, whichever connection carried it.
     pub async fn replicated<'k>(
         &self,
         op: &str,
@@ -168,37 +176,52 @@ impl Redis {
         if wanted == 0 {
             return Ok(());
         }
-        let ms = self.wait_timeout.as_millis();
-        let wait = || {
-            let mut cmd = redis::cmd("WAIT");
-            cmd.arg(wanted).arg(u64::try_from(ms).unwrap_or(u64::MAX));
-            cmd
+        let ms = u64::try_from(self.wait_timeout.as_millis()).unwrap_or(u64::MAX);
+        let marked_wait = |base: &str| {
+            let mut pipe = redis::pipe();
+            pipe.cmd("SET")
+                .arg(wait_key(base))
+                .arg(1)
+                .arg("PX")
+                .arg(WAIT_KEY_MS)
+                .ignore();
+            pipe.cmd("WAIT").arg(wanted).arg(ms);
+            pipe
         };
         let what = format!("{op}, waiting for {wanted} replicas");
+        let mut bases: Vec<&str> = bases.into_iter().collect();
+        bases.dedup();
         let counts: Vec<i64> = match self.conn() {
             Conn::Cluster(conn) => {
-                use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-                let mut routes: Vec<Route> = Vec::new();
+                use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
+                let mut routes: Vec<(Route, &str)> = Vec::new();
                 for base in bases {
-                    let route = Route::with_key(base, SlotAddr::Master);
-                    if !routes.contains(&route) {
-                        routes.push(route);
+                    let route = Route::with_key(base.as_bytes(), SlotAddr::Master);
+                    if !routes.iter().any(|(r, _)| *r == route) {
+                        routes.push((route, base));
                     }
                 }
-                let waits = routes.into_iter().map(|route| {
+                let waits = routes.into_iter().map(|(route, base)| {
                     let mut conn = conn.clone();
-                    let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+                    let route = SingleNodeRoutingInfo::SpecificNode(route);
                     let what = &what;
+                    let pipe = marked_wait(base);
                     async move {
-                        let v = self.io(what, conn.route_command(wait(), route)).await?;
-                        if let redis::Value::ServerError(_) = v {
+                        let values = self
+                            .io(what, conn.route_pipeline(pipe, 0, 2, route))
+                            .await?;
+                        match values.as_slice() {
                             // The node stopped being the slot's master (a failover under way:
-                            // "WAIT cannot be used with replica instances"): no replica
-                            // confirmed the write, which is what the count 0 reports.
-                            return Ok(0);
+                            // "WAIT cannot be used with replica instances", or the write was
+                            // refused): no replica confirmed the write, which is what the
+                            // count 0 reports.
+                            [redis::Value::ServerError(_)] | [_, redis::Value::ServerError(_)] => {
+                                Ok(0)
+                            }
+                            [.., v] => redis::from_redis_value::<i64>(v.clone())
+                                .map_err(|e| BackendError::protocol(what.as_str(), e.to_string())),
+                            [] => Err(BackendError::protocol(what.as_str(), "no reply to WAIT")),
                         }
-                        redis::from_redis_value::<i64>(v)
-                            .map_err(|e| BackendError::protocol(what.as_str(), e.to_string()))
                     }
                 });
                 futures_util::future::join_all(waits)
@@ -206,7 +229,15 @@ impl Redis {
                     .into_iter()
                     .collect::<Result<_, _>>()?
             }
-            mut conn => vec![self.io(&what, wait().query_async(&mut conn)).await?],
+            mut conn => {
+                let Some(base) = bases.first() else {
+                    return Ok(());
+                };
+                let (count,): (i64,) = self
+                    .io(&what, marked_wait(base).query_async(&mut conn))
+                    .await?;
+                vec![count]
+            }
         };
         let got = counts.into_iter().min().unwrap_or(i64::from(wanted));
         if got < i64::from(wanted) {
@@ -215,9 +246,138 @@ impl Redis {
                 op: format!("{op} (Redis at {})", self.link.addr()),
                 got,
                 wanted,
-                ms,
+                ms: ms.into(),
             });
         }
         Ok(())
+    }
+}
+
+/// How long a wait key lives: it only has to be written, never read.
+const WAIT_KEY_MS: u64 = 60_000;
+
+/// The key of the small write that a `WAIT` for the writes at `base` follows: in the slot of
+/// `base` (a Cluster node refuses keys of other slots), so with its hash tag when it has one,
+/// else with `base` itself as the tag (such bases hold no brace: the key prefix may not, and
+/// the other parts are delayq's own words).
+fn wait_key(base: &str) -> String {
+    if has_hash_tag(base) {
+        format!("{base}:wait")
+    } else {
+        format!("{{{base}}}:wait")
+    }
+}
+
+/// Whether Redis Cluster hashes only part of `key`: a `{` followed later by a `}` with
+/// something between the first two.
+fn has_hash_tag(key: &str) -> bool {
+    key.find('{')
+        .is_some_and(|open| key[open + 1..].find('}').is_some_and(|close| close > 0))
+}
+
+#[cfg(test)]
+mod tests {
+    use redis::cluster_routing::{Route, SlotAddr};
+
+    use super::*;
+
+    #[test]
+    fn the_wait_key_lives_in_the_slot_of_its_base() {
+        for (base, key) in [
+            ("dq:{jobs#0}", "dq:{jobs#0}:wait"),
+            ("dq:{t#flow}", "dq:{t#flow}:wait"),
+            ("dq:jobs", "{dq:jobs}:wait"),
+            ("dq:meta:settings", "{dq:meta:settings}:wait"),
+            // A topic name with a brace: the first tag is the one that counts.
+            ("dq:{a}b#0}", "dq:{a}b#0}:wait"),
+        ] {
+            assert_eq!(wait_key(base), key, "{base}");
+            assert_eq!(
+                Route::with_key(key.as_bytes(), SlotAddr::Master),
+                Route::with_key(base.as_bytes(), SlotAddr::Master),
+                "{base}: {key} is in another slot"
+            );
+        }
+    }
+
+    /// Sends `signal` to our own redis-server process.
+    fn signal(server: &delayq_testkit::RedisServer, signal: &str) {
+        let pid = server.pid().expect("the server runs");
+        let status = std::process::Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{signal} {pid}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_wait_covers_the_writes_another_connection_made() {
+        use std::time::{Duration, Instant};
+
+        let master = delayq_testkit::RedisServer::start();
+        let replica = delayq_testkit::RedisServer::start_with_args(
+            false,
+            vec![
+                "--replicaof".into(),
+                "127.0.0.1".into(),
+                master.port().to_string(),
+            ],
+        );
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while replica
+            .info_field("replication", "master_link_status")
+            .as_deref()
+            != Some("up")
+        {
+            assert!(Instant::now() < deadline, "the replica did not sync");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let options = RedisOptions::new(master.url()).wait_replicas(1, Duration::from_millis(300));
+        let settings = crate::conn::Settings {
+            connect_timeout: Duration::from_millis(500),
+            response_timeout: Duration::from_secs(2),
+        };
+        let link = Link::open(&master.url(), settings)
+            .await
+            .expect("open the link");
+        let redis = Redis::new(link, &options);
+        let base = ["dq:{t#0}"];
+        redis
+            .replicated("waiting with the replica up", base)
+            .await
+            .expect("the replica confirms");
+
+        // The replica stops reading its master; a write comes over another connection, as
+        // after a reconnect of the shared one. A bare WAIT on a connection that wrote nothing
+        // answers 1 at once here.
+        signal(&replica, "STOP");
+        let set = master.command("SET written-elsewhere 1").expect("write");
+        assert!(set.starts_with("+OK"), "{set}");
+        let e = redis
+            .replicated("waiting with the replica stopped", base)
+            .await
+            .expect_err("a stopped replica confirms nothing");
+        assert!(
+            matches!(
+                e,
+                BackendError::NotReplicated {
+                    got: 0,
+                    wanted: 1,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+
+        signal(&replica, "CONT");
+        redis
+            .replicated("waiting with the replica back", base)
+            .await
+            .expect("the replica confirms again");
+        let copy = replica
+            .command("GET written-elsewhere")
+            .expect("read the replica");
+        assert!(copy.contains('1'), "{copy}");
     }
 }
