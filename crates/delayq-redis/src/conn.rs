@@ -25,6 +25,7 @@
 //! subscribes on any one node and moves to another when that one goes away.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use delayq::Outcome;
@@ -284,6 +285,7 @@ impl Link {
                 config: settings.manager_config(),
                 connect_timeout: settings.connect_timeout,
                 current: RwLock::new(None),
+                switches: AtomicU64::new(0),
                 nudge: Notify::new(),
             });
             if let Err(e) = sentinel.discover().await {
@@ -321,6 +323,16 @@ impl Link {
                 Some(m) => format!("{} (master {:?} by Sentinel)", m.addr, s.name),
                 None => format!("master {:?} by Sentinel (none known)", s.name),
             },
+        }
+    }
+
+    /// Changes whenever later requests may go to another server than earlier ones did (in
+    /// Sentinel mode, a move to another master; never in the other modes). See
+    /// `Redis::mark`.
+    pub fn generation(&self) -> u64 {
+        match self {
+            Link::Sentinel(s) => s.switches.load(Ordering::SeqCst),
+            _ => 0,
         }
     }
 
@@ -370,6 +382,9 @@ pub(crate) struct Sentinel {
     config: ConnectionManagerConfig,
     connect_timeout: Duration,
     current: RwLock<Option<Master>>,
+    /// How many times `current` was replaced: counted after the replacement, so that an
+    /// operation that read the count before it and finds it unchanged used one master.
+    switches: AtomicU64,
     nudge: Notify,
 }
 
@@ -434,6 +449,7 @@ impl Sentinel {
             client,
             conn,
         });
+        self.switches.fetch_add(1, Ordering::SeqCst);
         match old {
             Some(old) => {
                 tracing::warn!(from = %old.addr, to = %addr, master = %self.name, "following a Sentinel failover")

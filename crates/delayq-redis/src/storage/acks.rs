@@ -132,13 +132,14 @@ impl InstanceState {
         for a in t.args {
             inv.arg(*a);
         }
+        let mark = self.redis.mark();
         let reply = self.run_one(&what, &inv, topic, p).await?;
         match reply.status {
             // A touch's ask for a longer permit: its caller's to answer (`touch`).
             Status::NeedsPermit => Ok(reply),
             Status::Ok => {
                 self.redis
-                    .replicated(&what, [pk.base.as_str()])
+                    .replicated(&what, [pk.base.as_str()], mark)
                     .await
                     .map_err(maybe_applied)?;
                 Ok(reply)
@@ -418,6 +419,7 @@ impl InstanceState {
         let mut total = 0;
         for p in 0..parts {
             let pk = self.keys.partition(topic, p);
+            let mark = self.redis.mark();
             // Page through the partition's DEAD set, one bounded script at a time.
             loop {
                 let now = self.ctx.clock.now_ms();
@@ -439,7 +441,7 @@ impl InstanceState {
                 }
             }
             self.redis
-                .replicated(&what, [pk.base.as_str()])
+                .replicated(&what, [pk.base.as_str()], mark)
                 .await
                 .map_err(maybe_applied)?;
         }

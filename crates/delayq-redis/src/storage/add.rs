@@ -131,6 +131,7 @@ impl InstanceState {
             .map(|(c, pk)| self.add_invocation(pk, c, tasks, now))
             .collect();
         // With several scripts, some may have run before the one that failed.
+        let mark = self.redis.mark();
         let replies = self.redis.run_scripts(WHAT, &invs).await.map_err(|e| {
             if invs.len() > 1 {
                 maybe_applied(e)
@@ -160,7 +161,7 @@ impl InstanceState {
         if results.iter().any(|r| matches!(r, Some(Ok(_)))) {
             let bases = keys.iter().map(|pk| pk.base.as_str());
             self.redis
-                .replicated(WHAT, bases)
+                .replicated(WHAT, bases, mark)
                 .await
                 .map_err(maybe_applied)?;
         }

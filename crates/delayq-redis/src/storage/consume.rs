@@ -104,6 +104,7 @@ impl InstanceState {
                 .arg(c.max)
                 .arg(if c.auto_finish { "1" } else { "0" });
         }
+        let mark = self.redis.mark();
         let reply = self.run_one(&what, &inv, topic, p).await?;
         let parsed = parse_consume(topic, &reply.payload, calls.len(), &what)?;
         self.wake_at_pause_end(topic, parsed.pause);
@@ -115,7 +116,7 @@ impl InstanceState {
             .any(|(a, c)| c.held.is_some() && a.refused.is_none());
         let replicated = if finished {
             self.redis
-                .replicated(&what, [pk.base.as_str()])
+                .replicated(&what, [pk.base.as_str()], mark)
                 .await
                 .map_err(maybe_applied)
         } else {

@@ -111,6 +111,7 @@ impl InstanceState {
                 inv
             })
             .collect();
+        let mark = self.redis.mark();
         let results = self.redis.run_scripts(what, &invs).await.map_err(|e| {
             if after_some {
                 maybe_applied(e)
@@ -125,7 +126,7 @@ impl InstanceState {
             round += reply.payload.first().and_then(int).unwrap_or(0).max(0) as u64;
         }
         self.redis
-            .replicated(what, keys.iter().map(|pk| pk.base.as_str()))
+            .replicated(what, keys.iter().map(|pk| pk.base.as_str()), mark)
             .await
             .map_err(maybe_applied)?;
         Ok(round)
@@ -228,6 +229,7 @@ impl InstanceState {
                 Error::from(e)
             }
         };
+        let mark = self.redis.mark();
         let results = self
             .redis
             .run_scripts(&what, &invs)
@@ -242,7 +244,7 @@ impl InstanceState {
             replies.push(reply);
         }
         self.redis
-            .replicated(&what, keys.iter().map(|pk| pk.base.as_str()))
+            .replicated(&what, keys.iter().map(|pk| pk.base.as_str()), mark)
             .await
             .map_err(maybe_applied)?;
         Ok(replies)

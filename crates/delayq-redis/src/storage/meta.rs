@@ -19,12 +19,13 @@ impl InstanceState {
         let key = self.keys.job_ids();
         let mut incr = redis::cmd("INCR");
         incr.arg(&key);
+        let mark = self.redis.mark();
         let id: u64 = self
             .redis
             .io(what, incr.query_async(&mut self.redis.conn()))
             .await?;
         self.redis
-            .replicated(what, [key.as_str()])
+            .replicated(what, [key.as_str()], mark)
             .await
             .map_err(maybe_applied)?;
         Ok(id)
@@ -44,12 +45,13 @@ impl InstanceState {
             .arg(&self.channel)
             .arg(&self.instance)
             .arg(namespace);
+        let mark = self.redis.mark();
         self.redis
             .io(&what, put.invoke_async::<u64>(&mut self.redis.conn()))
             .await?;
         self.ctx.settings.notify(namespace);
         self.redis
-            .replicated(&what, [hash.as_str()])
+            .replicated(&what, [hash.as_str()], mark)
             .await
             .map_err(maybe_applied)?;
         Ok(())
@@ -85,6 +87,7 @@ impl InstanceState {
             .arg(&self.channel)
             .arg(&self.instance)
             .arg(namespace);
+        let mark = self.redis.mark();
         let removed: u64 = self
             .redis
             .io(&what, del.invoke_async(&mut self.redis.conn()))
@@ -92,7 +95,7 @@ impl InstanceState {
         if removed > 0 {
             self.ctx.settings.notify(namespace);
             self.redis
-                .replicated(&what, [hash.as_str()])
+                .replicated(&what, [hash.as_str()], mark)
                 .await
                 .map_err(maybe_applied)?;
         }

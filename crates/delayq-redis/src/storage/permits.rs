@@ -348,9 +348,10 @@ impl InstanceState {
             .arg(key)
             .arg(until)
             .arg(if force { "1" } else { "0" });
+        let mark = self.redis.mark();
         let reply = self.run_permit(&what, &inv, topic).await?;
         self.redis
-            .replicated(&what, [self.keys.permits(topic).base.as_str()])
+            .replicated(&what, [self.keys.permits(topic).base.as_str()], mark)
             .await?;
         Ok(reply.payload.first().and_then(int) == Some(1))
     }
@@ -366,9 +367,10 @@ impl InstanceState {
         let now = self.ctx.clock.now_ms();
         let mut inv = self.permit_invocation(&SCRIPTS.permit_limits, topic, now, now);
         inv.arg(spec);
+        let mark = self.redis.mark();
         self.run_permit(&what, &inv, topic).await?;
         self.redis
-            .replicated(&what, [self.keys.permits(topic).base.as_str()])
+            .replicated(&what, [self.keys.permits(topic).base.as_str()], mark)
             .await
     }
 
@@ -414,11 +416,12 @@ impl InstanceState {
             let (key, ttr) = c.permit.as_ref().map_or(("", 0), |(k, t)| (k.as_str(), *t));
             inv.arg(r).arg(key).arg(ttr).arg(c.part.1);
         }
+        let mark = self.redis.mark();
         let reply = self.run_permit(&what, &inv, topic).await?;
         let grants = Grants::parse(&reply.payload, candidates.len(), &what)?;
         if grants.granted.iter().any(|g| *g) {
             self.redis
-                .replicated(&what, [self.keys.permits(topic).base.as_str()])
+                .replicated(&what, [self.keys.permits(topic).base.as_str()], mark)
                 .await?;
         }
         if let Some(at) = grants.next_at {

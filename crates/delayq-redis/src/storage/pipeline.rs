@@ -45,6 +45,12 @@ impl Redis {
         self.link.conn()
     }
 
+    /// Taken before a write that [`Redis::replicated`] is to confirm: a `WAIT` only speaks
+    /// for the server it runs on, so it must run where the write went.
+    pub fn mark(&self) -> Mark {
+        Mark(self.link.generation())
+    }
+
     /// Runs one request to Redis with the overall timeout, naming `op` in any error.
     pub async fn io<T>(
         &self,
@@ -157,8 +163,10 @@ impl Redis {
     }
 
     /// With [`RedisOptions::wait_replicas`], waits until that many replicas have the writes
-    /// just made to the partitions at `bases` (their key prefixes): in a cluster on the master
-    /// of each slot written, else on the one master.
+    /// made since `mark` to the partitions at `bases` (their key prefixes): in a cluster on
+    /// the master of each slot written, else on the one master. When the link moved to
+    /// another master since `mark` (Sentinel), the writes may have gone to the old one, which
+    /// no `WAIT` here can speak for: refused as not replicated.
     ///
     /// `WAIT` waits for the replicas to reach the offset of the last write *of its own
     /// connection*, and the shared connection may have been replaced between a write and its
@@ -171,12 +179,27 @@ impl Redis {
         &self,
         op: &str,
         bases: impl IntoIterator<Item = &'k str>,
+        mark: Mark,
     ) -> Result<(), BackendError> {
         let wanted = self.wait_replicas;
         if wanted == 0 {
             return Ok(());
         }
         let ms = u64::try_from(self.wait_timeout.as_millis()).unwrap_or(u64::MAX);
+        // The connection first, then the check: unchanged now, it is the master of the mark.
+        let conn = self.conn();
+        if self.link.generation() != mark.0 {
+            self.link.failed();
+            return Err(BackendError::NotReplicated {
+                op: format!(
+                    "{op} (the master changed to {} before the write was confirmed)",
+                    self.link.addr()
+                ),
+                got: 0,
+                wanted,
+                ms: 0,
+            });
+        }
         let marked_wait = |base: &str| {
             let mut pipe = redis::pipe();
             pipe.cmd("SET")
@@ -191,7 +214,7 @@ impl Redis {
         let what = format!("{op}, waiting for {wanted} replicas");
         let mut bases: Vec<&str> = bases.into_iter().collect();
         bases.dedup();
-        let counts: Vec<i64> = match self.conn() {
+        let counts: Vec<i64> = match conn {
             Conn::Cluster(conn) => {
                 use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
                 let mut routes: Vec<(Route, &str)> = Vec::new();
@@ -253,6 +276,10 @@ impl Redis {
     }
 }
 
+/// Which server writes went to, as [`Redis::mark`] saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Mark(u64);
+
 /// How long a wait key lives: it only has to be written, never read.
 const WAIT_KEY_MS: u64 = 60_000;
 
@@ -300,6 +327,78 @@ mod tests {
         }
     }
 
+    fn settings() -> crate::conn::Settings {
+        crate::conn::Settings {
+            connect_timeout: std::time::Duration::from_millis(500),
+            response_timeout: std::time::Duration::from_secs(2),
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_wait_after_a_move_to_another_master_confirms_nothing() {
+        use std::time::{Duration, Instant};
+
+        let mut setup = delayq_testkit::RedisSentinel::start();
+        let options = RedisOptions::new(setup.url()).wait_replicas(1, Duration::from_millis(300));
+        let link = Link::open(&setup.url(), settings())
+            .await
+            .expect("open the link");
+        let (_stop, stopped) = tokio::sync::watch::channel(false);
+        tokio::spawn(
+            link.background(stopped)
+                .expect("Sentinel mode follows the master"),
+        );
+        let redis = Redis::new(link, &options);
+        let base = ["dq:{t#0}"];
+        let before = redis.mark();
+        redis
+            .replicated("waiting before the failover", base, before)
+            .await
+            .expect("the replica confirms");
+
+        let old = setup.master_port().expect("the sentinels name a master");
+        setup.kill(old);
+        let new = setup
+            .wait_failover(old, Duration::from_secs(60))
+            .expect("the sentinels promote the replica");
+        setup.restart_as_replica_of(old, new);
+        // The link follows to the new master, which has a replica again.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let now = redis.mark();
+            if now != before && redis.replicated("waiting after", base, now).await.is_ok() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no confirmed wait on the new master"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // A write made before the move went to the old master: nothing here confirms it.
+        let e = redis
+            .replicated("waiting for a write of before the failover", base, before)
+            .await
+            .expect_err("a mark of the old master is confirmed by nothing");
+        assert_confirmed_by_none(&e);
+        assert!(e.to_string().contains("the master changed"), "{e}");
+    }
+
+    /// `e` says that none of the one replica asked for confirmed.
+    fn assert_confirmed_by_none(e: &BackendError) {
+        assert!(
+            matches!(
+                e,
+                BackendError::NotReplicated {
+                    got: 0,
+                    wanted: 1,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+    }
+
     /// Sends `signal` to our own redis-server process.
     fn signal(server: &delayq_testkit::RedisServer, signal: &str) {
         let pid = server.pid().expect("the server runs");
@@ -344,7 +443,7 @@ mod tests {
         let redis = Redis::new(link, &options);
         let base = ["dq:{t#0}"];
         redis
-            .replicated("waiting with the replica up", base)
+            .replicated("waiting with the replica up", base, redis.mark())
             .await
             .expect("the replica confirms");
 
@@ -355,24 +454,14 @@ mod tests {
         let set = master.command("SET written-elsewhere 1").expect("write");
         assert!(set.starts_with("+OK"), "{set}");
         let e = redis
-            .replicated("waiting with the replica stopped", base)
+            .replicated("waiting with the replica stopped", base, redis.mark())
             .await
             .expect_err("a stopped replica confirms nothing");
-        assert!(
-            matches!(
-                e,
-                BackendError::NotReplicated {
-                    got: 0,
-                    wanted: 1,
-                    ..
-                }
-            ),
-            "{e}"
-        );
+        assert_confirmed_by_none(&e);
 
         signal(&replica, "CONT");
         redis
-            .replicated("waiting with the replica back", base)
+            .replicated("waiting with the replica back", base, redis.mark())
             .await
             .expect("the replica confirms again");
         let copy = replica
