@@ -233,18 +233,7 @@ impl Redis {
                         let values = self
                             .io(what, conn.route_pipeline(pipe, 0, 2, route))
                             .await?;
-                        match values.as_slice() {
-                            // The node stopped being the slot's master (a failover under way:
-                            // "WAIT cannot be used with replica instances", or the write was
-                            // refused): no replica confirmed the write, which is what the
-                            // count 0 reports.
-                            [redis::Value::ServerError(_)] | [_, redis::Value::ServerError(_)] => {
-                                Ok(0)
-                            }
-                            [.., v] => redis::from_redis_value::<i64>(v.clone())
-                                .map_err(|e| BackendError::protocol(what.as_str(), e.to_string())),
-                            [] => Err(BackendError::protocol(what.as_str(), "no reply to WAIT")),
-                        }
+                        wait_count(&values).map_err(|e| BackendError::protocol(what.as_str(), e))
                     }
                 });
                 futures_util::future::join_all(waits)
@@ -273,6 +262,22 @@ impl Redis {
             });
         }
         Ok(())
+    }
+}
+
+/// The replicas that confirmed, from the replies of a cluster node to the wait write and
+/// the `WAIT`. Either refused means none: the node stopped being the slot's master (a
+/// failover under way: "WAIT cannot be used with replica instances", or `READONLY` and
+/// `MOVED` for the write), and a `WAIT` behind a refused write would not cover the writes
+/// before it.
+fn wait_count(replies: &[Value]) -> Result<i64, String> {
+    match replies {
+        [Value::ServerError(_), _] | [_, Value::ServerError(_)] => Ok(0),
+        [_, count] => redis::from_redis_value::<i64>(count.clone()).map_err(|e| e.to_string()),
+        other => Err(format!(
+            "{} replies to the wait write and WAIT",
+            other.len()
+        )),
     }
 }
 
@@ -307,6 +312,28 @@ mod tests {
     use redis::cluster_routing::{Route, SlotAddr};
 
     use super::*;
+
+    #[test]
+    fn a_refused_wait_write_or_wait_counts_no_replica() {
+        let refused = || {
+            redis::parse_redis_value(b"-READONLY You can't write against a read only replica.\r\n")
+                .expect("an error reply parses as a value")
+        };
+        let ok = || Value::Okay;
+        for (replies, want) in [
+            (vec![ok(), Value::Int(2)], Ok(2)),
+            (vec![ok(), Value::Int(0)], Ok(0)),
+            // The write refused: the WAIT's count would not cover the writes before it.
+            (vec![refused(), Value::Int(1)], Ok(0)),
+            (vec![ok(), refused()], Ok(0)),
+            (
+                vec![Value::Int(1)],
+                Err("1 replies to the wait write and WAIT".to_owned()),
+            ),
+        ] {
+            assert_eq!(wait_count(&replies), want, "{replies:?}");
+        }
+    }
 
     #[test]
     fn the_wait_key_lives_in_the_slot_of_its_base() {
