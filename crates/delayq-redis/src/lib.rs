@@ -121,7 +121,9 @@
 //! `WAIT` holds up the other requests on the same connection, and a master with fewer live
 //! replicas than asked (just after a failover) refuses writes to its slots until a replica
 //! is back; a refused write stays applied on the master (`WAIT` does not roll back) and may
-//! or may not survive.
+//! or may not survive. Each `WAIT` rides behind a small write of its own, so that it covers
+//! the write it confirms even over a connection replaced in between, and a write made before
+//! a Sentinel move to another master is refused (`storage/pipeline.rs`, `Redis::replicated`).
 
 pub mod clock;
 mod conn;
