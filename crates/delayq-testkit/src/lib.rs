@@ -74,6 +74,23 @@ impl RedisServer {
         Self::start_with(true)
     }
 
+    /// A server without persistence replicating the one on `master`, once it has synced.
+    /// Panics when it does not sync within 30 s.
+    pub fn start_replica_of(master: u16) -> Self {
+        let replica = Self::start_with_args(false, replica_of(master));
+        let synced = wait_until(Duration::from_secs(30), || {
+            replica
+                .info_field("replication", "master_link_status")
+                .as_deref()
+                == Some("up")
+        });
+        assert!(
+            synced,
+            "the replica did not sync with the master on {master}"
+        );
+        replica
+    }
+
     fn start_with(aof: bool) -> Self {
         Self::start_with_args(aof, Vec::new())
     }
@@ -195,6 +212,27 @@ impl RedisServer {
             .unwrap_or(false)
     }
 
+    /// Stops the process (SIGSTOP) until [`RedisServer::resume`]: alive, connected and
+    /// silent, as a server that stalls.
+    pub fn pause(&self) {
+        self.signal("STOP");
+    }
+
+    /// Lets a paused process run again (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = self.pid().expect("the server runs");
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{signal} {pid}");
+    }
+
     /// The pid of the server that answers on the port, if one does.
     fn process_id(&self) -> Option<u32> {
         self.info_field("server", "process_id")?.parse().ok()
@@ -268,6 +306,11 @@ impl RedisServer {
         }
         panic!("redis-server did not restart on port {}", self.port);
     }
+}
+
+/// The arguments that start a data server as a replica of the one on `master`.
+pub(crate) fn replica_of(master: u16) -> Vec<String> {
+    vec!["--replicaof".into(), "127.0.0.1".into(), master.to_string()]
 }
 
 /// Runs `redis-cli -p <port> <args...>` against a loopback server and returns its output.

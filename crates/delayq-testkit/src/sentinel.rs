@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::{RedisServer, cli, wait_until};
+use crate::{RedisServer, cli, replica_of, wait_until};
 
 /// The name the sentinels know the master by.
 pub const MASTER_NAME: &str = "delayq";
@@ -15,24 +15,12 @@ pub struct RedisSentinel {
     sentinels: Vec<RedisServer>,
 }
 
-/// The arguments that start a data server as a replica of the one on `master`.
-fn replica_of(master: u16) -> Vec<String> {
-    vec!["--replicaof".into(), "127.0.0.1".into(), master.to_string()]
-}
-
 impl RedisSentinel {
     /// Starts everything and waits until every sentinel knows the replica and the other
     /// sentinels (so that a failover can be agreed on). Panics when that does not happen.
     pub fn start() -> Self {
         let master = RedisServer::start();
-        let replica = RedisServer::start_with_args(false, replica_of(master.port()));
-        let synced = wait_until(Duration::from_secs(30), || {
-            replica
-                .info_field("replication", "master_link_status")
-                .as_deref()
-                == Some("up")
-        });
-        assert!(synced, "the replica did not sync with the master");
+        let replica = RedisServer::start_replica_of(master.port());
         let mut sentinels = Vec::new();
         for _ in 0..3 {
             let dir = tempfile::Builder::new()
@@ -116,9 +104,9 @@ impl RedisSentinel {
     ///   (`master_link_down_since_seconds:-1`, 0 keys) was promoted over the new one's 100
     ///   keys. With priority 0 the sentinels found no replica to promote and waited.
     ///
-    /// The failover test lost every task it had acknowledged in one CI run with each of the
-    /// first two ways; which way was the cause was not established (the logs were gone: the
-    /// test now prints them, [`RedisSentinel::report`]).
+    /// The failover test lost every task it had acknowledged in one CI run before each of the
+    /// two changes; whether these were the causes was not established (the logs were gone:
+    /// the test now prints them, [`RedisSentinel::report`]).
     pub fn restart_as_replica_of(&mut self, port: u16, master: u16) {
         for s in &mut self.servers {
             if s.port() == port {

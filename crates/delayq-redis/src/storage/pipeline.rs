@@ -189,7 +189,6 @@ impl Redis {
         // The connection first, then the check: unchanged now, it is the master of the mark.
         let conn = self.conn();
         if self.link.generation() != mark.0 {
-            self.link.failed();
             return Err(BackendError::NotReplicated {
                 op: format!(
                     "{op} (the master changed to {} before the write was confirmed)",
@@ -212,8 +211,6 @@ impl Redis {
             pipe
         };
         let what = format!("{op}, waiting for {wanted} replicas");
-        let mut bases: Vec<&str> = bases.into_iter().collect();
-        bases.dedup();
         let counts: Vec<i64> = match conn {
             Conn::Cluster(conn) => {
                 use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
@@ -242,7 +239,7 @@ impl Redis {
                     .collect::<Result<_, _>>()?
             }
             mut conn => {
-                let Some(base) = bases.first() else {
+                let Some(base) = bases.into_iter().next() else {
                     return Ok(());
                 };
                 let (count,): (i64,) = self
@@ -426,39 +423,12 @@ mod tests {
         );
     }
 
-    /// Sends `signal` to our own redis-server process.
-    fn signal(server: &delayq_testkit::RedisServer, signal: &str) {
-        let pid = server.pid().expect("the server runs");
-        let status = std::process::Command::new("kill")
-            .arg(format!("-{signal}"))
-            .arg(pid.to_string())
-            .status()
-            .expect("run kill");
-        assert!(status.success(), "kill -{signal} {pid}");
-    }
-
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_wait_covers_the_writes_another_connection_made() {
-        use std::time::{Duration, Instant};
+        use std::time::Duration;
 
         let master = delayq_testkit::RedisServer::start();
-        let replica = delayq_testkit::RedisServer::start_with_args(
-            false,
-            vec![
-                "--replicaof".into(),
-                "127.0.0.1".into(),
-                master.port().to_string(),
-            ],
-        );
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while replica
-            .info_field("replication", "master_link_status")
-            .as_deref()
-            != Some("up")
-        {
-            assert!(Instant::now() < deadline, "the replica did not sync");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let replica = delayq_testkit::RedisServer::start_replica_of(master.port());
         let options = RedisOptions::new(master.url()).wait_replicas(1, Duration::from_millis(300));
         let settings = crate::conn::Settings {
             connect_timeout: Duration::from_millis(500),
@@ -477,7 +447,7 @@ mod tests {
         // The replica stops reading its master; a write comes over another connection, as
         // after a reconnect of the shared one. A bare WAIT on a connection that wrote nothing
         // answers 1 at once here.
-        signal(&replica, "STOP");
+        replica.pause();
         let set = master.command("SET written-elsewhere 1").expect("write");
         assert!(set.starts_with("+OK"), "{set}");
         let e = redis
@@ -486,7 +456,7 @@ mod tests {
             .expect_err("a stopped replica confirms nothing");
         assert_confirmed_by_none(&e);
 
-        signal(&replica, "CONT");
+        replica.resume();
         redis
             .replicated("waiting with the replica back", base, redis.mark())
             .await
