@@ -249,7 +249,19 @@ impl AddRequest {
 
 /// Whether a body is an object with a `tasks` key that is not null: the mark of a batch, for
 /// `/add` and `/finish` alike. A body that is not even JSON is not a batch.
+///
+/// A body in which the bytes `tasks` do not occur and that holds no `\` (a key may spell
+/// itself with escapes, `"ta\u0073ks"`) cannot have that key, so it is not read at all: the
+/// probe is a whole second parse, about as costly as the task's own on a single add.
 fn has_batch_key(body: &[u8]) -> bool {
+    if memchr::memchr(b'\\', body).is_none() && memchr::memmem::find(body, b"tasks").is_none() {
+        return false;
+    }
+    probe_batch_key(body)
+}
+
+/// [`has_batch_key`] by parsing.
+fn probe_batch_key(body: &[u8]) -> bool {
     #[derive(Deserialize)]
     struct Probe {
         #[serde(default)]
@@ -633,6 +645,21 @@ mod tests {
             assert_eq!(AddRequest::is_batch(body.as_bytes()), want, "{body}");
         }
         assert_eq!(batch_field(3, "delay_ms"), "tasks[3].delay_ms");
+        // The look for `tasks` without parsing must not miss a key spelled with escapes, nor
+        // take the word inside a value for the key.
+        let table: [(&str, bool); 5] = [
+            (r#"{"ta\u0073ks": [{}]}"#, true),
+            (r#"{"\u0074asks": []}"#, true),
+            (r#"{"topic": "t", "id": "tasks", "body": "tasks"}"#, false),
+            (
+                r#"{"topic": "t", "id": "a", "body": "a \"quoted\" body"}"#,
+                false,
+            ),
+            (r#"{"topic": "t", "id": "a", "tasks" : [ ]}"#, true),
+        ];
+        for (body, want) in table {
+            assert_eq!(AddRequest::is_batch(body.as_bytes()), want, "{body}");
+        }
         let batch: AddRequest =
             serde_json::from_str(r#"{"tasks": [{"topic": "t", "id": "a"}]}"#).unwrap();
         assert!(matches!(batch, AddRequest::Batch(b) if b.tasks.len() == 1));
@@ -697,5 +724,32 @@ mod tests {
         let err = q("sleeping").state_filter().unwrap_err();
         assert_eq!(err.field, "state");
         assert!(err.reason.contains("delayed (0)"), "{}", err.reason);
+    }
+
+    proptest::proptest! {
+        /// Looking for the key without parsing says what parsing says, for objects built of
+        /// the pieces that matter: the key plain and spelled with escapes, the word in values,
+        /// null and non-null values, and broken JSON.
+        #[test]
+        fn the_batch_key_is_found_as_a_parse_finds_it(
+            head in proptest::sample::select(vec![
+                r#"{"tasks": "#, r#"{"ta\u0073ks": "#, r#"{"topic": "t", "id": "#,
+                r#"{"body": "tasks", "x": "#, r#"{"body": "a \"b\"", "x": "#, "{", "",
+            ]),
+            value in proptest::sample::select(vec![
+                "[]", "null", "1", r#""tasks""#, "{}", r#"[{"topic": "t"}]"#, "",
+            ]),
+            tail in proptest::sample::select(vec![
+                "}", r#", "tasks": null}"#, r#", "ta\u0073ks": []}"#, r#", "tasks": [{}]}"#,
+                "]", "",
+            ]),
+        ) {
+            let body = format!("{head}{value}{tail}");
+            proptest::prop_assert_eq!(
+                has_batch_key(body.as_bytes()),
+                probe_batch_key(body.as_bytes()),
+                "{}", body
+            );
+        }
     }
 }
