@@ -115,6 +115,12 @@ async fn a_bad_trace_context_is_refused_naming_the_field_or_header() {
             "traceparent",
         ),
         (
+            json!({"topic": "t", "id": "a"}),
+            vec![("traceparent", "00-\u{e9}")],
+            400,
+            "traceparent: header is not visible ASCII text",
+        ),
+        (
             json!({"topic": "t", "id": "a", "traceparent": PARENT.to_uppercase()}),
             vec![],
             400,

@@ -10,7 +10,7 @@
 //! naming the field (a task's) or the header (the whole request).
 
 use axum::extract::State;
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, HeaderName};
 use delayq::core::trace::{TRACEPARENT, TRACESTATE};
 use delayq::{AddOutcome, InvalidField, TraceContext};
 use delayq_api::{
@@ -51,18 +51,24 @@ pub async fn add(
     Ok(ok(data))
 }
 
+/// The headers of the trace context, as names made once: a lookup by `&str` parses the name
+/// first, on every request (the trace-context layer and the handlers that read it).
+static TRACEPARENT_HEADER: HeaderName = HeaderName::from_static(TRACEPARENT);
+static TRACESTATE_HEADER: HeaderName = HeaderName::from_static(TRACESTATE);
+
 /// The W3C trace context of the request's `traceparent` and `tracestate` headers, if any.
 pub(crate) fn header_trace(headers: &HeaderMap) -> Result<Option<TraceContext>, InvalidField> {
-    let text = |name: &str| -> Result<Option<&str>, InvalidField> {
+    let text = |name: &HeaderName| -> Result<Option<&str>, InvalidField> {
         headers
             .get(name)
             .map(|v| {
-                v.to_str()
-                    .map_err(|_| InvalidField::new(name, "header is not visible ASCII text"))
+                v.to_str().map_err(|_| {
+                    InvalidField::new(name.as_str(), "header is not visible ASCII text")
+                })
             })
             .transpose()
     };
-    let (parent, state) = (text(TRACEPARENT)?, text(TRACESTATE)?);
+    let (parent, state) = (text(&TRACEPARENT_HEADER)?, text(&TRACESTATE_HEADER)?);
     match parent {
         // A tracestate header without its parent is ignored, as the W3C specification says
         // (a proxy may add one); in a task's fields it is refused (see `trace_of`).
