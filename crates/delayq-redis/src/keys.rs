@@ -154,8 +154,21 @@ const SETS: [&str; 17] = [
 
 impl PartitionKeys {
     /// The keys every partition script declares, in the order it expects them as `KEYS`.
+    #[cfg(test)]
     pub fn sets(&self) -> impl Iterator<Item = String> + '_ {
         SETS.iter().map(|s| format!("{}{s}", self.base))
+    }
+
+    /// Writes [`PartitionKeys::sets`] as arguments of `out`, each made in place (every
+    /// partition script call sends all 17).
+    pub fn write_sets(&self, out: &mut impl redis::RedisWrite) {
+        use std::io::Write as _;
+        for s in SETS {
+            let mut w = out.writer_for_next_arg();
+            // Writing to an argument's buffer cannot fail.
+            let _ = w.write_all(self.base.as_bytes());
+            let _ = w.write_all(s.as_bytes());
+        }
     }
 
     /// The set of the tasks in `state`, scored by due.

@@ -14,7 +14,7 @@
 use std::sync::{Arc, LazyLock};
 
 use delayq::Millis;
-use redis::{Cmd, FromRedisValue, RedisError, RedisResult, ToRedisArgs, Value};
+use redis::{Cmd, FromRedisValue, RedisError, RedisResult, RedisWrite as _, ToRedisArgs, Value};
 
 use crate::error::BackendError;
 use crate::keys::PartitionKeys;
@@ -128,17 +128,21 @@ impl Script {
     pub fn prepare_invoke(&self) -> ScriptInvocation<'_> {
         ScriptInvocation {
             script: self,
-            keys: Vec::new(),
-            args: Vec::new(),
+            keys: Cmd::new(),
+            args: Cmd::new(),
         }
     }
 }
 
 /// A call of a [`Script`]: its keys and arguments.
+///
+/// Each list is kept as a [`Cmd`] is, all its bytes in one buffer: as a `Vec<Vec<u8>>` every
+/// key and argument was an allocation of its own, about thirty for one add (the partition's
+/// 17 keys, the header, the task's fields), copied once more into the `FCALL`.
 pub(crate) struct ScriptInvocation<'s> {
     script: &'s Script,
-    keys: Vec<Vec<u8>>,
-    args: Vec<Vec<u8>>,
+    keys: Cmd,
+    args: Cmd,
 }
 
 impl ScriptInvocation<'_> {
@@ -148,19 +152,41 @@ impl ScriptInvocation<'_> {
         self
     }
 
+    /// Adds the keys every partition script declares, in `KEYS` order.
+    pub fn partition_keys(&mut self, pk: &PartitionKeys) -> &mut Self {
+        pk.write_sets(&mut self.keys);
+        self
+    }
+
     /// Adds an argument (`ARGV[i]` in the script).
     pub fn arg<T: ToRedisArgs>(&mut self, arg: T) -> &mut Self {
         arg.write_redis_args(&mut self.args);
         self
     }
 
+    /// Adds an argument written by `write` (`ARGV[i]`), without a value of its own first:
+    /// `inv.arg_fmt(format_args!("{seq:016x}"))`.
+    pub fn arg_fmt(&mut self, arg: std::fmt::Arguments<'_>) -> &mut Self {
+        use std::io::Write as _;
+        // Writing to a `Cmd`'s own buffer cannot fail.
+        let _ = self.args.writer_for_next_arg().write_fmt(arg);
+        self
+    }
+
     /// The `FCALL` of this call (for a pipeline).
     pub fn cmd(&self) -> Cmd {
-        let mut cmd = redis::cmd("FCALL");
-        cmd.arg(&self.script.function)
-            .arg(self.keys.len())
-            .arg(&self.keys)
-            .arg(&self.args);
+        let (keys, args) = (self.keys.args_iter(), self.args.args_iter());
+        let bytes: usize = keys.clone().chain(args.clone()).map(arg_len).sum();
+        let mut cmd = Cmd::with_capacity(
+            3 + keys.len() + args.len(),
+            self.script.function.len() + bytes + 32,
+        );
+        cmd.arg("FCALL").arg(&self.script.function).arg(keys.len());
+        for a in keys.chain(args) {
+            if let redis::Arg::Simple(bytes) = a {
+                cmd.arg(bytes);
+            }
+        }
         cmd
     }
 
@@ -177,6 +203,14 @@ impl ScriptInvocation<'_> {
             }
             other => other,
         }
+    }
+}
+
+/// The bytes of one argument of a [`Cmd`] (the invocations hold no cursor argument).
+fn arg_len(a: redis::Arg<&[u8]>) -> usize {
+    match a {
+        redis::Arg::Simple(bytes) => bytes.len(),
+        _ => 0,
     }
 }
 
@@ -315,10 +349,8 @@ impl Header<'_> {
     /// with this header; the script's own keys and arguments are added after it.
     pub fn invoke<'s>(&self, script: &'s Script, pk: &PartitionKeys) -> ScriptInvocation<'s> {
         let mut inv = script.prepare_invoke();
-        for key in pk.sets() {
-            inv.key(key);
-        }
-        inv.arg(clock_arg(self.now, self.upper))
+        inv.partition_keys(pk)
+            .arg(clock_arg(self.now, self.upper))
             .arg(self.channel)
             .arg(self.instance)
             .arg(self.topic)
@@ -555,6 +587,40 @@ mod tests {
 
     fn bulk(s: &str) -> Value {
         Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    /// An invocation's `FCALL`: the function, the count of keys, the keys (the partition's
+    /// in `KEYS` order), then the arguments, each byte for byte as given.
+    #[test]
+    fn an_invocation_is_one_fcall_of_its_keys_then_its_arguments() {
+        let pk = crate::keys::Keys::new("dq").partition("orders", 3);
+        let mut inv = SCRIPTS.add.prepare_invoke();
+        inv.partition_keys(&pk)
+            .key("dq:{orders#3}:extra-key")
+            .arg(17u64)
+            .arg("")
+            .arg(&b"a\nbody"[..])
+            .arg_fmt(format_args!("{:016x}", 255u64))
+            .arg(-4i64);
+        let got: Vec<Vec<u8>> = inv
+            .cmd()
+            .args_iter()
+            .map(|a| match a {
+                redis::Arg::Simple(b) => b.to_vec(),
+                _ => panic!("a cursor argument"),
+            })
+            .collect();
+        let mut want: Vec<Vec<u8>> = vec![
+            b"FCALL".to_vec(),
+            SCRIPTS.add.function.as_bytes().to_vec(),
+            b"18".to_vec(),
+        ];
+        want.extend(pk.sets().map(String::into_bytes));
+        want.push(b"dq:{orders#3}:extra-key".to_vec());
+        for arg in [&b"17"[..], b"", b"a\nbody", b"00000000000000ff", b"-4"] {
+            want.push(arg.to_vec());
+        }
+        assert_eq!(got, want);
     }
 
     #[test]

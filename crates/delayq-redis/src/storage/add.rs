@@ -195,12 +195,12 @@ impl InstanceState {
                 .arg(backoff)
                 .arg(policy_code(t.on_duplicate))
                 .arg(t.priority)
-                .arg(format!("{seq:016x}"))
-                .arg(
-                    t.expires_at_ms
-                        .map_or_else(String::new, |at| at.to_string()),
-                )
-                .arg(t.key.as_deref().unwrap_or(""));
+                .arg_fmt(format_args!("{seq:016x}"));
+            match t.expires_at_ms {
+                Some(at) => inv.arg(at),
+                None => inv.arg(""),
+            };
+            inv.arg(t.key.as_deref().unwrap_or(""));
         }
         inv
     }
