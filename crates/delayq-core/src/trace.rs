@@ -151,8 +151,8 @@ fn is_lower_hex(s: &str) -> bool {
 /// What producers send, a version-00 header of 55 lower-case characters with no space around
 /// it, is checked in one pass over its bytes and kept as it came; anything else goes through
 /// [`read_traceparent`], which also says what is wrong. Every traced request and task pays
-/// this, and the general reader (split, checks, `format!`) cost about as many instructions as
-/// a task's whole JSON body.
+/// this, and the general reader (split, checks, `format!`) cost more than half as many
+/// instructions as a task's whole JSON body.
 fn parse_traceparent(value: &str) -> Result<String, InvalidField> {
     match well_formed_v00(value) {
         true => Ok(value.to_owned()),

@@ -164,8 +164,8 @@ impl ScriptInvocation<'_> {
         self
     }
 
-    /// Adds an argument written by `write` (`ARGV[i]`), without a value of its own first:
-    /// `inv.arg_fmt(format_args!("{seq:016x}"))`.
+    /// Adds an argument (`ARGV[i]`) formatted straight into the call's buffer, with no
+    /// `String` made first: `inv.arg_fmt(format_args!("{seq:016x}"))`.
     pub fn arg_fmt(&mut self, arg: std::fmt::Arguments<'_>) -> &mut Self {
         use std::io::Write as _;
         // Writing to a `Cmd`'s own buffer cannot fail.
