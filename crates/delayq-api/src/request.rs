@@ -262,6 +262,10 @@ fn has_batch_key(body: &[u8]) -> bool {
 
 /// [`has_batch_key`] by parsing.
 fn probe_batch_key(body: &[u8]) -> bool {
+    // serde reads a struct from an array too, by position: `[{...}]` would fill `tasks`.
+    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return false;
+    }
     #[derive(Deserialize)]
     struct Probe {
         #[serde(default)]
@@ -647,7 +651,7 @@ mod tests {
         assert_eq!(batch_field(3, "delay_ms"), "tasks[3].delay_ms");
         // The look for `tasks` without parsing must not miss a key spelled with escapes, nor
         // take the word inside a value for the key.
-        let table: [(&str, bool); 5] = [
+        let table: [(&str, bool); 7] = [
             (r#"{"ta\u0073ks": [{}]}"#, true),
             (r#"{"\u0074asks": []}"#, true),
             (r#"{"topic": "t", "id": "tasks", "body": "tasks"}"#, false),
@@ -656,6 +660,9 @@ mod tests {
                 false,
             ),
             (r#"{"topic": "t", "id": "a", "tasks" : [ ]}"#, true),
+            // An array is no object, so no batch (the handlers refuse it either way).
+            (r#"[{"topic": "t"}]"#, false),
+            (r#"  [{"tasks": []}]"#, false),
         ];
         for (body, want) in table {
             assert_eq!(AddRequest::is_batch(body.as_bytes()), want, "{body}");

@@ -130,6 +130,23 @@ async fn bad_requests_are_refused_with_the_field_named() {
             Some("topic"),
         ),
         case("empty body", "/finish", "", 400, &["topic"], Some("topic")),
+        // An array is refused however it starts (a struct would read from it by position).
+        case(
+            "array of tasks to add",
+            "/add",
+            r#"[{"topic": "t", "id": "a"}]"#,
+            400,
+            &["expected a JSON object, got an array"],
+            None,
+        ),
+        case(
+            "array of tasks to finish",
+            "/finish",
+            r#" [{"tasks": [{"topic": "t", "id": "a"}]}]"#,
+            400,
+            &["expected a JSON object, got an array"],
+            None,
+        ),
         case(
             "missing id in batch",
             "/add",
