@@ -252,9 +252,11 @@ impl AddRequest {
 ///
 /// A body in which the bytes `tasks` do not occur and that holds no `\` (a key may spell
 /// itself with escapes, `"ta\u0073ks"`) cannot have that key, so it is not read at all: the
-/// probe is a whole second parse, more than half of what the task's own parse costs.
+/// probe is a whole second parse, more than half of what the task's own parse costs. The word
+/// is looked for first: a batch names it in its first bytes, and its tasks (up to the body
+/// limit) need not be scanned for a backslash.
 fn has_batch_key(body: &[u8]) -> bool {
-    if memchr::memchr(b'\\', body).is_none() && memchr::memmem::find(body, b"tasks").is_none() {
+    if memchr::memmem::find(body, b"tasks").is_none() && memchr::memchr(b'\\', body).is_none() {
         return false;
     }
     probe_batch_key(body)

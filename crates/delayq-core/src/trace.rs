@@ -140,9 +140,14 @@ impl TraceContext {
     }
 }
 
-fn is_lower_hex(s: &str) -> bool {
-    s.bytes()
-        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+fn is_lower_hex(s: &[u8]) -> bool {
+    s.iter()
+        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
+}
+
+/// Whether an id's digits are all `0`, which the specification forbids.
+fn is_zero(id: &[u8]) -> bool {
+    id.iter().all(|&b| b == b'0')
 }
 
 /// A version-00 `traceparent` from the header of any version (specification §3.2.4: a later
@@ -164,21 +169,16 @@ fn parse_traceparent(value: &str) -> Result<String, InvalidField> {
 /// lower-case hex digits (neither id all zeros) and 2 of flags, separated by `-`.
 fn well_formed_v00(value: &str) -> bool {
     let b = value.as_bytes();
-    let hex = |from: usize, to: usize| {
-        b[from..to]
-            .iter()
-            .all(|&c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
-    };
-    let nonzero = |from: usize, to: usize| b[from..to].iter().any(|&c| c != b'0');
+    // `00-` trace id (3..35) `-` span id (36..52) `-` flags (53..55).
     b.len() == TRACEPARENT_LEN
         && b.starts_with(b"00-")
         && b[35] == b'-'
         && b[52] == b'-'
-        && hex(3, 35)
-        && hex(36, 52)
-        && hex(53, 55)
-        && nonzero(3, 35)
-        && nonzero(36, 52)
+        && is_lower_hex(&b[3..35])
+        && is_lower_hex(&b[36..52])
+        && is_lower_hex(&b[53..55])
+        && !is_zero(&b[3..35])
+        && !is_zero(&b[36..52])
 }
 
 /// [`parse_traceparent`] for any header: the reader that names what is wrong.
@@ -194,7 +194,7 @@ fn read_traceparent(value: &str) -> Result<String, InvalidField> {
     let value = value.trim();
     check_size(TRACEPARENT, value)?;
     let version = value.get(..2).ok_or_else(|| bad("is too short"))?;
-    if !is_lower_hex(version) || version == "ff" {
+    if !is_lower_hex(version.as_bytes()) || version == "ff" {
         return Err(bad("has an invalid version"));
     }
     let head = match value.len() {
@@ -214,13 +214,14 @@ fn read_traceparent(value: &str) -> Result<String, InvalidField> {
     if trace_id.len() != 32 || span_id.len() != 16 || flags.len() != 2 {
         return Err(bad("has a field of the wrong length"));
     }
-    if !is_lower_hex(trace_id) || !is_lower_hex(span_id) || !is_lower_hex(flags) {
+    let hex = |field: &str| is_lower_hex(field.as_bytes());
+    if !hex(trace_id) || !hex(span_id) || !hex(flags) {
         return Err(bad("holds a character that is not lower-case hex"));
     }
-    if trace_id.bytes().all(|b| b == b'0') {
+    if is_zero(trace_id.as_bytes()) {
         return Err(bad("has an all-zero trace id"));
     }
-    if span_id.bytes().all(|b| b == b'0') {
+    if is_zero(span_id.as_bytes()) {
         return Err(bad("has an all-zero span id"));
     }
     Ok(format!("00-{trace_id}-{span_id}-{flags}"))
